@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/*
+ * Running one exec work item: a child process started as the submitting user,
+ * its output captured, reaped through a pidfd.
+ *
+ * The child, before execve():
+ *   - gets its own process group (setpgid(0, 0)), so that killing the item
+ *     kills its whole process tree,
+ *   - is pinned to @cpu when cpu >= 0 (sched_setaffinity),
+ *   - gets nice @nice (only lowered below 0 while still privileged),
+ *   - drops to the submitter: setgroups(groups), setresgid(gid), setresuid(uid)
+ *     (skipped when the daemon already runs as exactly that user),
+ *   - chdir(cwd) as that user,
+ *   - stdin from a memfd holding the payload (or /dev/null), stdout and
+ *     stderr to pipes the daemon reads,
+ *   - all other fds closed, signal dispositions and mask reset,
+ *   - waits until the daemon has attached the sleep detector, then
+ *     execve(): an absolute program path directly; a bare name with
+ *     execvpe() on the PATH of @envp.
+ * An execve() failure is reported to the daemon through a close-on-exec pipe
+ * and recorded as exec_errno (the child exits 127).
+ *
+ * When the main process exits, whatever is left in its process group is
+ * killed (SIGKILL), remaining output is read, and @done is called once.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sleepwatch.h"
+
+struct event_base;
+struct exec_proc;
+
+/* Default bound of captured bytes per stream; more is read and discarded and
+ * the stream is flagged truncated. */
+#define EXEC_OUTPUT_LIMIT_DEFAULT (64u * 1024u)
+
+struct exec_spec {
+        const char *program;            /* absolute path, or a bare name */
+        char *const *argv;              /* NULL-terminated, argv[0] as given */
+        char *const *envp;              /* NULL-terminated */
+        const char *cwd;                /* absolute; NULL: "/" */
+        const void *payload;            /* stdin; NULL: /dev/null */
+        size_t payload_len;
+        uid_t uid;
+        gid_t gid;
+        const gid_t *groups;            /* supplementary groups */
+        size_t n_groups;
+        int cpu;                        /* -1: not pinned */
+        int nice;
+        uint64_t timeout_usec;          /* 0: none */
+        size_t output_limit;            /* 0: EXEC_OUTPUT_LIMIT_DEFAULT */
+};
+
+struct exec_result {
+        int exit_status;                /* valid when signal == 0 */
+        int signal;                     /* the terminating signal, or 0 */
+        int exec_errno;                 /* execve() (or setup) failed with this errno, or 0 */
+        uint64_t cpu_usec;              /* user + system time of the process tree */
+        uint64_t started_usec;          /* CLOCK_REALTIME */
+        uint64_t finished_usec;
+        bool timed_out;                 /* killed because timeout_usec expired */
+        bool killed;                    /* killed by exec_proc_kill() */
+        char *out;                      /* captured stdout (not NUL-terminated); */
+        size_t out_len;                 /*   the callback may take it: set out = NULL */
+        bool out_truncated;
+        char *err;
+        size_t err_len;
+        bool err_truncated;
+};
+
+/* Called once, from the event loop, when the item's process has ended.  The
+ * exec_proc is freed by exec after this returns. */
+typedef void (*exec_done_cb)(struct exec_proc *p, struct exec_result *r, void *userdata);
+
+/*
+ * Forks and starts the item.  @sw (may be NULL in tests) watches it for
+ * blocking; transitions go to @sleep_cb.  Returns a negative errno when the
+ * process could not be created (fork refused: -EAGAIN/-ENOMEM), in which
+ * case neither callback is ever made.
+ */
+int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
+               exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata,
+               struct exec_proc **ret);
+
+/* SIGKILLs the item's process group.  @done still follows, with killed set. */
+void exec_proc_kill(struct exec_proc *p);
+
+pid_t exec_proc_pid(const struct exec_proc *p);
+
+/* For shutdown: kills the process group and frees without calling @done. */
+struct exec_proc *exec_proc_abandon(struct exec_proc *p);
+
+/*
+ * Finds @name among the plugin directories.  Absolute paths are returned as
+ * they are; a name with a '/' that is not absolute is -EINVAL; a bare name is
+ * looked up in each of @plugin_dirs (NULL-terminated) for a regular file; if
+ * none has it, *ret_path is set to NULL and 0 returned (the child then looks
+ * it up in PATH).  *ret_path is malloc()ed.
+ */
+int exec_resolve_program(const char *name, char *const *plugin_dirs, char **ret_path);

@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/*
+ * Blocking detection for processes the daemon started: the user-space
+ * equivalent of the kernel's wq_worker_sleeping()/wq_worker_running() hooks.
+ *
+ * A target is one exec item's process and the processes and threads it
+ * creates.  The target is "running" while at least one of its tasks is
+ * runnable (running or preempted) and "blocked" once every task has gone to
+ * sleep (S or D state) or exited.  Each transition is reported through the
+ * target's callback, from the event loop.  A new target starts out running.
+ *
+ * Detectors:
+ *   perf - perf_event_open(PERF_COUNT_SW_DUMMY, context_switch = 1,
+ *          inherit = 1, enable_on_exec = 1, exclude_kernel = 1) on the child,
+ *          watermark = 1 / wakeup_watermark = 1 so that every switch record
+ *          wakes the loop; PERF_RECORD_MISC_SWITCH_OUT_PREEMPT tells a
+ *          preemption from a block.  Event-driven; no polling.
+ *   proc - samples /proc/PID/task/TID/stat of the target's main process
+ *          (every thread of it) at a short interval, only while at least
+ *          one target exists, so an idle daemon has no timer armed.
+ *          State R counts as running; S, D and everything else as blocked.
+ *
+ * When perf cannot be used for one target (perf_event_open or mmap refused,
+ * e.g. the perf_event_mlock_kb budget of an unprivileged daemon is spent),
+ * that target silently falls back to proc sampling.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct event_base;
+struct sleepwatch;
+struct sleepwatch_target;
+
+enum sleepwatch_mode {
+        SLEEPWATCH_PERF,
+        SLEEPWATCH_PROC,
+};
+
+/* Called on every running <-> blocked transition of @t. */
+typedef void (*sleepwatch_cb)(struct sleepwatch_target *t, bool running, void *userdata);
+
+/* Parses "perf" / "proc"; -EINVAL otherwise. */
+int sleepwatch_mode_from_string(const char *s, enum sleepwatch_mode *ret);
+const char *sleepwatch_mode_to_string(enum sleepwatch_mode mode);
+
+/*
+ * Creates the detector.  With SLEEPWATCH_PERF, probes perf_event_open on the
+ * calling process first; if the kernel refuses, returns -EOPNOTSUPP (the
+ * caller decides whether to fall back and logs that).
+ */
+int sleepwatch_new(struct event_base *base, enum sleepwatch_mode mode, struct sleepwatch **ret);
+struct sleepwatch *sleepwatch_free(struct sleepwatch *sw);
+enum sleepwatch_mode sleepwatch_get_mode(const struct sleepwatch *sw);
+
+/*
+ * Starts watching @pid, a child that was forked but has not yet called
+ * execve(): with perf, records start at its execve() (enable_on_exec), so
+ * whatever the child does before exec is never reported.  The caller must
+ * not let the child exec before this returns.
+ */
+int sleepwatch_watch(struct sleepwatch *sw, pid_t pid, sleepwatch_cb cb, void *userdata,
+                     struct sleepwatch_target **ret);
+
+/* Stops watching and frees; no callback is made after this.  NULL is fine. */
+struct sleepwatch_target *sleepwatch_target_free(struct sleepwatch_target *t);
+
+bool sleepwatch_target_is_running(const struct sleepwatch_target *t);

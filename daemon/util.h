@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define ELEMENTSOF(a) (sizeof(a) / sizeof((a)[0]))
+#define USEC_PER_SEC UINT64_C(1000000)
+#define USEC_PER_MSEC UINT64_C(1000)
+
+static inline void freep(void *p) {
+        free(*(void **) p);
+}
+
+static inline void closep(int *fd) {
+        if (*fd >= 0) {
+                int saved = errno;
+                close(*fd);
+                errno = saved;
+        }
+}
+
+/* Hand an owned pointer out of a cleanup-guarded local. */
+#define TAKE_PTR(p) ({ __typeof__(p) _p = (p); (p) = NULL; _p; })
+#define TAKE_FD(fd) ({ int _fd = (fd); (fd) = -1; _fd; })
+
+static inline uint64_t now_usec(clockid_t clock) {
+        struct timespec ts;
+        clock_gettime(clock, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+}
+
+static inline struct timeval timeval_from_usec(uint64_t usec) {
+        return (struct timeval) { .tv_sec = usec / USEC_PER_SEC, .tv_usec = usec % USEC_PER_SEC };
+}
+
+/* A NULL-terminated string vector. */
+char **strv_free(char **l);
+size_t strv_length(char *const *l);
+static inline void strv_freep(char ***l) {
+        strv_free(*l);
+}
