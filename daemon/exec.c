@@ -1,1 +1,810 @@
-/* placeholder: being written */
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+
+/*
+ * Why fork() and not posix_spawn() or vfork():
+ *
+ *  - posix_spawn() cannot change the credentials of the child: it has no
+ *    attribute for setgroups()/setresgid()/setresuid() (nor for
+ *    sched_setaffinity()), and glibc's posix_spawn_file_actions_addchdir_np()
+ *    would chdir() with the daemon's privileges, not the user's.  An exec
+ *    item must never run with more privilege than its submitter.
+ *  - The child must stop between fork and execve() until the daemon has
+ *    attached the sleep detector (perf's enable_on_exec only works if the
+ *    event exists before the exec).  vfork() suspends the parent until the
+ *    child execs, so the parent could never attach anything: a deadlock.
+ *
+ * The daemon is single-threaded, so the forked child may call whatever it
+ * needs; it still only uses plain system calls and prepares nothing that
+ * allocates, and it never returns into the daemon's code: every path ends in
+ * execve() or _exit().  Every failure before execve() is reported as an errno
+ * through a close-on-exec pipe (closed by a successful exec, so an empty pipe
+ * means the exec happened) and the child exits 127.
+ *
+ * Reaping goes through a pidfd registered with the event loop, never through
+ * SIGCHLD, so nothing here blocks the loop; the process group of a finished
+ * item is killed while its leader is still an unreaped zombie, which pins
+ * the pid and therefore the group id against reuse.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/event_struct.h>
+
+#include "exec.h"
+#include "util.h"
+
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U
+#endif
+
+/* What a failed child exits with, as a shell does for "command not found". */
+#define EXEC_CHILD_FAILED 127
+
+/* One read() of output at most; also the size of the discard buffer. */
+#define EXEC_READ_CHUNK (64u * 1024u)
+
+/* When the process has ended, at most this many reads per stream collect what
+ * is still in the pipe, so that an escaped writer cannot hold the loop. */
+#define EXEC_DRAIN_READS_MAX 32u
+
+struct exec_stream {
+        int fd;                         /* read end of the child's stdout/stderr pipe */
+        struct event ev;
+        bool ev_assigned;
+        char *buf;
+        size_t len;
+        size_t cap;
+        size_t limit;
+        bool truncated;
+};
+
+struct exec_proc {
+        struct event_base *base;
+        pid_t pid;
+        int pidfd;
+        int errfd;                      /* read end of the child's error pipe */
+        struct event ev_exit;
+        bool ev_exit_assigned;
+        struct event ev_timer;
+        bool ev_timer_assigned;
+        struct exec_stream out;
+        struct exec_stream err;
+        struct sleepwatch_target *target;
+        exec_done_cb done;
+        void *userdata;
+        uint64_t started_usec;
+        bool reaped;                    /* wait4() collected it: pid may be reused now */
+        bool timed_out;
+        bool killed;
+        bool dispatching;               /* inside the done callback */
+};
+
+/* Everything the child needs, prepared by the parent before fork(). */
+struct exec_child {
+        const char *program;
+        bool absolute;
+        char *const *argv;
+        char *const *envp;
+        const char *cwd;
+        uid_t uid;
+        gid_t gid;
+        const gid_t *groups;
+        size_t n_groups;
+        bool drop;                      /* credentials differ from the daemon's */
+        int cpu;
+        int nice;
+        int stdin_fd;
+        int stdout_fd;
+        int stderr_fd;
+        int go_fd;
+        int error_fd;
+};
+
+static void exec_stream_init(struct exec_stream *s, size_t limit) {
+        *s = (struct exec_stream) { .fd = -1, .limit = limit };
+}
+
+static void exec_stream_close(struct exec_stream *s) {
+        if (s->ev_assigned) {
+                event_del(&s->ev);
+                s->ev_assigned = false;
+        }
+        if (s->fd >= 0) {
+                close(s->fd);
+                s->fd = -1;
+        }
+}
+
+static void exec_stream_done(struct exec_stream *s) {
+        exec_stream_close(s);
+        free(s->buf);
+        s->buf = NULL;
+        s->len = s->cap = 0;
+}
+
+/*
+ * One read from @s.  Returns 1 if something was read, 0 at EOF (or a read
+ * error, which ends the stream the same way), -EAGAIN if the pipe is empty.
+ * Bytes beyond the limit are read and discarded, and flag the stream.
+ */
+static int exec_stream_read(struct exec_stream *s) {
+        char discard[EXEC_READ_CHUNK];
+        char *dst = discard;
+        size_t want = sizeof(discard);
+        ssize_t n;
+
+        if (s->fd < 0)
+                return 0;
+
+        if (s->len < s->limit) {
+                if (s->cap == s->len) {
+                        size_t cap = s->cap < 4096 ? 4096 : s->cap * 2;
+                        char *b;
+
+                        if (cap > s->limit)
+                                cap = s->limit;
+                        b = realloc(s->buf, cap);
+                        if (b) {
+                                s->buf = b;
+                                s->cap = cap;
+                        }
+                }
+                if (s->cap > s->len) {
+                        dst = s->buf + s->len;
+                        want = s->cap - s->len;
+                        if (want > EXEC_READ_CHUNK)
+                                want = EXEC_READ_CHUNK;
+                }
+                /* else: out of memory, what we could not store is discarded */
+        }
+
+        n = read(s->fd, dst, want);
+        if (n < 0) {
+                if (errno == EAGAIN || errno == EINTR)
+                        return -EAGAIN;
+                exec_stream_close(s);
+                return 0;
+        }
+        if (n == 0) {
+                exec_stream_close(s);
+                return 0;
+        }
+        if (dst == discard)
+                s->truncated = true;
+        else
+                s->len += (size_t) n;
+        return 1;
+}
+
+static void exec_stream_drain(struct exec_stream *s) {
+        for (unsigned i = 0; i < EXEC_DRAIN_READS_MAX; i++)
+                if (exec_stream_read(s) <= 0)
+                        break;
+        exec_stream_close(s);
+}
+
+static void exec_stream_on_read(evutil_socket_t fd, short what, void *userdata) {
+        /* One read per wake-up; the event is level-triggered, so a chatty
+         * child cannot starve the rest of the loop. */
+        (void) exec_stream_read(userdata);
+}
+
+static void exec_proc_kill_group(struct exec_proc *p) {
+        /* Only while the leader is unreaped: then the pid, and with it the
+         * process group id, cannot belong to anybody else. */
+        if (p->pid <= 0 || p->reaped)
+                return;
+        (void) killpg(p->pid, SIGKILL);
+        /* The leader itself, should it have left its group. */
+        (void) kill(p->pid, SIGKILL);
+}
+
+static bool exec_proc_has_exited(const struct exec_proc *p) {
+        siginfo_t si = {};
+
+        if (p->reaped)
+                return true;
+        if (waitid(P_PID, p->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0)
+                return false;
+        return si.si_pid != 0;
+}
+
+static struct exec_proc *exec_proc_free(struct exec_proc *p) {
+        if (!p)
+                return NULL;
+
+        p->target = sleepwatch_target_free(p->target);
+        if (p->ev_exit_assigned)
+                event_del(&p->ev_exit);
+        if (p->ev_timer_assigned)
+                event_del(&p->ev_timer);
+        exec_stream_done(&p->out);
+        exec_stream_done(&p->err);
+        if (p->pid > 0 && !p->reaped) {
+                exec_proc_kill_group(p);
+                /* Usually too early; at shutdown a zombie is acceptable. */
+                if (waitpid(p->pid, NULL, WNOHANG) == p->pid)
+                        p->reaped = true;
+        }
+        if (p->pidfd >= 0)
+                close(p->pidfd);
+        if (p->errfd >= 0)
+                close(p->errfd);
+        free(p);
+        return NULL;
+}
+
+static void exec_proc_freep(struct exec_proc **p) {
+        exec_proc_free(*p);
+}
+
+static void exec_proc_on_exit(evutil_socket_t fd, short what, void *userdata) {
+        struct exec_proc *p = userdata;
+        struct exec_result r = {};
+        struct rusage ru = {};
+        int status = 0, e = 0;
+        pid_t k;
+
+        /* Leftovers of the group first, while the zombie leader still pins
+         * the group id. */
+        exec_proc_kill_group(p);
+
+        do
+                k = wait4(p->pid, &status, WNOHANG, &ru);
+        while (k < 0 && errno == EINTR);
+        if (k == 0) {
+                /* Not exited after all; wait for the next notification. */
+                (void) event_add(&p->ev_exit, NULL);
+                return;
+        }
+        p->reaped = true;
+        p->target = sleepwatch_target_free(p->target);
+        if (p->ev_timer_assigned)
+                event_del(&p->ev_timer);
+
+        if (k < 0)
+                /* Somebody else reaped it (ECHILD): no status to report. */
+                r.exit_status = -1;
+        else if (WIFSIGNALED(status))
+                r.signal = WTERMSIG(status);
+        else
+                r.exit_status = WEXITSTATUS(status);
+
+        exec_stream_drain(&p->out);
+        exec_stream_drain(&p->err);
+
+        if (read(p->errfd, &e, sizeof(e)) == (ssize_t) sizeof(e) && e > 0)
+                r.exec_errno = e;
+
+        r.cpu_usec = (uint64_t) ru.ru_utime.tv_sec * USEC_PER_SEC + (uint64_t) ru.ru_utime.tv_usec +
+                     (uint64_t) ru.ru_stime.tv_sec * USEC_PER_SEC + (uint64_t) ru.ru_stime.tv_usec;
+        r.started_usec = p->started_usec;
+        r.finished_usec = now_usec(CLOCK_REALTIME);
+        r.timed_out = p->timed_out;
+        r.killed = p->killed;
+        r.out = TAKE_PTR(p->out.buf);
+        r.out_len = p->out.len;
+        r.out_truncated = p->out.truncated;
+        r.err = TAKE_PTR(p->err.buf);
+        r.err_len = p->err.len;
+        r.err_truncated = p->err.truncated;
+
+        p->dispatching = true;
+        p->done(p, &r, p->userdata);
+        free(r.out);
+        free(r.err);
+        exec_proc_free(p);
+}
+
+static void exec_proc_on_timeout(evutil_socket_t fd, short what, void *userdata) {
+        struct exec_proc *p = userdata;
+
+        /* An item that already exited on its own did not time out, even if
+         * the loop has not seen its pidfd yet. */
+        if (exec_proc_has_exited(p))
+                return;
+        p->timed_out = true;
+        exec_proc_kill_group(p);
+}
+
+void exec_proc_kill(struct exec_proc *p) {
+        if (!p || exec_proc_has_exited(p))
+                return;
+        p->killed = true;
+        exec_proc_kill_group(p);
+}
+
+pid_t exec_proc_pid(const struct exec_proc *p) {
+        return p ? p->pid : -1;
+}
+
+struct exec_proc *exec_proc_abandon(struct exec_proc *p) {
+        if (!p)
+                return NULL;
+        if (p->dispatching)
+                /* Called from the done callback: freed once that returns. */
+                return NULL;
+        return exec_proc_free(p);
+}
+
+int exec_resolve_program(const char *name, char *const *plugin_dirs, char **ret_path) {
+        char *path;
+
+        if (!name || !*name)
+                return -EINVAL;
+
+        if (name[0] == '/') {
+                path = strdup(name);
+                if (!path)
+                        return -ENOMEM;
+                *ret_path = path;
+                return 0;
+        }
+        if (strchr(name, '/'))
+                return -EINVAL;
+
+        for (char *const *d = plugin_dirs; d && *d; d++) {
+                struct stat st;
+
+                if (asprintf(&path, "%s/%s", *d, name) < 0)
+                        return -ENOMEM;
+                /* The plugin directories are root's; a symlink in one is
+                 * the administrator's choice, so stat(), not lstat(). */
+                if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+                        *ret_path = path;
+                        return 0;
+                }
+                free(path);
+        }
+
+        *ret_path = NULL;
+        return 0;
+}
+
+static int exec_gid_compare(const void *a, const void *b) {
+        gid_t x = *(const gid_t *) a, y = *(const gid_t *) b;
+
+        return x < y ? -1 : x > y;
+}
+
+/* Whether the child must change credentials: not when the daemon already
+ * runs as exactly this uid, gid and set of supplementary groups. */
+static int exec_need_drop(const struct exec_spec *spec, bool *ret) {
+        _cleanup_(freep) gid_t *mine = NULL, *theirs = NULL;
+        uid_t ru, eu, su;
+        gid_t rg, eg, sg;
+        int n;
+
+        if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0)
+                return -errno;
+        if (ru != spec->uid || eu != spec->uid || su != spec->uid ||
+            rg != spec->gid || eg != spec->gid || sg != spec->gid) {
+                *ret = true;
+                return 0;
+        }
+
+        n = getgroups(0, NULL);
+        if (n < 0)
+                return -errno;
+        if ((size_t) n != spec->n_groups) {
+                *ret = true;
+                return 0;
+        }
+        if (n == 0) {
+                *ret = false;
+                return 0;
+        }
+
+        mine = calloc(n, sizeof(gid_t));
+        theirs = calloc(n, sizeof(gid_t));
+        if (!mine || !theirs)
+                return -ENOMEM;
+        n = getgroups(n, mine);
+        if (n < 0)
+                return -errno;
+        if ((size_t) n != spec->n_groups) {
+                *ret = true;
+                return 0;
+        }
+        memcpy(theirs, spec->groups, n * sizeof(gid_t));
+        qsort(mine, n, sizeof(gid_t), exec_gid_compare);
+        qsort(theirs, n, sizeof(gid_t), exec_gid_compare);
+        *ret = memcmp(mine, theirs, n * sizeof(gid_t)) != 0;
+        return 0;
+}
+
+static int exec_open_stdin(const void *payload, size_t len, int *ret_fd) {
+        _cleanup_(closep) int fd = -1;
+        const char *p = payload;
+
+        if (!payload) {
+                fd = open("/dev/null", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+                if (fd < 0)
+                        return -errno;
+                *ret_fd = TAKE_FD(fd);
+                return 0;
+        }
+
+        fd = memfd_create("cmwq-payload", MFD_CLOEXEC | MFD_NOEXEC_SEAL);
+        if (fd < 0 && errno == EINVAL)
+                /* Kernels before 6.3 do not know MFD_NOEXEC_SEAL. */
+                fd = memfd_create("cmwq-payload", MFD_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+
+        /* Written here, completely, so that the child never waits for us. */
+        for (size_t off = 0; off < len;) {
+                ssize_t n = write(fd, p + off, len - off);
+
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                off += (size_t) n;
+        }
+        if (lseek(fd, 0, SEEK_SET) < 0)
+                return -errno;
+
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+static int exec_fd_close(int fd) {
+        if (fd >= 0)
+                close(fd);
+        return -1;
+}
+
+static void exec_close_pair(int fds[2]) {
+        for (int i = 0; i < 2; i++)
+                if (fds[i] >= 0) {
+                        close(fds[i]);
+                        fds[i] = -1;
+                }
+}
+
+/* ---------------------------------------------------------------------------
+ * The child, between fork() and execve().  Never returns. */
+
+_Noreturn static void child_fail(int error_fd, int error) {
+        if (error <= 0)
+                error = EIO;
+        /* Four bytes into a pipe are written at once or not at all. */
+        if (write(error_fd, &error, sizeof(error)) < 0) {
+                /* nobody to tell */
+        }
+        _exit(EXEC_CHILD_FAILED);
+}
+
+static void child_close_range(unsigned first, unsigned last) {
+        if (first > last)
+                return;
+        if (close_range(first, last, 0) == 0)
+                return;
+
+        /* Kernels before 5.9 */
+        {
+                struct rlimit rl;
+                unsigned max = 65536;
+
+                if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < max)
+                        max = (unsigned) rl.rlim_cur;
+                if (last >= max)
+                        last = max - 1;
+                for (unsigned fd = first; fd <= last && fd < max; fd++)
+                        close((int) fd);
+        }
+}
+
+/* Closes every fd from 3 up, except @a and @b (both >= 3). */
+static void child_close_all_except(int a, int b) {
+        unsigned lo = (unsigned) (a < b ? a : b), hi = (unsigned) (a < b ? b : a);
+
+        child_close_range(3, lo - 1);
+        if (lo != hi)
+                child_close_range(lo + 1, hi - 1);
+        if (hi != ~0U)
+                child_close_range(hi + 1, ~0U);
+}
+
+static void child_reset_signal(int sig) {
+        struct sigaction sa = { .sa_handler = SIG_DFL };
+        /* All zeroes is SIG_DFL, no flags and an empty mask in every
+         * architecture's struct kernel_sigaction. */
+        uint64_t zero[8] = {};
+
+        if (sigaction(sig, &sa, NULL) >= 0 || errno != EINVAL)
+                return;
+        /* glibc refuses its reserved signals (32, 33), which may still come
+         * ignored from whoever started the daemon: ask the kernel. */
+        (void) syscall(SYS_rt_sigaction, sig, zero, NULL, (size_t) (_NSIG / 8));
+}
+
+_Noreturn static void exec_child(const struct exec_child *c) {
+        sigset_t none;
+        int error_fd, go_fd, in, out, err;
+        char go;
+        ssize_t n;
+
+        /* The daemon's handlers (libevent's, which write to the loop's
+         * notification socket) and ignored signals (SIGPIPE) must not reach
+         * the item.  All signals are blocked across fork() by the parent,
+         * so none can arrive before this. */
+        for (int sig = 1; sig < _NSIG; sig++)
+                if (sig != SIGKILL && sig != SIGSTOP)
+                        child_reset_signal(sig);
+        sigemptyset(&none);
+        (void) sigprocmask(SIG_SETMASK, &none, NULL);
+
+        /* The error pipe first, so that every later failure can be told. */
+        error_fd = fcntl(c->error_fd, F_DUPFD_CLOEXEC, 3);
+        if (error_fd < 0)
+                child_fail(c->error_fd, errno);
+
+        if (setpgid(0, 0) < 0)
+                child_fail(error_fd, errno);
+
+        /* Everything moves above 2 first (and stays close-on-exec there), so
+         * that dup2() onto 0..2 never meets an fd already in place, which
+         * would keep its close-on-exec flag. */
+        go_fd = fcntl(c->go_fd, F_DUPFD_CLOEXEC, 3);
+        in = fcntl(c->stdin_fd, F_DUPFD_CLOEXEC, 3);
+        out = fcntl(c->stdout_fd, F_DUPFD_CLOEXEC, 3);
+        err = fcntl(c->stderr_fd, F_DUPFD_CLOEXEC, 3);
+        if (go_fd < 0 || in < 0 || out < 0 || err < 0)
+                child_fail(error_fd, errno);
+        if (dup2(in, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0 || dup2(err, STDERR_FILENO) < 0)
+                child_fail(error_fd, errno);
+        child_close_all_except(go_fd, error_fd);
+
+        /* Wait until the daemon has attached the sleep detector.  This is
+         * done before the credentials change: to the detector the child is
+         * still the daemon's own process then. */
+        do
+                n = read(go_fd, &go, 1);
+        while (n < 0 && errno == EINTR);
+        if (n != 1)
+                /* The daemon gave up on us (or died): do not run. */
+                _exit(EXEC_CHILD_FAILED);
+        close(go_fd);
+
+        if (c->cpu >= 0) {
+                cpu_set_t set;
+
+                CPU_ZERO(&set);
+                CPU_SET(c->cpu, &set);
+                if (sched_setaffinity(0, sizeof(set), &set) < 0)
+                        child_fail(error_fd, errno);
+        }
+
+        /* While still privileged, so a root daemon can raise priority.  An
+         * unprivileged daemon asked for more than it may give keeps its own. */
+        if (setpriority(PRIO_PROCESS, 0, c->nice) < 0 && errno != EACCES && errno != EPERM)
+                child_fail(error_fd, errno);
+
+        if (c->drop) {
+                if (setgroups(c->n_groups, c->groups) < 0)
+                        child_fail(error_fd, errno);
+                if (setresgid(c->gid, c->gid, c->gid) < 0)
+                        child_fail(error_fd, errno);
+                if (setresuid(c->uid, c->uid, c->uid) < 0)
+                        child_fail(error_fd, errno);
+        }
+
+        /* Paranoia: the credentials must be exactly the submitter's, and
+         * root must be gone for good. */
+        {
+                uid_t ru, eu, su;
+                gid_t rg, eg, sg;
+
+                if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0)
+                        child_fail(error_fd, errno);
+                if (ru != c->uid || eu != c->uid || su != c->uid ||
+                    rg != c->gid || eg != c->gid || sg != c->gid)
+                        child_fail(error_fd, EPERM);
+                if (c->uid != 0 && setresuid(0, 0, 0) >= 0)
+                        child_fail(error_fd, EPERM);
+        }
+
+        /* As the user: a directory they may not enter is EACCES. */
+        if (chdir(c->cwd) < 0)
+                child_fail(error_fd, errno);
+
+        if (c->absolute)
+                execve(c->program, c->argv, c->envp);
+        else {
+                /* execvp() searches the PATH of environ, which must be the
+                 * item's, not the daemon's. */
+                environ = (char **) c->envp;
+                execvp(c->program, c->argv);
+        }
+        child_fail(error_fd, errno);
+}
+
+/* -------------------------------------------------------------------------*/
+
+static void exec_close_pairp(int (*fds)[2]) {
+        exec_close_pair(*fds);
+}
+
+/* For failures after fork() but before "go": the child has not exec'd and
+ * cannot block SIGKILL, so waiting for it is quick. */
+static void exec_proc_abort(struct exec_proc *p) {
+        (void) kill(p->pid, SIGKILL);
+        while (waitpid(p->pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        p->reaped = true;
+}
+
+int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
+               exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata,
+               struct exec_proc **ret) {
+        static char *const empty_env[] = { NULL };
+        _cleanup_(exec_proc_freep) struct exec_proc *p = NULL;
+        _cleanup_(closep) int stdin_fd = -1;
+        _cleanup_(exec_close_pairp) int out_pipe[2] = { -1, -1 };
+        _cleanup_(exec_close_pairp) int err_pipe[2] = { -1, -1 };
+        _cleanup_(exec_close_pairp) int error_pipe[2] = { -1, -1 };
+        _cleanup_(exec_close_pairp) int go[2] = { -1, -1 };
+        struct exec_child c;
+        sigset_t all, saved;
+        bool drop = false;
+        size_t limit;
+        pid_t pid;
+        int r;
+
+        if (!base || !spec || !done || !ret)
+                return -EINVAL;
+        if (!spec->program || !*spec->program || !spec->argv || !spec->argv[0])
+                return -EINVAL;
+        if (spec->program[0] != '/' && strchr(spec->program, '/'))
+                return -EINVAL;
+        if (spec->cwd && spec->cwd[0] != '/')
+                return -EINVAL;
+        if (spec->n_groups > 0 && !spec->groups)
+                return -EINVAL;
+        if (spec->cpu >= CPU_SETSIZE)
+                return -EINVAL;
+
+        r = exec_need_drop(spec, &drop);
+        if (r < 0)
+                return r;
+
+        limit = spec->output_limit > 0 ? spec->output_limit : EXEC_OUTPUT_LIMIT_DEFAULT;
+
+        p = calloc(1, sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        p->base = base;
+        p->pid = -1;
+        p->pidfd = -1;
+        p->errfd = -1;
+        p->done = done;
+        p->userdata = userdata;
+        exec_stream_init(&p->out, limit);
+        exec_stream_init(&p->err, limit);
+
+        r = exec_open_stdin(spec->payload, spec->payload_len, &stdin_fd);
+        if (r < 0)
+                return r;
+
+        /* A socket, not a pipe, carries "go": send() with MSG_NOSIGNAL to a
+         * child that already died cannot raise SIGPIPE in the daemon. */
+        if (pipe2(out_pipe, O_CLOEXEC) < 0 ||
+            pipe2(err_pipe, O_CLOEXEC) < 0 ||
+            pipe2(error_pipe, O_CLOEXEC) < 0 ||
+            socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go) < 0)
+                return -errno;
+        p->out.fd = TAKE_FD(out_pipe[0]);
+        p->err.fd = TAKE_FD(err_pipe[0]);
+        p->errfd = TAKE_FD(error_pipe[0]);
+        if (fcntl(p->out.fd, F_SETFL, O_NONBLOCK) < 0 ||
+            fcntl(p->err.fd, F_SETFL, O_NONBLOCK) < 0 ||
+            fcntl(p->errfd, F_SETFL, O_NONBLOCK) < 0)
+                return -errno;
+
+        c = (struct exec_child) {
+                .program = spec->program,
+                .absolute = spec->program[0] == '/',
+                .argv = spec->argv,
+                .envp = spec->envp ? spec->envp : empty_env,
+                .cwd = spec->cwd ? spec->cwd : "/",
+                .uid = spec->uid,
+                .gid = spec->gid,
+                .groups = spec->groups,
+                .n_groups = spec->n_groups,
+                .drop = drop,
+                .cpu = spec->cpu,
+                .nice = spec->nice,
+                .stdin_fd = stdin_fd,
+                .stdout_fd = out_pipe[1],
+                .stderr_fd = err_pipe[1],
+                .go_fd = go[1],
+                .error_fd = error_pipe[1],
+        };
+
+        /* No signal may run one of the daemon's handlers in the child before
+         * the child has reset them. */
+        sigfillset(&all);
+        sigprocmask(SIG_SETMASK, &all, &saved);
+        p->started_usec = now_usec(CLOCK_REALTIME);
+        pid = fork();
+        if (pid == 0)
+                exec_child(&c);
+        r = -errno;
+        sigprocmask(SIG_SETMASK, &saved, NULL);
+        if (pid < 0)
+                return r;
+
+        p->pid = pid;
+        /* Also here, so that the group exists whichever of us runs first. */
+        (void) setpgid(pid, pid);
+
+        /* The child's ends. */
+        stdin_fd = exec_fd_close(stdin_fd);
+        out_pipe[1] = exec_fd_close(out_pipe[1]);
+        err_pipe[1] = exec_fd_close(err_pipe[1]);
+        error_pipe[1] = exec_fd_close(error_pipe[1]);
+        go[1] = exec_fd_close(go[1]);
+
+        p->pidfd = (int) syscall(SYS_pidfd_open, pid, 0);
+        if (p->pidfd < 0) {
+                r = -errno;
+                goto abort;
+        }
+
+        if (sw) {
+                r = sleepwatch_watch(sw, pid, sleep_cb, userdata, &p->target);
+                if (r < 0)
+                        goto abort;
+        }
+
+        if (event_assign(&p->ev_exit, base, p->pidfd, EV_READ, exec_proc_on_exit, p) < 0 ||
+            event_assign(&p->out.ev, base, p->out.fd, EV_READ | EV_PERSIST, exec_stream_on_read, &p->out) < 0 ||
+            event_assign(&p->err.ev, base, p->err.fd, EV_READ | EV_PERSIST, exec_stream_on_read, &p->err) < 0 ||
+            evtimer_assign(&p->ev_timer, base, exec_proc_on_timeout, p) < 0) {
+                r = -EINVAL;
+                goto abort;
+        }
+        p->ev_exit_assigned = p->out.ev_assigned = p->err.ev_assigned = p->ev_timer_assigned = true;
+
+        if (event_add(&p->ev_exit, NULL) < 0 ||
+            event_add(&p->out.ev, NULL) < 0 ||
+            event_add(&p->err.ev, NULL) < 0) {
+                r = -ENOMEM;
+                goto abort;
+        }
+        if (spec->timeout_usec > 0) {
+                struct timeval tv = timeval_from_usec(spec->timeout_usec);
+
+                if (evtimer_add(&p->ev_timer, &tv) < 0) {
+                        r = -ENOMEM;
+                        goto abort;
+                }
+        }
+
+        /* Go.  Should the child be gone already, its pidfd tells. */
+        (void) send(go[0], "g", 1, MSG_NOSIGNAL);
+
+        *ret = TAKE_PTR(p);
+        return 0;
+
+abort:
+        exec_proc_abort(p);
+        return r;
+}

@@ -69,3 +69,8 @@ int sleepwatch_watch(struct sleepwatch *sw, pid_t pid, sleepwatch_cb cb, void *u
 struct sleepwatch_target *sleepwatch_target_free(struct sleepwatch_target *t);
 
 bool sleepwatch_target_is_running(const struct sleepwatch_target *t);
+
+/* The state letter of a /proc/PID/stat line ("R", "S", "D", ...), found
+ * after the last ')' so that any command name parses; -EINVAL if malformed.
+ * Exposed for the unit test. */
+int sleepwatch_parse_proc_state(const char *stat_line, char *ret_state);

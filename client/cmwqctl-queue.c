@@ -1,0 +1,323 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* cmwqctl: the workqueue commands and the listings. */
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cmwqctl.h"
+#include "cmwqctl-json.h"
+#include "cmwqctl-print.h"
+#include "cmwqctl-util.h"
+#include "util.h"
+
+int verb_create(Context *ctx, int argc, char **argv) {
+        static const struct option options[] = {
+                COMMON_OPTIONS,
+                { "unbound",       no_argument,       NULL, ARG_UNBOUND       },
+                { "ordered",       no_argument,       NULL, ARG_ORDERED       },
+                { "highpri",       no_argument,       NULL, ARG_HIGHPRI       },
+                { "cpu-intensive", no_argument,       NULL, ARG_CPU_INTENSIVE },
+                { "freezable",     no_argument,       NULL, ARG_FREEZABLE     },
+                { "mem-reclaim",   no_argument,       NULL, ARG_MEM_RECLAIM   },
+                { "max-active",    required_argument, NULL, ARG_MAX_ACTIVE    },
+                {}
+        };
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__CreateWorkqueue create = CMWQ__CREATE_WORKQUEUE__INIT;
+        const char *name = NULL;
+        uint32_t flags = 0, max_active = 0;
+        bool has_max_active = false;
+        int c, r;
+
+        optind = 0;
+        while ((c = getopt_long(argc, argv, COMMON_SHORT_OPTIONS, options, NULL)) >= 0)
+                switch (c) {
+                case ARG_UNBOUND:       flags |= CMWQ__WORKQUEUE_FLAG__FLAG_UNBOUND; break;
+                case ARG_ORDERED:       flags |= CMWQ__WORKQUEUE_FLAG__FLAG_ORDERED; break;
+                case ARG_HIGHPRI:       flags |= CMWQ__WORKQUEUE_FLAG__FLAG_HIGHPRI; break;
+                case ARG_CPU_INTENSIVE: flags |= CMWQ__WORKQUEUE_FLAG__FLAG_CPU_INTENSIVE; break;
+                case ARG_FREEZABLE:     flags |= CMWQ__WORKQUEUE_FLAG__FLAG_FREEZABLE; break;
+                case ARG_MEM_RECLAIM:   flags |= CMWQ__WORKQUEUE_FLAG__FLAG_MEM_RECLAIM; break;
+                case ARG_MAX_ACTIVE:
+                        if (parse_uint32(optarg, &max_active) < 0)
+                                return usage_error("create: invalid --max-active value '%s'", optarg);
+                        has_max_active = true;
+                        break;
+                default:
+                        if (!common_option(ctx, c))
+                                return option_error("create", c, argv);
+                }
+
+        r = check_args("create", argc, argv, 1, 1, "workqueue NAME");
+        if (r != 0)
+                return r;
+        r = parse_name("create", argv[optind], &name);
+        if (r != 0)
+                return r;
+
+        create.name = (char *) name;
+        create.has_flags = true;
+        create.flags = flags;
+        create.has_max_active = has_max_active;
+        create.max_active = max_active;
+        req.body_case = CMWQ__REQUEST__BODY_CREATE;
+        req.create = &create;
+        return call_simple(ctx, &req);
+}
+
+/* destroy, flush, drain: NAME and nothing else. */
+int verb_name_only(Context *ctx, int argc, char **argv) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__WorkqueueName wq = CMWQ__WORKQUEUE_NAME__INIT;
+        const char *name = NULL;
+        int r;
+
+        r = parse_common_options(ctx, argc, argv);
+        if (r != 0)
+                return r;
+        r = check_args(argv[0], argc, argv, 1, 1, "workqueue NAME");
+        if (r != 0)
+                return r;
+        r = parse_name(argv[0], argv[optind], &name);
+        if (r != 0)
+                return r;
+
+        wq.name = (char *) name;
+        if (strcmp(argv[0], "destroy") == 0) {
+                req.body_case = CMWQ__REQUEST__BODY_DESTROY;
+                req.destroy = &wq;
+        } else if (strcmp(argv[0], "flush") == 0) {
+                req.body_case = CMWQ__REQUEST__BODY_FLUSH;
+                req.flush = &wq;
+        } else {
+                req.body_case = CMWQ__REQUEST__BODY_DRAIN;
+                req.drain = &wq;
+        }
+        return call_simple(ctx, &req);
+}
+
+int verb_set_max_active(Context *ctx, int argc, char **argv) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__SetMaxActive set = CMWQ__SET_MAX_ACTIVE__INIT;
+        const char *name = NULL;
+        uint32_t n;
+        int r;
+
+        r = parse_common_options(ctx, argc, argv);
+        if (r != 0)
+                return r;
+        r = check_args("set-max-active", argc, argv, 2, 2, "workqueue NAME and N");
+        if (r != 0)
+                return r;
+        r = parse_name("set-max-active", argv[optind], &name);
+        if (r != 0)
+                return r;
+        if (parse_uint32(argv[optind + 1], &n) < 0)
+                return usage_error("set-max-active: invalid max_active '%s'", argv[optind + 1]);
+
+        set.name = (char *) name;
+        set.max_active = n;
+        req.body_case = CMWQ__REQUEST__BODY_SET_MAX_ACTIVE;
+        req.set_max_active = &set;
+        return call_simple(ctx, &req);
+}
+
+static void print_holding(const Cmwq__FreezeReply *reply) {
+        for (size_t i = 0; i < reply->n_holding; i++) {
+                const Cmwq__ItemInfo *item = reply->holding[i];
+
+                fprintf(stderr, "cmwqctl:   item %" PRIu64 " on %s:", item->id, item->workqueue);
+                for (size_t j = 0; j < item->n_argv; j++) {
+                        fputc(' ', stderr);
+                        fputs_shell_quoted(stderr, item->argv[j]);
+                }
+                fputc('\n', stderr);
+        }
+}
+
+/* freeze [NAME] [--timeout SECONDS], thaw [NAME] */
+int verb_freeze_thaw(Context *ctx, int argc, char **argv) {
+        /* thaw takes the same without the first entry */
+        static const struct option options[] = {
+                { "timeout", required_argument, NULL, ARG_TIMEOUT },
+                COMMON_OPTIONS,
+                {}
+        };
+        _cleanup_(response_freep) Cmwq__Response *resp = NULL;
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__FreezeRequest fr = CMWQ__FREEZE_REQUEST__INIT;
+        bool freeze = strcmp(argv[0], "freeze") == 0;
+        const Cmwq__FreezeReply *reply;
+        const char *name = NULL;
+        int c, r;
+
+        optind = 0;
+        while ((c = getopt_long(argc, argv, COMMON_SHORT_OPTIONS, freeze ? options : options + 1, NULL)) >= 0)
+                switch (c) {
+                case ARG_TIMEOUT:
+                        r = parse_seconds_option(argv[0], "timeout", optarg, &fr.timeout_usec);
+                        if (r != 0)
+                                return r;
+                        fr.has_timeout_usec = true;
+                        break;
+                default:
+                        if (!common_option(ctx, c))
+                                return option_error(argv[0], c, argv);
+                }
+
+        r = check_args(argv[0], argc, argv, 0, 1, "");
+        if (r != 0)
+                return r;
+        if (optind < argc) {
+                r = parse_name(argv[0], argv[optind], &name);
+                if (r != 0)
+                        return r;
+        }
+
+        fr.name = (char *) name;
+        if (freeze) {
+                req.body_case = CMWQ__REQUEST__BODY_FREEZE;
+                req.freeze = &fr;
+        } else {
+                req.body_case = CMWQ__REQUEST__BODY_THAW;
+                req.thaw = &fr;
+        }
+
+        r = ctx_call(ctx, &req, &resp);
+        if (r != 0)
+                return r;
+
+        reply = resp->body_case == CMWQ__RESPONSE__BODY_FREEZE ? resp->freeze : NULL;
+        if (ctx->json && freeze && (reply || resp->error == CMWQ__ERROR__OK)) {
+                JsonWriter w;
+
+                json_init(&w, stdout);
+                json_object_begin(&w);
+                json_key(&w, "holding");
+                json_array_begin(&w);
+                for (size_t i = 0; reply && i < reply->n_holding; i++)
+                        item_json(reply->holding[i], &w);
+                json_array_end(&w);
+                json_object_end(&w);
+                json_finish(&w);
+        }
+
+        if (resp->error != CMWQ__ERROR__OK) {
+                r = daemon_refused(resp);
+                if (reply && !ctx->json)
+                        print_holding(reply);
+                return r;
+        }
+        if (reply && reply->n_holding > 0) {
+                /* Frozen, but not everything that ran has finished. */
+                fprintf(stderr, "cmwqctl: freeze timed out, %zu item(s) still running%s\n",
+                        reply->n_holding, ctx->json ? "" : ":");
+                if (!ctx->json)
+                        print_holding(reply);
+                return CTL_EXIT_REFUSED;
+        }
+        return CTL_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* inspection */
+
+static int request_empty(Context *ctx, Cmwq__Request__BodyCase body, Cmwq__Response__BodyCase expect,
+                         Cmwq__Response **ret) {
+        _cleanup_(response_freep) Cmwq__Response *resp = NULL;
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__Empty empty = CMWQ__EMPTY__INIT;
+        int r;
+
+        req.body_case = body;
+        req.list = &empty;      /* every Empty body shares the union slot */
+        r = ctx_call(ctx, &req, &resp);
+        if (r != 0)
+                return r;
+        if (resp->error != CMWQ__ERROR__OK)
+                return daemon_refused(resp);
+        if (resp->body_case != expect)
+                return unexpected_reply();
+        *ret = TAKE_PTR(resp);
+        return 0;
+}
+
+int verb_list(Context *ctx, int argc, char **argv) {
+        _cleanup_(response_freep) Cmwq__Response *resp = NULL;
+        JsonWriter w;
+        int r;
+
+        r = parse_common_options(ctx, argc, argv);
+        if (r != 0)
+                return r;
+        r = check_args("list", argc, argv, 0, 0, "");
+        if (r != 0)
+                return r;
+
+        r = request_empty(ctx, CMWQ__REQUEST__BODY_LIST, CMWQ__RESPONSE__BODY_LIST, &resp);
+        if (r != 0)
+                return r;
+        if (ctx->json) {
+                json_init(&w, stdout);
+                list_json(resp->list, &w);
+                json_finish(&w);
+        } else if (list_print(resp->list, stdout) < 0)
+                return fail_oom();
+        return CTL_EXIT_OK;
+}
+
+int verb_pools(Context *ctx, int argc, char **argv) {
+        _cleanup_(response_freep) Cmwq__Response *resp = NULL;
+        JsonWriter w;
+        int r;
+
+        r = parse_common_options(ctx, argc, argv);
+        if (r != 0)
+                return r;
+        r = check_args("pools", argc, argv, 0, 0, "");
+        if (r != 0)
+                return r;
+
+        r = request_empty(ctx, CMWQ__REQUEST__BODY_POOLS, CMWQ__RESPONSE__BODY_POOLS, &resp);
+        if (r != 0)
+                return r;
+        if (ctx->json) {
+                json_init(&w, stdout);
+                pools_json(resp->pools, &w);
+                json_finish(&w);
+        } else if (pools_print(resp->pools, stdout) < 0)
+                return fail_oom();
+        return CTL_EXIT_OK;
+}
+
+int verb_stats(Context *ctx, int argc, char **argv) {
+        _cleanup_(response_freep) Cmwq__Response *resp = NULL, *list = NULL;
+        JsonWriter w;
+        int r;
+
+        r = parse_common_options(ctx, argc, argv);
+        if (r != 0)
+                return r;
+        r = check_args("stats", argc, argv, 0, 0, "");
+        if (r != 0)
+                return r;
+
+        r = request_empty(ctx, CMWQ__REQUEST__BODY_STATS, CMWQ__RESPONSE__BODY_STATS, &resp);
+        if (r != 0)
+                return r;
+        if (ctx->json) {
+                json_init(&w, stdout);
+                stats_json(resp->stats, &w);
+                json_finish(&w);
+                return CTL_EXIT_OK;
+        }
+
+        /* The queues' flags decide which columns apply, as in wq_monitor.py. */
+        r = request_empty(ctx, CMWQ__REQUEST__BODY_LIST, CMWQ__RESPONSE__BODY_LIST, &list);
+        if (r != 0)
+                return r;
+        if (stats_print(resp->stats, list->list, stdout) < 0)
+                return fail_oom();
+        return CTL_EXIT_OK;
+}

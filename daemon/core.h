@@ -1,0 +1,299 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/*
+ * The core: workqueues, their items and the pools that run them.  Both IPC
+ * front ends (the Unix socket and D-Bus) are thin adapters over the calls
+ * declared here; a behaviour exists once, in the core.
+ *
+ * Every call that acts for a client takes the caller's credentials and
+ * applies the ownership rules itself, and returns a negative errno with a
+ * human message in struct core_error.  Calls that may have to wait (flush,
+ * drain, destroy, wait, cancel of a running item, freeze) take a
+ * caller-owned struct core_waiter: they return 0 when done at once, or 1
+ * when the waiter was queued and its done() will be called later from the
+ * event loop.  A front end whose client goes away calls core_waiter_cancel()
+ * and is never called back.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "exec.h"
+#include "list.h"
+#include "pool.h"
+#include "sleepwatch.h"
+
+struct event;
+struct event_base;
+
+/* Workqueue flags: the kernel's WQ_* bits, and the protocol's WorkqueueFlag. */
+enum {
+        WQ_UNBOUND = 1 << 0,
+        WQ_FREEZABLE = 1 << 1,
+        WQ_MEM_RECLAIM = 1 << 2,
+        WQ_HIGHPRI = 1 << 4,
+        WQ_CPU_INTENSIVE = 1 << 5,
+        WQ_ORDERED = 1 << 17,
+        WQ_FLAGS_ALL = WQ_UNBOUND | WQ_FREEZABLE | WQ_MEM_RECLAIM | WQ_HIGHPRI | WQ_CPU_INTENSIVE | WQ_ORDERED,
+};
+
+#define WQ_DFL_ACTIVE 256u
+#define WQ_MAX_ACTIVE 512u
+#define WQ_NAME_MAX 64u
+
+/* Named limits on what one request may carry. */
+#define ITEM_ARGV_MAX 4096u                     /* arguments */
+#define ITEM_ENV_MAX 4096u                      /* environment entries */
+#define ITEM_STRINGS_BYTES_MAX (256u * 1024u)   /* argv + env + cwd + key bytes */
+#define ITEM_PAYLOAD_MAX (1024u * 1024u)        /* stdin payload */
+#define ITEM_KEY_MAX 256u
+#define ITEM_DELAY_MAX_USEC (30ULL * 24 * 3600 * 1000000)
+#define ITEM_HISTORY_DEFAULT 4096u              /* finished items kept for show/wait */
+
+#define FREEZE_TIMEOUT_DEFAULT_USEC (20ULL * 1000000)
+#define REQUEUE_EXIT_STATUS 75                  /* EX_TEMPFAIL */
+#define REQUEUE_BACKOFF_MIN_USEC (100ULL * 1000)
+#define REQUEUE_BACKOFF_MAX_USEC (10ULL * 1000000)
+
+struct core_error {
+        int error;              /* negative errno, 0 when fine */
+        char message[256];
+};
+
+/* Sets @e (may be NULL) and returns @error, for "return core_error_set(...)". */
+int core_error_set(struct core_error *e, int error, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+struct core_caller {
+        uid_t uid;
+        gid_t gid;
+        pid_t pid;
+        const gid_t *groups;
+        size_t n_groups;
+};
+
+struct core_waiter {
+        struct list_head entry;
+        void (*done)(struct core_waiter *w, int r);
+        uint64_t flush_seq;             /* core-private */
+        uint64_t item_id;               /* core-private */
+};
+
+void core_waiter_init(struct core_waiter *w, void (*done)(struct core_waiter *w, int r));
+/* Forget a queued waiter; its done() is not called.  Safe if not queued. */
+void core_waiter_cancel(struct core_waiter *w);
+
+enum item_state {
+        ITEM_DELAYED,
+        ITEM_INACTIVE,
+        ITEM_PENDING,
+        ITEM_RUNNING,
+        ITEM_FINISHED,
+        ITEM_CANCELLED,
+        ITEM_FAILED,
+};
+const char *item_state_to_string(enum item_state s);
+
+struct workqueue;
+struct pwq;
+struct work_key;
+
+struct item {
+        uint64_t id;
+        struct core *core;
+        struct workqueue *wq;           /* NULL once finished and the queue is gone */
+        char *wq_name;
+        enum item_state state;
+        struct pool_work work;          /* on a pool worklist or its pwq's inactive list */
+        struct pwq *pwq;
+        struct list_head inflight_entry;        /* wq->inflight: queued, not finished */
+        struct list_head wq_entry;              /* wq->items: every unfinished item */
+        struct list_head history_entry;
+        struct item *hash_next;
+        uint64_t seq;                   /* flush ordering within the queue */
+        struct work_key *key;
+        struct event *timer;            /* delay, back-off */
+        bool cancel_requested;
+
+        /* What to run. */
+        char **argv;
+        char *program;                  /* resolved plugin path, or NULL: argv[0] */
+        char **envp;
+        char *cwd;
+        void *payload;
+        size_t payload_len;
+        int cpu;                        /* requested CPU; -1: unbound queue */
+        uint64_t timeout_usec;
+        uid_t uid;
+        gid_t gid;
+        gid_t *groups;
+        size_t n_groups;
+
+        /* While it runs. */
+        struct exec_proc *proc;
+        struct worker *worker;
+
+        /* What happened. */
+        unsigned requeues;
+        int exit_status;
+        int signal;
+        int exec_errno;
+        uint64_t cpu_usec;
+        bool timed_out;
+        bool cpu_intensive;
+        char *out;
+        size_t out_len;
+        bool out_truncated;
+        char *err;
+        size_t err_len;
+        bool err_truncated;
+        uint64_t queued_usec;           /* CLOCK_REALTIME */
+        uint64_t started_usec;
+        uint64_t finished_usec;
+        struct list_head waiters;
+};
+
+static inline bool item_is_finished(const struct item *i) {
+        return i->state >= ITEM_FINISHED;
+}
+
+struct workqueue_stats {
+        struct pool_work_stats pool;    /* started, CPUitsv, CMW, mayday, rescued */
+        uint64_t cpu_usec;
+        uint64_t requeued;
+        uint64_t failed;
+        uint64_t timed_out;
+};
+
+/* A workqueue's slot in one pool: the kernel's pool_workqueue. */
+struct pwq {
+        struct workqueue *wq;
+        struct pool *pool;
+        unsigned nr_active;             /* pending on the pool or running */
+        unsigned nr_running;            /* running now */
+        struct list_head inactive;      /* over max_active or frozen, in order */
+};
+
+struct workqueue {
+        struct core *core;
+        struct list_head entry;
+        char *name;
+        unsigned flags;
+        unsigned max_active;            /* effective: 1 for ORDERED */
+        uid_t owner;
+        bool builtin;                   /* system queue: shared with every user */
+        bool frozen;
+        bool draining;
+        bool destroying;
+        struct pwq *pwqs;               /* bound: one per CPU; unbound: one */
+        size_t n_pwqs;
+        struct list_head inflight;      /* queued, not finished, by seq */
+        struct list_head items;         /* every unfinished item (incl. delayed) */
+        uint64_t nr_items;
+        uint64_t next_seq;
+        struct list_head flushers;
+        struct list_head drainers;      /* drain and destroy */
+        struct work_key *keys;          /* singly linked, small */
+        struct workqueue_stats stats;
+};
+
+struct core_config {
+        enum sleepwatch_mode sleep_mode;
+        bool user_mode;
+        char **plugin_dirs;             /* NULL-terminated */
+        unsigned history_max;
+        uint64_t freeze_timeout_usec;
+};
+
+struct core {
+        struct event_base *base;
+        struct sleepwatch *sleepwatch;
+        struct core_config config;
+        unsigned nr_cpus;
+        struct pool *cpu_pools;         /* [cpu * 2 + highpri] */
+        struct pool unbound_pools[2];   /* [highpri] */
+        struct list_head workqueues;
+        uint64_t next_id;
+        struct item **item_hash;
+        size_t item_hash_size;
+        size_t nr_items;
+        struct list_head history;       /* finished, oldest first */
+        unsigned nr_history;
+        struct list_head freezers;      /* waiting for frozen queues to go idle */
+        struct event *freeze_timer;
+        bool shutting_down;
+};
+
+int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_config *config,
+             struct core **ret);
+struct core *core_free(struct core *c);
+
+bool caller_is_privileged(const struct core_caller *caller);
+
+/* Workqueues */
+struct workqueue *core_find_workqueue(struct core *c, const char *name);
+bool workqueue_visible_to(const struct workqueue *wq, const struct core_caller *caller);
+int core_workqueue_create(struct core *c, const struct core_caller *caller, const char *name,
+                          unsigned flags, unsigned max_active, struct core_error *e);
+int core_workqueue_destroy(struct core *c, const struct core_caller *caller, const char *name,
+                           struct core_waiter *w, struct core_error *e);
+int core_workqueue_set_max_active(struct core *c, const struct core_caller *caller, const char *name,
+                                  unsigned max_active, struct core_error *e);
+int core_workqueue_flush(struct core *c, const struct core_caller *caller, const char *name,
+                         struct core_waiter *w, struct core_error *e);
+int core_workqueue_drain(struct core *c, const struct core_caller *caller, const char *name,
+                         struct core_waiter *w, struct core_error *e);
+/* @name NULL: every FREEZABLE queue.  Done when their running items ended or
+ * the timeout passed (then -ETIMEDOUT, with the holders logged). */
+int core_freeze(struct core *c, const struct core_caller *caller, const char *name,
+                uint64_t timeout_usec, struct core_waiter *w, struct core_error *e);
+int core_thaw(struct core *c, const struct core_caller *caller, const char *name, struct core_error *e);
+uint64_t workqueue_nr_pending(const struct workqueue *wq);
+uint64_t workqueue_nr_running(const struct workqueue *wq);
+
+/* Items */
+struct submit_args {
+        const char *workqueue;
+        char *const *argv;
+        size_t argc;
+        char *const *envp;
+        size_t envc;
+        const char *cwd;
+        const void *payload;
+        size_t payload_len;
+        int cpu;                        /* -1: the caller's current CPU */
+        uint64_t delay_usec;
+        const char *key;
+        uint64_t timeout_usec;
+};
+
+/* Queues an item.  With @wait, returns 1 and calls it back when the item has
+ * ended (the waiter's item_id says which).  *ret_already_pending is set when
+ * @key was pending: nothing new is queued and *ret_id is that item's. */
+int core_submit(struct core *c, const struct core_caller *caller, const struct submit_args *a,
+                struct core_waiter *wait, uint64_t *ret_id, bool *ret_already_pending,
+                struct core_error *e);
+int core_item_get(struct core *c, const struct core_caller *caller, uint64_t id, struct item **ret,
+                  struct core_error *e);
+int core_item_wait(struct core *c, const struct core_caller *caller, uint64_t id, struct core_waiter *w,
+                   struct core_error *e);
+int core_item_cancel(struct core *c, const struct core_caller *caller, uint64_t id, struct core_waiter *w,
+                     struct core_error *e);
+
+/* Internal between core.c, workqueue.c and item.c. */
+struct pool *core_pool_for(struct core *c, int cpu, bool highpri);
+struct item *core_item_lookup(struct core *c, uint64_t id);
+void core_item_hash(struct core *c, struct item *i);
+void core_item_unhash(struct core *c, struct item *i);
+void workqueue_item_activate(struct item *i);
+void workqueue_item_finished(struct item *i);
+void workqueue_check_waiters(struct workqueue *wq);
+struct pwq *workqueue_pwq_for_cpu(struct workqueue *wq, int cpu);
+void workqueue_free(struct workqueue *wq);
+struct item *item_free(struct item *i);
+void item_queue(struct item *i);
+void item_retire(struct item *i, enum item_state state);
+void item_abort(struct item *i);
+const char *item_key_name(const struct item *i);       /* NULL: no key */

@@ -1,0 +1,457 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include "errors.h"
+#include "frame.h"
+#include "ipc_socket.h"
+#include "log.h"
+#include "util.h"
+
+#define IPC_READ_CHUNK 65536
+#define IPC_ACCEPT_PAUSE_USEC (100 * USEC_PER_MSEC)
+
+struct ipc_server {
+        struct event_base *base;
+        struct core *core;
+        char *path;             /* NULL when the socket came from systemd */
+        bool user_mode;
+        int fd;
+        struct event *accept_event;
+        struct event *accept_pause;
+        struct list_head clients;
+        unsigned nr_clients;
+};
+
+static void ipc_client_free(struct ipc_client *c);
+
+struct core *ipc_server_core(struct ipc_server *s) {
+        return s->core;
+}
+
+const char *ipc_server_path(struct ipc_server *s) {
+        return s->path ? s->path : "(socket activation)";
+}
+
+static void ipc_client_update_events(struct ipc_client *c) {
+        size_t pending = evbuffer_get_length(c->out);
+
+        /* Write interest only while output is queued; stop reading from a
+         * client that does not read its replies, or that is being closed. */
+        if (pending > 0)
+                event_add(c->write_event, NULL);
+        else
+                event_del(c->write_event);
+        if (c->closing || pending > IPC_CLIENT_OUTPUT_MAX / 2)
+                event_del(c->read_event);
+        else
+                event_add(c->read_event, NULL);
+}
+
+int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp) {
+        size_t len = cmwq__response__get_packed_size(resp);
+        struct evbuffer_iovec vec;
+        uint8_t hdr[CMWQ_FRAME_HEADER_SIZE];
+
+        if (len > CMWQ_FRAME_MAX_PAYLOAD)
+                return -EMSGSIZE;
+        if (evbuffer_get_length(c->out) + len > IPC_CLIENT_OUTPUT_MAX) {
+                log_warning("Client pid %d does not read its replies; dropping it", (int) c->caller.pid);
+                c->closing = true;
+                evbuffer_drain(c->out, evbuffer_get_length(c->out));
+                ipc_client_update_events(c);
+                return -ENOBUFS;
+        }
+
+        frame_header_encode(hdr, (uint32_t) len);
+        if (evbuffer_add(c->out, hdr, sizeof(hdr)) < 0)
+                return -ENOMEM;
+        if (len > 0) {
+                if (evbuffer_reserve_space(c->out, len, &vec, 1) != 1)
+                        return -ENOMEM;
+                cmwq__response__pack(resp, vec.iov_base);
+                vec.iov_len = len;
+                if (evbuffer_commit_space(c->out, &vec, 1) < 0)
+                        return -ENOMEM;
+        }
+        ipc_client_update_events(c);
+        return 0;
+}
+
+void ipc_client_send_error(struct ipc_client *c, uint64_t id, int error, const char *message, bool fatal) {
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+
+        resp.id = id;
+        resp.error = errno_to_protocol_error(error);
+        resp.message = (char *) message;
+        (void) ipc_client_send(c, &resp);
+        if (fatal) {
+                log_info("Dropping client pid %d uid %u: %s", (int) c->caller.pid, (unsigned) c->caller.uid,
+                         message);
+                c->closing = true;
+                ipc_client_update_events(c);
+        }
+}
+
+/* The first message must be a Hello with a version we speak. */
+static int ipc_client_greet(struct ipc_client *c, Cmwq__Request *req) {
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__HelloReply hello = CMWQ__HELLO_REPLY__INIT;
+        char msg[128];
+
+        if (req->body_case != CMWQ__REQUEST__BODY_HELLO) {
+                ipc_client_send_error(c, req->id, -EPROTO, "the first request must be Hello", true);
+                return -EPROTO;
+        }
+        if (req->hello->version != CMWQ_PROTOCOL_VERSION) {
+                snprintf(msg, sizeof(msg), "protocol version %u is not supported; this cmwqd speaks version %u",
+                         req->hello->version, CMWQ_PROTOCOL_VERSION);
+                ipc_client_send_error(c, req->id, -EPROTONOSUPPORT, msg, true);
+                return -EPROTONOSUPPORT;
+        }
+
+        c->greeted = true;
+        hello.version = CMWQ_PROTOCOL_VERSION;
+        hello.daemon = (char *) PACKAGE_STRING;
+        hello.has_max_frame = true;
+        hello.max_frame = CMWQ_FRAME_MAX_PAYLOAD;
+        resp.id = req->id;
+        resp.error = CMWQ__ERROR__OK;
+        resp.body_case = CMWQ__RESPONSE__BODY_HELLO;
+        resp.hello = &hello;
+        return ipc_client_send(c, &resp);
+}
+
+/* Decodes every whole frame in the input buffer.  Returns -errno once the
+ * connection is to be dropped. */
+static int ipc_client_process_input(struct ipc_client *c) {
+        while (!c->closing) {
+                size_t avail = evbuffer_get_length(c->in), frame_len;
+                uint32_t payload_len;
+                uint8_t *data;
+                Cmwq__Request *req;
+                int r;
+
+                if (avail < CMWQ_FRAME_HEADER_SIZE)
+                        return 0;
+                /* The size is judged on the header alone, before we keep more. */
+                data = evbuffer_pullup(c->in, CMWQ_FRAME_HEADER_SIZE);
+                r = frame_parse(data, CMWQ_FRAME_HEADER_SIZE, CMWQ_FRAME_MAX_PAYLOAD, &payload_len, &frame_len);
+                if (r == -EMSGSIZE) {
+                        ipc_client_send_error(c, 0, r, "message too large", true);
+                        return r;
+                }
+                data = evbuffer_pullup(c->in, -1);
+                r = frame_parse(data, avail, CMWQ_FRAME_MAX_PAYLOAD, &payload_len, &frame_len);
+                if (r == 0)
+                        return 0;
+
+                req = cmwq__request__unpack(NULL, payload_len, data + CMWQ_FRAME_HEADER_SIZE);
+                evbuffer_drain(c->in, frame_len);
+                if (!req) {
+                        ipc_client_send_error(c, 0, -EBADMSG, "malformed request", true);
+                        return -EBADMSG;
+                }
+
+                if (!c->greeted)
+                        r = ipc_client_greet(c, req);
+                else if (req->body_case == CMWQ__REQUEST__BODY_HELLO) {
+                        ipc_client_send_error(c, req->id, -EPROTO, "Hello sent twice", true);
+                        r = -EPROTO;
+                } else {
+                        ipc_dispatch(c, req);
+                        r = 0;
+                }
+                cmwq__request__free_unpacked(req, NULL);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static void ipc_client_readable(evutil_socket_t fd, short what, void *userdata) {
+        struct ipc_client *c = userdata;
+        int n;
+
+        n = evbuffer_read(c->in, fd, IPC_READ_CHUNK);
+        if (n == 0) {
+                ipc_client_free(c);
+                return;
+        }
+        if (n < 0) {
+                if (errno == EAGAIN || errno == EINTR)
+                        return;
+                log_debug_errno(-errno, "Reading from client pid %d failed: %m", (int) c->caller.pid);
+                ipc_client_free(c);
+                return;
+        }
+        (void) ipc_client_process_input(c);
+        ipc_client_update_events(c);
+}
+
+static void ipc_client_writable(evutil_socket_t fd, short what, void *userdata) {
+        struct ipc_client *c = userdata;
+        int n;
+
+        n = evbuffer_write(c->out, fd);
+        if (n < 0 && errno != EAGAIN && errno != EINTR) {
+                ipc_client_free(c);
+                return;
+        }
+        if (c->closing && evbuffer_get_length(c->out) == 0) {
+                ipc_client_free(c);
+                return;
+        }
+        ipc_client_update_events(c);
+}
+
+static void ipc_client_free(struct ipc_client *c) {
+        if (!c)
+                return;
+        ipc_client_cancel_calls(c);
+        list_del_init(&c->entry);
+        c->server->nr_clients--;
+        if (c->read_event)
+                event_free(c->read_event);
+        if (c->write_event)
+                event_free(c->write_event);
+        if (c->in)
+                evbuffer_free(c->in);
+        if (c->out)
+                evbuffer_free(c->out);
+        if (c->fd >= 0)
+                close(c->fd);
+        free(c->groups);
+        free(c);
+}
+
+static int ipc_client_read_credentials(struct ipc_client *c) {
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+        gid_t *groups = NULL;
+
+        if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+                return -errno;
+        c->caller.uid = cred.uid;
+        c->caller.gid = cred.gid;
+        c->caller.pid = cred.pid;
+
+        /* Supplementary groups, so that items run with exactly the
+         * submitter's groups.  The kernel says how much room it needs. */
+        len = 0;
+        if (getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, NULL, &len) < 0 && errno != ERANGE)
+                return -errno;
+        if (len > 0) {
+                groups = malloc(len);
+                if (!groups)
+                        return -ENOMEM;
+                if (getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
+                        free(groups);
+                        return -errno;
+                }
+        }
+        c->groups = groups;
+        c->caller.groups = groups;
+        c->caller.n_groups = len / sizeof(gid_t);
+        return 0;
+}
+
+static void ipc_server_resume_accept(evutil_socket_t fd, short what, void *userdata) {
+        struct ipc_server *s = userdata;
+
+        event_add(s->accept_event, NULL);
+}
+
+static void ipc_server_accept(evutil_socket_t fd, short what, void *userdata) {
+        struct ipc_server *s = userdata;
+        struct ipc_client *c;
+        int cfd, r;
+
+        cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (cfd < 0) {
+                if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                        /* Out of fds: pause instead of spinning on a listening
+                         * socket that stays readable. */
+                        struct timeval tv = timeval_from_usec(IPC_ACCEPT_PAUSE_USEC);
+                        log_warning_errno(-errno, "Cannot accept clients: %m; pausing");
+                        event_del(s->accept_event);
+                        evtimer_add(s->accept_pause, &tv);
+                }
+                return;
+        }
+        if (s->nr_clients >= IPC_CLIENTS_MAX) {
+                log_warning("Refusing a client: %u clients connected", s->nr_clients);
+                close(cfd);
+                return;
+        }
+
+        c = calloc(1, sizeof(*c));
+        if (!c) {
+                close(cfd);
+                return;
+        }
+        c->server = s;
+        c->fd = cfd;
+        list_init(&c->calls);
+        list_add_tail(&c->entry, &s->clients);
+        s->nr_clients++;
+
+        r = ipc_client_read_credentials(c);
+        if (r < 0) {
+                log_warning_errno(r, "Cannot read a client's credentials: %m");
+                ipc_client_free(c);
+                return;
+        }
+        c->in = evbuffer_new();
+        c->out = evbuffer_new();
+        c->read_event = event_new(s->base, cfd, EV_READ | EV_PERSIST, ipc_client_readable, c);
+        c->write_event = event_new(s->base, cfd, EV_WRITE | EV_PERSIST, ipc_client_writable, c);
+        if (!c->in || !c->out || !c->read_event || !c->write_event) {
+                ipc_client_free(c);
+                return;
+        }
+
+        /* A user's own instance serves that user alone. */
+        if (s->user_mode && c->caller.uid != getuid()) {
+                ipc_client_send_error(c, 0, -EPERM, "this is another user's cmwqd instance", true);
+                return;
+        }
+        log_debug("Client connected: pid %d uid %u", (int) c->caller.pid, (unsigned) c->caller.uid);
+        ipc_client_update_events(c);
+}
+
+/* A socket file left by a daemon that died is removed; a live one is not. */
+static int ipc_unlink_stale(const char *path, const struct sockaddr_un *sa, socklen_t salen) {
+        struct stat st;
+        int fd, r;
+
+        if (lstat(path, &st) < 0)
+                return errno == ENOENT ? 0 : -errno;
+        if (!S_ISSOCK(st.st_mode))
+                return -EEXIST;
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        r = connect(fd, (const struct sockaddr *) sa, salen);
+        close(fd);
+        if (r == 0)
+                return -EADDRINUSE;
+        return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+static int ipc_listen(const char *path, bool user_mode, int *ret_fd) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        _cleanup_(closep) int fd = -1;
+        _cleanup_(freep) char *dir = NULL;
+        socklen_t salen;
+        char *slash;
+        int r;
+
+        if (strlen(path) >= sizeof(sa.sun_path))
+                return log_error_errno(-ENAMETOOLONG, "Socket path too long: %s", path);
+        strcpy(sa.sun_path, path);
+        salen = offsetof(struct sockaddr_un, sun_path) + strlen(path) + 1;
+
+        dir = strdup(path);
+        if (!dir)
+                return -ENOMEM;
+        slash = strrchr(dir, '/');
+        if (slash && slash != dir) {
+                *slash = 0;
+                if (mkdir(dir, user_mode ? 0700 : 0755) < 0 && errno != EEXIST)
+                        return log_error_errno(-errno, "Failed to create %s: %m", dir);
+        }
+
+        r = ipc_unlink_stale(path, &sa, salen);
+        if (r == -EADDRINUSE)
+                return log_error_errno(r, "Another cmwqd is already listening on %s", path);
+        if (r < 0)
+                return log_error_errno(r, "Cannot use %s for the socket: %m", path);
+
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return log_error_errno(-errno, "Failed to create socket: %m");
+        if (bind(fd, (struct sockaddr *) &sa, salen) < 0)
+                return log_error_errno(-errno, "Failed to bind %s: %m", path);
+        /* Anyone may connect to the system instance: who may do what is
+         * decided per request from the peer's credentials. */
+        if (chmod(path, user_mode ? 0600 : 0666) < 0)
+                return log_error_errno(-errno, "Failed to set the mode of %s: %m", path);
+        if (listen(fd, SOMAXCONN) < 0)
+                return log_error_errno(-errno, "Failed to listen on %s: %m", path);
+
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+int ipc_server_new(struct event_base *base, struct core *core, const char *path, bool user_mode,
+                   struct ipc_server **ret) {
+        struct ipc_server *s;
+        int fd = -1, n, r;
+
+        /* Socket activation: systemd hands us the listening socket. */
+        n = sd_listen_fds(true);
+        if (n > 1)
+                return log_error_errno(-EINVAL, "Expected one socket from systemd, got %d", n);
+        if (n == 1) {
+                if (sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_STREAM, 1, NULL, 0) <= 0)
+                        return log_error_errno(-EINVAL, "The socket passed by systemd is not a listening Unix stream socket");
+                fd = SD_LISTEN_FDS_START;
+                (void) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+                path = NULL;
+        } else {
+                r = ipc_listen(path, user_mode, &fd);
+                if (r < 0)
+                        return r;
+        }
+
+        s = calloc(1, sizeof(*s));
+        if (!s) {
+                close(fd);
+                return -ENOMEM;
+        }
+        s->base = base;
+        s->core = core;
+        s->fd = fd;
+        s->user_mode = user_mode;
+        list_init(&s->clients);
+        s->path = path ? strdup(path) : NULL;
+        s->accept_event = event_new(base, fd, EV_READ | EV_PERSIST, ipc_server_accept, s);
+        s->accept_pause = evtimer_new(base, ipc_server_resume_accept, s);
+        if ((path && !s->path) || !s->accept_event || !s->accept_pause) {
+                ipc_server_free(s);
+                return -ENOMEM;
+        }
+        event_add(s->accept_event, NULL);
+        *ret = s;
+        return 0;
+}
+
+struct ipc_server *ipc_server_free(struct ipc_server *s) {
+        if (!s)
+                return NULL;
+        while (!list_empty(&s->clients))
+                ipc_client_free(list_first_entry(&s->clients, struct ipc_client, entry));
+        if (s->accept_event)
+                event_free(s->accept_event);
+        if (s->accept_pause)
+                event_free(s->accept_pause);
+        if (s->fd >= 0)
+                close(s->fd);
+        if (s->path)
+                unlink(s->path);
+        free(s->path);
+        free(s);
+        return NULL;
+}

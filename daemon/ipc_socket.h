@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/*
+ * The Unix socket front end: accepts clients, frames and decodes their
+ * requests, checks the protocol version in the first message, and hands
+ * each request to ipc_dispatch.c.  A malformed, oversized or out-of-order
+ * message ends that client's connection with an error reply; the daemon
+ * keeps serving everyone else.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "cmwq.pb-c.h"
+#include "core.h"
+#include "list.h"
+
+struct event;
+struct event_base;
+struct evbuffer;
+struct ipc_server;
+
+/* A client may have this many replies queued (bytes) before it is dropped
+ * for not reading them. */
+#define IPC_CLIENT_OUTPUT_MAX (32u * 1024u * 1024u)
+/* Requests that wait (wait, flush, drain, ...) one client may have open. */
+#define IPC_CLIENT_CALLS_MAX 4096u
+#define IPC_CLIENTS_MAX 4096u
+
+struct ipc_client {
+        struct ipc_server *server;
+        struct list_head entry;
+        int fd;
+        struct event *read_event;
+        struct event *write_event;
+        struct evbuffer *in;
+        struct evbuffer *out;
+        struct core_caller caller;
+        gid_t *groups;
+        bool greeted;           /* Hello received */
+        bool closing;           /* close once the output is flushed */
+        struct list_head calls; /* struct ipc_call: requests still waiting */
+        unsigned nr_calls;
+};
+
+/* Listens on @path (or on a socket passed by systemd, when there is one). */
+int ipc_server_new(struct event_base *base, struct core *core, const char *path, bool user_mode,
+                   struct ipc_server **ret);
+struct ipc_server *ipc_server_free(struct ipc_server *s);
+struct core *ipc_server_core(struct ipc_server *s);
+const char *ipc_server_path(struct ipc_server *s);
+
+/* Queues @resp for the client.  Returns a negative errno if it could not. */
+int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp);
+/* Sends an error reply; with @fatal the connection closes after it. */
+void ipc_client_send_error(struct ipc_client *c, uint64_t id, int error, const char *message, bool fatal);
+
+/* ipc_dispatch.c */
+void ipc_dispatch(struct ipc_client *c, Cmwq__Request *req);
+void ipc_client_cancel_calls(struct ipc_client *c);

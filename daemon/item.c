@@ -1,0 +1,629 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Exec work items: submission, execution through exec.c under the pools'
+ * concurrency management, completion, requeue on EX_TEMPFAIL, cancel and
+ * wait, and the bounded history of finished items.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "log.h"
+#include "util.h"
+
+/* The identity of work queued under one key: at most one pending instance,
+ * and never two running at once (the pools see it as the work's identity). */
+struct work_key {
+        struct work_key *next;
+        struct item *pending;
+        struct item *running;
+        char name[];
+};
+
+const char *item_state_to_string(enum item_state s) {
+        static const char *const names[] = {
+                [ITEM_DELAYED] = "delayed",     [ITEM_INACTIVE] = "inactive",
+                [ITEM_PENDING] = "pending",     [ITEM_RUNNING] = "running",
+                [ITEM_FINISHED] = "finished",   [ITEM_CANCELLED] = "cancelled",
+                [ITEM_FAILED] = "failed",
+        };
+        return (unsigned) s < ELEMENTSOF(names) ? names[s] : "unknown";
+}
+
+static struct work_key *work_key_find(struct workqueue *wq, const char *name) {
+        for (struct work_key *k = wq->keys; k; k = k->next)
+                if (strcmp(k->name, name) == 0)
+                        return k;
+        return NULL;
+}
+
+static struct work_key *work_key_get(struct workqueue *wq, const char *name) {
+        struct work_key *k = work_key_find(wq, name);
+        size_t n;
+
+        if (k)
+                return k;
+        n = strlen(name);
+        k = calloc(1, sizeof(*k) + n + 1);
+        if (!k)
+                return NULL;
+        memcpy(k->name, name, n + 1);
+        k->next = wq->keys;
+        wq->keys = k;
+        return k;
+}
+
+static void work_key_release(struct workqueue *wq, struct work_key *k, struct item *i) {
+        if (k->pending == i)
+                k->pending = NULL;
+        if (k->running == i)
+                k->running = NULL;
+        if (k->pending || k->running)
+                return;
+        for (struct work_key **p = &wq->keys; *p; p = &(*p)->next)
+                if (*p == k) {
+                        *p = k->next;
+                        break;
+                }
+        free(k);
+}
+
+struct item *item_free(struct item *i) {
+        if (!i)
+                return NULL;
+        if (i->timer)
+                event_free(i->timer);
+        strv_free(i->argv);
+        strv_free(i->envp);
+        free(i->cwd);
+        free(i->program);
+        free(i->payload);
+        free(i->groups);
+        free(i->wq_name);
+        free(i->out);
+        free(i->err);
+        free(i);
+        return NULL;
+}
+
+static void item_waiters_complete(struct item *i, int r) {
+        while (!list_empty(&i->waiters)) {
+                struct core_waiter *w = list_first_entry(&i->waiters, struct core_waiter, entry);
+
+                list_del_init(&w->entry);
+                w->done(w, r);
+        }
+}
+
+/* The item has ended for good: it leaves its queue and joins the history. */
+void item_retire(struct item *i, enum item_state state) {
+        struct core *c = i->core;
+        struct workqueue *wq = i->wq;
+
+        i->state = state;
+        if (!i->finished_usec)
+                i->finished_usec = now_usec(CLOCK_REALTIME);
+        if (i->timer) {
+                event_free(i->timer);
+                i->timer = NULL;
+        }
+        list_del_init(&i->inflight_entry);
+        list_del_init(&i->wq_entry);
+        wq->nr_items--;
+        if (i->key)
+                work_key_release(wq, i->key, i);
+        i->key = NULL;
+        i->wq = NULL;
+        i->pwq = NULL;
+
+        /* What only the run needed goes now; the history keeps the result. */
+        i->envp = strv_free(i->envp);
+        free(i->payload);
+        i->payload = NULL;
+
+        list_add_tail(&i->history_entry, &c->history);
+        c->nr_history++;
+        while (c->nr_history > c->config.history_max) {
+                struct item *old = list_first_entry(&c->history, struct item, history_entry);
+
+                list_del_init(&old->history_entry);
+                c->nr_history--;
+                core_item_unhash(c, old);
+                item_free(old);
+        }
+
+        item_waiters_complete(i, 0);
+}
+
+static void item_timer_fired(evutil_socket_t fd, short what, void *userdata) {
+        struct item *i = userdata;
+
+        event_free(i->timer);
+        i->timer = NULL;
+        item_queue(i);
+}
+
+static int item_arm_timer(struct item *i, uint64_t usec) {
+        struct timeval tv = timeval_from_usec(usec);
+
+        i->state = ITEM_DELAYED;
+        if (!i->timer) {
+                i->timer = evtimer_new(i->core->base, item_timer_fired, i);
+                if (!i->timer)
+                        return -ENOMEM;
+        }
+        return evtimer_add(i->timer, &tv) < 0 ? -ENOMEM : 0;
+}
+
+/* Queues the item on its pwq now: at submission, or when its delay or
+ * back-off is over. */
+void item_queue(struct item *i) {
+        struct workqueue *wq = i->wq;
+
+        /* Queued while it runs: go to the pool where it runs, so that the
+         * pool keeps the two apart (the kernel's __queue_work()). */
+        if (i->key && i->key->running && i->key->running->pwq)
+                i->pwq = i->key->running->pwq;
+        else
+                i->pwq = workqueue_pwq_for_cpu(wq, i->cpu);
+
+        i->seq = wq->next_seq++;
+        list_add_tail(&i->inflight_entry, &wq->inflight);
+        workqueue_item_activate(i);
+}
+
+static void item_sleep_changed(struct sleepwatch_target *t, bool running, void *userdata) {
+        struct item *i = userdata;
+
+        if (!i->worker)
+                return;
+        if (running)
+                pool_worker_running(i->worker);
+        else
+                pool_worker_sleeping(i->worker);
+}
+
+static uint64_t requeue_backoff_usec(unsigned requeues) {
+        uint64_t usec = REQUEUE_BACKOFF_MIN_USEC;
+
+        for (unsigned n = 1; n < requeues && usec < REQUEUE_BACKOFF_MAX_USEC; n++)
+                usec *= 2;
+        return usec < REQUEUE_BACKOFF_MAX_USEC ? usec : REQUEUE_BACKOFF_MAX_USEC;
+}
+
+static void item_exec_done(struct exec_proc *p, struct exec_result *r, void *userdata) {
+        struct item *i = userdata;
+        struct worker *worker = i->worker;
+        struct workqueue *wq = i->wq;
+        bool requeue;
+
+        i->proc = NULL;
+        i->worker = NULL;
+        i->exit_status = r->exit_status;
+        i->signal = r->signal;
+        i->exec_errno = r->exec_errno;
+        i->cpu_usec += r->cpu_usec;
+        i->timed_out = r->timed_out;
+        i->finished_usec = r->finished_usec;
+        free(i->out);
+        free(i->err);
+        i->out = TAKE_PTR(r->out);
+        i->out_len = r->out_len;
+        i->out_truncated = r->out_truncated;
+        i->err = TAKE_PTR(r->err);
+        i->err_len = r->err_len;
+        i->err_truncated = r->err_truncated;
+        if ((worker->flags & WORKER_CPU_INTENSIVE) && !(wq->flags & WQ_CPU_INTENSIVE))
+                i->cpu_intensive = true;
+
+        wq->stats.cpu_usec += r->cpu_usec;
+        if (r->timed_out)
+                wq->stats.timed_out++;
+        if (r->exec_errno)
+                wq->stats.failed++;
+        i->pwq->nr_running--;
+        if (i->key && i->key->running == i)
+                i->key->running = NULL;
+        list_del_init(&i->inflight_entry);
+
+        /* EX_TEMPFAIL: "requeue me", with back-off, unless the key already
+         * has a pending instance that will do the same work. */
+        requeue = r->exit_status == REQUEUE_EXIT_STATUS && !r->signal && !r->exec_errno && !r->timed_out &&
+                  !i->cancel_requested && !i->core->shutting_down &&
+                  !(i->key && i->key->pending && i->key->pending != i);
+
+        workqueue_item_finished(i);
+        if (requeue) {
+                i->requeues++;
+                wq->stats.requeued++;
+                if (i->key)
+                        i->key->pending = i;
+                i->finished_usec = 0;
+                if (item_arm_timer(i, requeue_backoff_usec(i->requeues)) < 0)
+                        item_retire(i, ITEM_FAILED);
+        } else if (i->cancel_requested || r->killed)
+                item_retire(i, ITEM_CANCELLED);
+        else
+                item_retire(i, r->exec_errno ? ITEM_FAILED : ITEM_FINISHED);
+
+        pool_worker_done(worker);
+        workqueue_check_waiters(wq);
+}
+
+static int item_execute(struct worker *worker, struct pool_work *work) {
+        struct item *i = container_of(work, struct item, work);
+        struct core *c = i->core;
+        struct pool *pool = worker->pool;
+        int r;
+
+        if (c->shutting_down)
+                return -ESHUTDOWN;
+
+        struct exec_spec spec = {
+                .program = i->program ? i->program : i->argv[0],
+                .argv = i->argv,
+                .envp = i->envp,
+                .cwd = i->cwd,
+                .payload = i->payload,
+                .payload_len = i->payload_len,
+                .uid = i->uid,
+                .gid = i->gid,
+                .groups = i->groups,
+                .n_groups = i->n_groups,
+                .cpu = pool->cpu,
+                /* The high-priority pool runs at the kernel's HIGHPRI_NICE_LEVEL,
+                 * but never at more priority than the submitter could get. */
+                .nice = pool->highpri && i->uid == 0 && geteuid() == 0 ? -20 : 0,
+                .timeout_usec = i->timeout_usec,
+        };
+
+        r = exec_start(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->proc);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to start item %" PRIu64 " of workqueue %s: %m", i->id, i->wq_name);
+                return r;
+        }
+
+        i->worker = worker;
+        worker->userdata = i;
+        i->state = ITEM_RUNNING;
+        i->started_usec = now_usec(CLOCK_REALTIME);
+        i->pwq->nr_running++;
+        if (i->key) {
+                if (i->key->pending == i)
+                        i->key->pending = NULL;
+                i->key->running = i;
+        }
+        return 0;
+}
+
+/* CPU time of the item's main process so far, from the scheduler's own
+ * accounting (nanoseconds in /proc/PID/schedstat). */
+static uint64_t item_cpu_usec(struct worker *worker) {
+        struct item *i = worker->userdata;
+        char path[64], buf[128];
+        unsigned long long ns;
+        ssize_t n;
+        int fd;
+
+        if (!i || !i->proc)
+                return 0;       /* not started yet: nothing used */
+        snprintf(path, sizeof(path), "/proc/%d/schedstat", (int) exec_proc_pid(i->proc));
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return POOL_CPU_UNKNOWN;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return POOL_CPU_UNKNOWN;
+        buf[n] = 0;
+        if (sscanf(buf, "%llu", &ns) != 1)
+                return POOL_CPU_UNKNOWN;
+        return ns / 1000;
+}
+
+static const struct pool_work_ops item_work_ops = {
+        .execute = item_execute,
+        .cpu_usec = item_cpu_usec,
+};
+
+/* Ends an unfinished item at daemon shutdown, without callbacks to exec. */
+void item_abort(struct item *i) {
+        if (i->proc) {
+                struct worker *worker = i->worker;
+
+                i->proc = exec_proc_abandon(i->proc);
+                i->worker = NULL;
+                i->pwq->nr_running--;
+                pool_worker_done(worker);
+        } else if (i->state == ITEM_PENDING)
+                pool_cancel_pending(i->pwq->pool, &i->work);
+        else if (i->state == ITEM_INACTIVE)
+                list_del_init(&i->work.entry);
+        item_retire(i, ITEM_CANCELLED);
+}
+
+/* The CPU the submitting process is on, as sched_getcpu() would say in it. */
+static int caller_current_cpu(pid_t pid) {
+        char path[64], buf[1024];
+        const char *p;
+        ssize_t n;
+        int fd, field = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int) pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return -1;
+        buf[n] = 0;
+        p = strrchr(buf, ')');
+        if (!p)
+                return -1;
+        /* Field 39 ("processor") counted from the state, which is field 3. */
+        for (p++; *p && field < 39 - 2; p++)
+                if (*p == ' ')
+                        field++;
+        return *p ? atoi(p) : -1;
+}
+
+static int copy_strv(char *const *src, size_t n, char ***ret) {
+        char **l = calloc(n + 1, sizeof(char *));
+
+        if (!l)
+                return -ENOMEM;
+        for (size_t k = 0; k < n; k++) {
+                l[k] = strdup(src[k]);
+                if (!l[k]) {
+                        strv_free(l);
+                        return -ENOMEM;
+                }
+        }
+        *ret = l;
+        return 0;
+}
+
+static int submit_args_validate(const struct submit_args *a, struct core_error *e) {
+        size_t bytes = 0;
+
+        if (a->argc == 0 || !a->argv[0][0])
+                return core_error_set(e, -EINVAL, "no program given");
+        if (a->argc > ITEM_ARGV_MAX)
+                return core_error_set(e, -E2BIG, "too many arguments (%zu, the limit is %u)", a->argc, ITEM_ARGV_MAX);
+        if (a->envc > ITEM_ENV_MAX)
+                return core_error_set(e, -E2BIG, "too many environment variables (%zu, the limit is %u)", a->envc,
+                                      ITEM_ENV_MAX);
+        for (size_t k = 0; k < a->argc; k++)
+                bytes += strlen(a->argv[k]) + 1;
+        for (size_t k = 0; k < a->envc; k++) {
+                if (!strchr(a->envp[k], '=') || a->envp[k][0] == '=')
+                        return core_error_set(e, -EINVAL, "environment entry '%.64s' is not NAME=VALUE", a->envp[k]);
+                bytes += strlen(a->envp[k]) + 1;
+        }
+        if (a->cwd)
+                bytes += strlen(a->cwd);
+        if (bytes > ITEM_STRINGS_BYTES_MAX)
+                return core_error_set(e, -E2BIG, "arguments and environment take %zu bytes, the limit is %u", bytes,
+                                      ITEM_STRINGS_BYTES_MAX);
+        if (a->cwd && a->cwd[0] && a->cwd[0] != '/')
+                return core_error_set(e, -EINVAL, "working directory '%.200s' is not absolute", a->cwd);
+        if (a->payload_len > ITEM_PAYLOAD_MAX)
+                return core_error_set(e, -E2BIG, "stdin payload of %zu bytes is over the limit of %u", a->payload_len,
+                                      ITEM_PAYLOAD_MAX);
+        if (a->key && (!a->key[0] || strlen(a->key) > ITEM_KEY_MAX))
+                return core_error_set(e, -EINVAL, "a work key must be 1-%u bytes", ITEM_KEY_MAX);
+        if (a->delay_usec > ITEM_DELAY_MAX_USEC)
+                return core_error_set(e, -EINVAL, "delay is over the limit of 30 days");
+        if (a->timeout_usec > ITEM_DELAY_MAX_USEC)
+                return core_error_set(e, -EINVAL, "timeout is over the limit of 30 days");
+        return 0;
+}
+
+int core_submit(struct core *c, const struct core_caller *caller, const struct submit_args *a,
+                struct core_waiter *wait, uint64_t *ret_id, bool *ret_already_pending,
+                struct core_error *e) {
+        _cleanup_(freep) char *program = NULL;
+        struct workqueue *wq;
+        struct work_key *key = NULL;
+        struct item *i;
+        int cpu = a->cpu, r;
+
+        wq = core_find_workqueue(c, a->workqueue);
+        if (!wq || !workqueue_visible_to(wq, caller))
+                return core_error_set(e, -ENOENT, "no workqueue named '%s'", a->workqueue);
+        if (!wq->builtin && wq->owner != caller->uid && !caller_is_privileged(caller))
+                return core_error_set(e, -EPERM, "workqueue '%s' belongs to another user", wq->name);
+        if (wq->draining)
+                return core_error_set(e, -EBUSY, "workqueue '%s' is being %s; new work is refused", wq->name,
+                                      wq->destroying ? "destroyed" : "drained");
+        r = submit_args_validate(a, e);
+        if (r < 0)
+                return r;
+
+        if (wq->flags & WQ_UNBOUND)
+                cpu = -1;
+        else {
+                if (cpu < 0)
+                        cpu = caller_current_cpu(caller->pid);
+                if (cpu < 0)
+                        cpu = sched_getcpu();
+                if (cpu < 0 || (unsigned) cpu >= c->nr_cpus)
+                        return core_error_set(e, -EINVAL, "CPU %d does not exist (this machine has CPUs 0-%u)",
+                                              a->cpu, c->nr_cpus - 1);
+        }
+
+        r = exec_resolve_program(a->argv[0], c->config.plugin_dirs, &program);
+        if (r < 0)
+                return core_error_set(e, r, "program '%.200s' must be an absolute path, a plugin name or a command name",
+                                      a->argv[0]);
+
+        if (a->key) {
+                key = work_key_find(wq, a->key);
+                if (key && key->pending) {
+                        i = key->pending;
+                        *ret_id = i->id;
+                        *ret_already_pending = true;
+                        if (!wait)
+                                return 0;
+                        wait->item_id = i->id;
+                        list_add_tail(&wait->entry, &i->waiters);
+                        return 1;
+                }
+        }
+
+        i = calloc(1, sizeof(*i));
+        if (!i)
+                return core_error_set(e, -ENOMEM, "out of memory");
+        i->core = c;
+        i->wq = wq;
+        i->cpu = cpu;
+        i->timeout_usec = a->timeout_usec;
+        i->uid = caller->uid;
+        i->gid = caller->gid;
+        i->queued_usec = now_usec(CLOCK_REALTIME);
+        list_init(&i->work.entry);
+        list_init(&i->inflight_entry);
+        list_init(&i->wq_entry);
+        list_init(&i->history_entry);
+        list_init(&i->waiters);
+        i->work.ops = &item_work_ops;
+        i->work.identity = i;
+        i->work.stats = &wq->stats.pool;
+        i->work.cpu_intensive = wq->flags & WQ_CPU_INTENSIVE;
+
+        r = -ENOMEM;
+        i->wq_name = strdup(wq->name);
+        i->cwd = strdup(a->cwd && a->cwd[0] ? a->cwd : "/");
+        if (!i->wq_name || !i->cwd || copy_strv(a->argv, a->argc, &i->argv) < 0 ||
+            copy_strv(a->envp, a->envc, &i->envp) < 0)
+                goto fail;
+        if (a->payload_len > 0) {
+                i->payload = malloc(a->payload_len);
+                if (!i->payload)
+                        goto fail;
+                memcpy(i->payload, a->payload, a->payload_len);
+                i->payload_len = a->payload_len;
+        }
+        if (caller->n_groups > 0) {
+                i->groups = calloc(caller->n_groups, sizeof(gid_t));
+                if (!i->groups)
+                        goto fail;
+                memcpy(i->groups, caller->groups, caller->n_groups * sizeof(gid_t));
+                i->n_groups = caller->n_groups;
+        }
+        if (a->key) {
+                key = work_key_get(wq, a->key);
+                if (!key)
+                        goto fail;
+                key->pending = i;
+                i->key = key;
+                i->work.identity = key;
+        }
+        if (a->delay_usec > 0) {
+                r = item_arm_timer(i, a->delay_usec);
+                if (r < 0)
+                        goto fail;
+        }
+        i->program = TAKE_PTR(program);
+
+        i->id = c->next_id++;
+        core_item_hash(c, i);
+        list_add_tail(&i->wq_entry, &wq->items);
+        wq->nr_items++;
+        log_debug("Queued item %" PRIu64 " on %s for uid %u: %s", i->id, wq->name, (unsigned) i->uid, i->argv[0]);
+
+        *ret_id = i->id;
+        *ret_already_pending = false;
+        if (wait) {
+                wait->item_id = i->id;
+                list_add_tail(&wait->entry, &i->waiters);
+        }
+        if (a->delay_usec == 0)
+                item_queue(i);
+        return wait ? 1 : 0;
+
+fail:
+        if (i->key)
+                work_key_release(wq, i->key, i);
+        item_free(i);
+        return core_error_set(e, r, "out of memory");
+}
+
+int core_item_get(struct core *c, const struct core_caller *caller, uint64_t id, struct item **ret,
+                  struct core_error *e) {
+        struct item *i = core_item_lookup(c, id);
+
+        if (!i)
+                return core_error_set(e, -ENOENT, "no work item %" PRIu64 " (finished items are kept for the last %u)",
+                                      id, c->config.history_max);
+        if (i->uid != caller->uid && !caller_is_privileged(caller))
+                return core_error_set(e, -EPERM, "work item %" PRIu64 " belongs to another user", id);
+        *ret = i;
+        return 0;
+}
+
+int core_item_wait(struct core *c, const struct core_caller *caller, uint64_t id, struct core_waiter *w,
+                   struct core_error *e) {
+        struct item *i;
+        int r;
+
+        r = core_item_get(c, caller, id, &i, e);
+        if (r < 0)
+                return r;
+        if (item_is_finished(i))
+                return 0;
+        w->item_id = id;
+        list_add_tail(&w->entry, &i->waiters);
+        return 1;
+}
+
+int core_item_cancel(struct core *c, const struct core_caller *caller, uint64_t id, struct core_waiter *w,
+                     struct core_error *e) {
+        struct workqueue *wq;
+        struct item *i;
+        int r;
+
+        r = core_item_get(c, caller, id, &i, e);
+        if (r < 0)
+                return r;
+        if (item_is_finished(i))
+                return 0;
+
+        wq = i->wq;
+        switch (i->state) {
+        case ITEM_RUNNING:
+                /* cancel_work_sync(): stop it and wait until it has ended. */
+                if (!i->cancel_requested) {
+                        i->cancel_requested = true;
+                        exec_proc_kill(i->proc);
+                }
+                w->item_id = id;
+                list_add_tail(&w->entry, &i->waiters);
+                return 1;
+        case ITEM_PENDING:
+                pool_cancel_pending(i->pwq->pool, &i->work);
+                list_del_init(&i->inflight_entry);
+                workqueue_item_finished(i);
+                break;
+        case ITEM_INACTIVE:
+                list_del_init(&i->work.entry);
+                list_del_init(&i->inflight_entry);
+                break;
+        default:
+                break;
+        }
+        item_retire(i, ITEM_CANCELLED);
+        workqueue_check_waiters(wq);
+        return 0;
+}
+
+const char *item_key_name(const struct item *i) {
+        return i->key ? i->key->name : NULL;
+}

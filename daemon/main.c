@@ -1,0 +1,263 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * cmwqd: configuration, privileges and the one event loop that owns all state.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "ipc_socket.h"
+#include "log.h"
+#include "sleepwatch.h"
+#include "util.h"
+
+/* Fixed, not from --runstatedir: clients look here whatever the prefix. */
+#define SYSTEM_SOCKET_PATH "/run/cmwqd/cmwqd.sock"
+
+struct options {
+        bool user_mode;
+        const char *socket_path;
+        enum sleepwatch_mode sleep_mode;
+        int log_level;
+        char **plugin_dirs;             /* from --plugin-dir; NULL: the defaults */
+        size_t n_plugin_dirs;
+};
+
+static void help(void) {
+        printf("Usage: cmwqd [OPTION]...\n"
+               "Run the concurrency-managed workqueue daemon in the foreground.\n"
+               "\n"
+               "  -u, --user                  run as the calling user's own instance, listening\n"
+               "                              on $XDG_RUNTIME_DIR/cmwqd.sock\n"
+               "  -s, --socket PATH           listen on PATH instead (default: %s,\n"
+               "                              or the user socket with --user)\n"
+               "  -d, --sleep-detector perf|proc\n"
+               "                              how blocking of running items is detected\n"
+               "                              (default: perf, falling back to proc)\n"
+               "  -p, --plugin-dir DIR        look up plugins in DIR (repeatable; replaces\n"
+               "                              the default directories)\n"
+               "  -l, --log-level LEVEL       debug, info, notice, warning or error (default: info)\n"
+               "  -h, --help                  show this help and exit\n"
+               "  -V, --version               show the version and exit\n"
+               "\n"
+               "SIGTERM or SIGINT stops the daemon. See cmwqd(8).\n",
+               SYSTEM_SOCKET_PATH);
+}
+
+static int parse_options(int argc, char **argv, struct options *o) {
+        static const struct option longopts[] = {
+                { "user", no_argument, NULL, 'u' },
+                { "socket", required_argument, NULL, 's' },
+                { "sleep-detector", required_argument, NULL, 'd' },
+                { "plugin-dir", required_argument, NULL, 'p' },
+                { "log-level", required_argument, NULL, 'l' },
+                { "help", no_argument, NULL, 'h' },
+                { "version", no_argument, NULL, 'V' },
+                {}
+        };
+        int c, r;
+
+        while ((c = getopt_long(argc, argv, "us:d:p:l:hV", longopts, NULL)) >= 0)
+                switch (c) {
+                case 'u':
+                        o->user_mode = true;
+                        break;
+                case 's':
+                        if (optarg[0] != '/') {
+                                fprintf(stderr, "cmwqd: --socket needs an absolute path, not '%s'\n", optarg);
+                                return -EINVAL;
+                        }
+                        o->socket_path = optarg;
+                        break;
+                case 'd':
+                        if (sleepwatch_mode_from_string(optarg, &o->sleep_mode) < 0) {
+                                fprintf(stderr, "cmwqd: unknown sleep detector '%s' (perf or proc)\n", optarg);
+                                return -EINVAL;
+                        }
+                        break;
+                case 'p': {
+                        char **l = realloc(o->plugin_dirs, (o->n_plugin_dirs + 2) * sizeof(char *));
+                        if (!l)
+                                return -ENOMEM;
+                        o->plugin_dirs = l;
+                        l[o->n_plugin_dirs++] = optarg;
+                        l[o->n_plugin_dirs] = NULL;
+                        break;
+                }
+                case 'l':
+                        r = log_level_from_string(optarg);
+                        if (r < 0) {
+                                fprintf(stderr, "cmwqd: unknown log level '%s'\n", optarg);
+                                return -EINVAL;
+                        }
+                        o->log_level = r;
+                        break;
+                case 'h':
+                        help();
+                        return 0;
+                case 'V':
+                        printf("%s\n", PACKAGE_STRING);
+                        return 0;
+                default:
+                        fprintf(stderr, "Try 'cmwqd --help' for more information.\n");
+                        return -EINVAL;
+                }
+        if (optind < argc) {
+                fprintf(stderr, "cmwqd: unexpected argument '%s'\nTry 'cmwqd --help' for more information.\n",
+                        argv[optind]);
+                return -EINVAL;
+        }
+        return 1;
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *userdata) {
+        struct event_base *base = userdata;
+
+        log_info("Received %s, shutting down", strsignal((int) sig));
+        event_base_loopbreak(base);
+}
+
+/* The plugin directories of DESIGN §2, user ones first for --user. */
+static char **default_plugin_dirs(bool user_mode) {
+        char **l = calloc(4, sizeof(char *));
+        size_t n = 0;
+        const char *home = getenv("HOME");
+
+        if (!l)
+                return NULL;
+        if (user_mode && home && asprintf(&l[n], "%s/.local/lib/cmwq/plugins", home) >= 0)
+                n++;
+        l[n++] = strdup(CMWQ_SYSCONFDIR "/cmwq/plugins");
+        l[n++] = strdup(CMWQ_LIBDIR "/cmwq/plugins");
+        for (size_t k = 0; k < n; k++)
+                if (!l[k])
+                        return strv_free(l);
+        return l;
+}
+
+static int user_socket_path(char **ret) {
+        const char *dir = getenv("XDG_RUNTIME_DIR");
+
+        if (!dir || dir[0] != '/')
+                return log_error_errno(-ENXIO, "--user needs $XDG_RUNTIME_DIR (or give --socket)");
+        if (asprintf(ret, "%s/cmwqd.sock", dir) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+int main(int argc, char **argv) {
+        struct options o = { .sleep_mode = SLEEPWATCH_PERF, .log_level = LOG_INFO };
+        _cleanup_(freep) char *user_socket = NULL;
+        _cleanup_(strv_freep) char **dirs = NULL;
+        struct event_base *base = NULL;
+        struct event *sigterm = NULL, *sigint = NULL;
+        struct sleepwatch *sw = NULL;
+        struct core *core = NULL;
+        struct ipc_server *server = NULL;
+        const char *socket_path;
+        int r, ret = EXIT_FAILURE;
+
+        r = parse_options(argc, argv, &o);
+        if (r <= 0) {
+                free(o.plugin_dirs);
+                return r < 0 ? 2 : EXIT_SUCCESS;
+        }
+        log_setup(o.log_level);
+
+        if (!o.user_mode && geteuid() != 0)
+                log_warning("Running the system instance without root: items can only run as uid %u",
+                            (unsigned) geteuid());
+
+        socket_path = o.socket_path;
+        if (!socket_path) {
+                if (o.user_mode) {
+                        if (user_socket_path(&user_socket) < 0)
+                                goto out;
+                        socket_path = user_socket;
+                } else
+                        socket_path = SYSTEM_SOCKET_PATH;
+        }
+
+        /* Clients that vanish must not kill us; items get default dispositions back. */
+        signal(SIGPIPE, SIG_IGN);
+
+        /* Precise timers: the CPU-intensive threshold is 10 ms, well below the
+         * coarse clock's tick. */
+        struct event_config *cfg = event_config_new();
+        if (cfg) {
+                event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+                base = event_base_new_with_config(cfg);
+                event_config_free(cfg);
+        }
+        if (!base) {
+                log_error("Failed to create the event loop");
+                goto out;
+        }
+
+        r = sleepwatch_new(base, o.sleep_mode, &sw);
+        if (r == -EOPNOTSUPP && o.sleep_mode == SLEEPWATCH_PERF) {
+                log_warning("perf_event_open() is not available here; detecting blocked items by sampling /proc");
+                r = sleepwatch_new(base, SLEEPWATCH_PROC, &sw);
+        }
+        if (r < 0) {
+                log_error_errno(r, "Failed to set up the sleep detector: %m");
+                goto out;
+        }
+
+        dirs = o.plugin_dirs ? NULL : default_plugin_dirs(o.user_mode);
+        struct core_config config = {
+                .sleep_mode = sleepwatch_get_mode(sw),
+                .user_mode = o.user_mode,
+                .plugin_dirs = o.plugin_dirs ? o.plugin_dirs : dirs,
+        };
+        r = core_new(base, sw, &config, &core);
+        if (r < 0) {
+                log_error_errno(r, "Failed to set up the pools: %m");
+                goto out;
+        }
+
+        r = ipc_server_new(base, core, socket_path, o.user_mode, &server);
+        if (r < 0)
+                goto out;
+
+        sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+        sigint = evsignal_new(base, SIGINT, on_signal, base);
+        if (!sigterm || !sigint || evsignal_add(sigterm, NULL) < 0 || evsignal_add(sigint, NULL) < 0) {
+                log_error("Failed to set up signal handling");
+                goto out;
+        }
+
+        log_info("cmwqd %s listening on %s (%s instance, %u CPUs, sleep detector %s)", PACKAGE_VERSION,
+                 ipc_server_path(server), o.user_mode ? "user" : "system", core->nr_cpus,
+                 sleepwatch_mode_to_string(sleepwatch_get_mode(sw)));
+        (void) sd_notifyf(false, "READY=1\nSTATUS=Serving %u CPUs on %s", core->nr_cpus, ipc_server_path(server));
+
+        if (event_base_dispatch(base) < 0) {
+                log_error("The event loop failed");
+                goto out;
+        }
+        (void) sd_notify(false, "STOPPING=1");
+        ret = EXIT_SUCCESS;
+
+out:
+        server = ipc_server_free(server);
+        core = core_free(core);
+        sw = sleepwatch_free(sw);
+        if (sigterm)
+                event_free(sigterm);
+        if (sigint)
+                event_free(sigint);
+        if (base)
+                event_base_free(base);
+        free(o.plugin_dirs);
+        if (ret == EXIT_SUCCESS)
+                log_info("Stopped");
+        return ret;
+}

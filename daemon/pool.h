@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/*
+ * Worker pools and concurrency management, after the kernel's
+ * kernel/workqueue.c.  A pool serves one CPU at one priority (or no CPU:
+ * unbound).  It knows work only as struct pool_work and starts it through
+ * pool_work_ops.execute; what a worker really is (an exec child, a client's
+ * callback thread) is the caller's business.
+ *
+ * The accounting is the kernel's:
+ *  - nr_running counts workers that execute a work item and are neither
+ *    blocked nor CPU-intensive.
+ *  - A bound pool starts work only while nr_running is 0; when the last
+ *    running worker blocks with work pending, another starts at once (a
+ *    concurrency-management wake-up).  A worker whose blocked item wakes up
+ *    counts again, and a worker that finishes while others run goes idle
+ *    instead of taking more (no excess concurrency).
+ *  - CPU-intensive work does not count; work that uses
+ *    pool_cpu_intensive_thresh_usec of CPU time without blocking is marked
+ *    CPU-intensive on the fly.
+ *  - Unbound pools are not concurrency managed: they start whatever is on
+ *    their worklist (max_active is enforced before work gets there).
+ *  - A work item never runs on two workers at once: work whose identity is
+ *    executing is parked behind that worker (the kernel's "scheduled" list).
+ *  - Idle workers beyond two are reaped after pool_idle_timeout_usec, keeping
+ *    the kernel's 1:4 idle-to-busy ratio; no timer is armed once that holds.
+ *
+ * The pool is pure bookkeeping: with a NULL event base it arms no timers,
+ * which is how the unit tests drive it with synthetic block/wake events.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "list.h"
+
+struct event;
+struct event_base;
+struct pool;
+struct worker;
+struct pool_work;
+
+/* Counters the pool updates on behalf of the work's workqueue (wq_monitor.py). */
+struct pool_work_stats {
+        uint64_t started;
+        uint64_t cpu_intensive;         /* CPUitsv: marked CPU-intensive while running */
+        uint64_t cm_wakeups;            /* CMW: started because a running worker blocked */
+        uint64_t mayday;                /* worker creation failed */
+        uint64_t rescued;
+};
+
+struct pool_work_ops {
+        /* Begin executing @work on @worker: return 0 once it runs, or a negative
+         * errno if the worker could not be created (fork refused, ...); the work
+         * then goes back to the head of the worklist and is retried later. */
+        int (*execute)(struct worker *worker, struct pool_work *work);
+        /* Optional: CPU time (µs) the worker's current execution has used so
+         * far, or POOL_CPU_UNKNOWN.  Without it, CPU-intensive marking goes by
+         * the time the worker has been running (not blocked). */
+        uint64_t (*cpu_usec)(struct worker *worker);
+};
+
+#define POOL_CPU_UNKNOWN UINT64_MAX
+
+struct pool_work {
+        struct list_head entry;         /* pool worklist or a worker's scheduled list */
+        const struct pool_work_ops *ops;
+        const void *identity;           /* same identity never runs twice at once */
+        struct pool_work_stats *stats;
+        bool cpu_intensive;             /* the workqueue is CPU_INTENSIVE */
+};
+
+enum {
+        WORKER_BLOCKED = 1 << 0,
+        WORKER_CPU_INTENSIVE = 1 << 1,
+};
+
+struct worker {
+        struct pool *pool;
+        struct list_head entry;         /* pool idle_list or busy_list */
+        struct pool_work *current;
+        struct list_head scheduled;     /* parked behind current (same identity) */
+        unsigned flags;
+        uint64_t last_active_usec;      /* CLOCK_MONOTONIC, when it went idle */
+        struct event *intensive_timer;
+        uint64_t cpu_baseline_usec;     /* worker_cpu_usec() when it last started counting */
+        void *userdata;                 /* the executor's state for current */
+};
+
+struct pool {
+        int cpu;                        /* -1: unbound */
+        bool highpri;
+        struct event_base *base;        /* NULL: no timers (unit tests) */
+        struct list_head worklist;
+        struct list_head idle_list;     /* most recently idle first */
+        struct list_head busy_list;
+        unsigned nr_workers;
+        unsigned nr_idle;
+        unsigned nr_running;
+        unsigned nr_blocked;
+        uint64_t nr_pending;            /* length of worklist */
+        uint64_t last_progress_usec;    /* CLOCK_MONOTONIC, for the watchdog */
+        struct event *idle_timer;
+        struct event *retry_timer;
+        unsigned retry_backoff_ms;
+};
+
+extern uint64_t pool_cpu_intensive_thresh_usec;    /* default 10 ms, as the kernel */
+extern uint64_t pool_idle_timeout_usec;            /* default 300 s, as the kernel */
+
+int pool_init(struct pool *p, struct event_base *base, int cpu, bool highpri);
+/* Frees idle workers and timers; the pool must have no busy worker. */
+void pool_done(struct pool *p);
+
+static inline bool pool_is_unbound(const struct pool *p) {
+        return p->cpu < 0;
+}
+
+/* Appends @work to the worklist and starts workers as concurrency allows. */
+void pool_queue_work(struct pool *p, struct pool_work *work);
+/* Takes back @work if it has not started: true if it was pending. */
+bool pool_cancel_pending(struct pool *p, struct pool_work *work);
+/* Starts workers while the rules allow; called after anything that can. */
+void pool_kick(struct pool *p);
+
+/* Events from the executor of a worker's current work. */
+void pool_worker_sleeping(struct worker *w);
+void pool_worker_running(struct worker *w);
+void pool_worker_done(struct worker *w);
+
+/* Whether @w counts toward its pool's concurrency level. */
+static inline bool worker_counts_running(const struct worker *w) {
+        return w->current && !(w->flags & (WORKER_BLOCKED | WORKER_CPU_INTENSIVE));
+}

@@ -1,0 +1,453 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Workqueues: the front ends that carry attributes (flags, max_active) and
+ * feed items to the pools, with the kernel's flush, drain, freeze and
+ * max_active rules.  Each queue has one pwq per pool it uses; a pwq lets at
+ * most max_active of the queue's items be active (pending on the pool or
+ * running) at once, the rest wait in order on its inactive list.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "log.h"
+#include "util.h"
+
+struct workqueue *core_find_workqueue(struct core *c, const char *name) {
+        struct workqueue *wq = NULL;
+
+        list_for_each_entry(wq, &c->workqueues, entry)
+                if (strcmp(wq->name, name) == 0)
+                        return wq;
+        return NULL;
+}
+
+bool workqueue_visible_to(const struct workqueue *wq, const struct core_caller *caller) {
+        return wq->builtin || wq->owner == caller->uid || caller_is_privileged(caller);
+}
+
+static bool workqueue_owned_by(const struct workqueue *wq, const struct core_caller *caller) {
+        return caller_is_privileged(caller) || (!wq->builtin && wq->owner == caller->uid);
+}
+
+static int workqueue_name_valid(const char *name) {
+        size_t n = strlen(name);
+
+        if (n == 0 || n > WQ_NAME_MAX)
+                return false;
+        for (const char *p = name; *p; p++)
+                if (!isalnum((unsigned char) *p) && !strchr("_-.:@", *p))
+                        return false;
+        return true;
+}
+
+/* Finds @name for @caller: -ENOENT also for queues the caller may not see,
+ * so that another user's queue names do not leak. */
+static int workqueue_lookup(struct core *c, const struct core_caller *caller, const char *name,
+                            struct workqueue **ret, struct core_error *e) {
+        struct workqueue *wq = core_find_workqueue(c, name);
+
+        if (!wq || !workqueue_visible_to(wq, caller))
+                return core_error_set(e, -ENOENT, "no workqueue named '%s'", name);
+        *ret = wq;
+        return 0;
+}
+
+static int workqueue_lookup_owned(struct core *c, const struct core_caller *caller, const char *name,
+                                  struct workqueue **ret, struct core_error *e) {
+        struct workqueue *wq = NULL;
+        int r;
+
+        r = workqueue_lookup(c, caller, name, &wq, e);
+        if (r < 0)
+                return r;
+        if (!workqueue_owned_by(wq, caller))
+                return core_error_set(e, -EPERM, "workqueue '%s' belongs to %s", name,
+                                      wq->builtin ? "the system" : "another user");
+        *ret = wq;
+        return 0;
+}
+
+int core_workqueue_create(struct core *c, const struct core_caller *caller, const char *name,
+                          unsigned flags, unsigned max_active, struct core_error *e) {
+        struct workqueue *wq = NULL;
+
+        if (!workqueue_name_valid(name))
+                return core_error_set(e, -EINVAL,
+                                      "invalid workqueue name '%.64s': 1-%u characters of A-Z a-z 0-9 _ - . : @",
+                                      name, WQ_NAME_MAX);
+        if (flags & ~WQ_FLAGS_ALL)
+                return core_error_set(e, -EINVAL, "unknown workqueue flags 0x%x", flags & ~WQ_FLAGS_ALL);
+        if (max_active > WQ_MAX_ACTIVE)
+                return core_error_set(e, -EINVAL, "max_active %u is above the limit of %u", max_active,
+                                      WQ_MAX_ACTIVE);
+        if ((flags & WQ_ORDERED) && max_active > 1)
+                return core_error_set(e, -EINVAL, "an ordered workqueue runs one item at a time (max_active 1)");
+        if (core_find_workqueue(c, name))
+                return core_error_set(e, -EEXIST, "workqueue '%s' already exists", name);
+
+        /* ORDERED is unbound with max_active 1, as alloc_ordered_workqueue(). */
+        if (flags & WQ_ORDERED) {
+                flags |= WQ_UNBOUND;
+                max_active = 1;
+        }
+        if (max_active == 0)
+                max_active = WQ_DFL_ACTIVE;
+
+        wq = calloc(1, sizeof(*wq));
+        if (!wq)
+                return core_error_set(e, -ENOMEM, "out of memory");
+        wq->core = c;
+        wq->flags = flags;
+        wq->max_active = max_active;
+        wq->owner = caller->uid;
+        list_init(&wq->inflight);
+        list_init(&wq->items);
+        list_init(&wq->flushers);
+        list_init(&wq->drainers);
+        wq->name = strdup(name);
+        wq->n_pwqs = (flags & WQ_UNBOUND) ? 1 : c->nr_cpus;
+        wq->pwqs = calloc(wq->n_pwqs, sizeof(struct pwq));
+        if (!wq->name || !wq->pwqs) {
+                free(wq->name);
+                free(wq->pwqs);
+                free(wq);
+                return core_error_set(e, -ENOMEM, "out of memory");
+        }
+        for (size_t n = 0; n < wq->n_pwqs; n++) {
+                struct pwq *pwq = &wq->pwqs[n];
+
+                pwq->wq = wq;
+                pwq->pool = core_pool_for(c, (flags & WQ_UNBOUND) ? -1 : (int) n, flags & WQ_HIGHPRI);
+                list_init(&pwq->inactive);
+        }
+        list_add_tail(&wq->entry, &c->workqueues);
+        log_debug("Created workqueue %s (flags 0x%x, max_active %u, owner %u)", name, flags, max_active,
+                  (unsigned) caller->uid);
+        return 0;
+}
+
+static void waiters_complete(struct list_head *waiters, int r) {
+        while (!list_empty(waiters)) {
+                struct core_waiter *w = list_first_entry(waiters, struct core_waiter, entry);
+
+                list_del_init(&w->entry);
+                w->done(w, r);
+        }
+}
+
+void workqueue_free(struct workqueue *wq) {
+        if (!wq)
+                return;
+
+        /* Only at daemon shutdown does a queue still hold items here. */
+        while (!list_empty(&wq->items)) {
+                struct item *i = list_first_entry(&wq->items, struct item, wq_entry);
+                item_abort(i);
+        }
+        waiters_complete(&wq->flushers, -ENOENT);
+        waiters_complete(&wq->drainers, -ENOENT);
+        list_del_init(&wq->entry);
+        free(wq->pwqs);
+        free(wq->name);
+        free(wq);
+}
+
+struct pwq *workqueue_pwq_for_cpu(struct workqueue *wq, int cpu) {
+        if (wq->flags & WQ_UNBOUND)
+                return &wq->pwqs[0];
+        return &wq->pwqs[cpu];
+}
+
+static bool pwq_may_activate(const struct pwq *pwq) {
+        return !pwq->wq->frozen && pwq->nr_active < pwq->wq->max_active;
+}
+
+static void pwq_activate(struct pwq *pwq, struct item *i) {
+        pwq->nr_active++;
+        i->state = ITEM_PENDING;
+        pool_queue_work(pwq->pool, &i->work);
+}
+
+static void pwq_activate_inactive(struct pwq *pwq) {
+        while (pwq_may_activate(pwq) && !list_empty(&pwq->inactive)) {
+                struct item *i = list_first_entry(&pwq->inactive, struct item, work.entry);
+
+                list_del_init(&i->work.entry);
+                pwq_activate(pwq, i);
+        }
+}
+
+/* Puts a queued item on its pwq: active if max_active and the freezer allow
+ * and nobody is waiting before it, inactive otherwise. */
+void workqueue_item_activate(struct item *i) {
+        struct pwq *pwq = i->pwq;
+
+        if (pwq_may_activate(pwq) && list_empty(&pwq->inactive))
+                pwq_activate(pwq, i);
+        else {
+                i->state = ITEM_INACTIVE;
+                list_add_tail(&i->work.entry, &pwq->inactive);
+        }
+}
+
+/* An active item left its pwq (ran, or was cancelled while pending). */
+void workqueue_item_finished(struct item *i) {
+        struct pwq *pwq = i->pwq;
+
+        pwq->nr_active--;
+        pwq_activate_inactive(pwq);
+}
+
+uint64_t workqueue_nr_running(const struct workqueue *wq) {
+        uint64_t n = 0;
+
+        for (size_t k = 0; k < wq->n_pwqs; k++)
+                n += wq->pwqs[k].nr_running;
+        return n;
+}
+
+uint64_t workqueue_nr_pending(const struct workqueue *wq) {
+        return wq->nr_items - workqueue_nr_running(wq);
+}
+
+static bool workqueue_flushed(const struct workqueue *wq, uint64_t seq) {
+        if (list_empty(&wq->inflight))
+                return true;
+        return list_first_entry(&wq->inflight, struct item, inflight_entry)->seq > seq;
+}
+
+static bool core_frozen_queues_idle(struct core *c) {
+        struct workqueue *wq = NULL;
+
+        list_for_each_entry(wq, &c->workqueues, entry)
+                if (wq->frozen && workqueue_nr_running(wq) > 0)
+                        return false;
+        return true;
+}
+
+static void core_check_freezers(struct core *c) {
+        if (list_empty(&c->freezers) || !core_frozen_queues_idle(c))
+                return;
+        if (c->freeze_timer)
+                evtimer_del(c->freeze_timer);
+        waiters_complete(&c->freezers, 0);
+}
+
+/* Called whenever items of @wq ended or moved: completes whatever waited.
+ * May free @wq (a finished destroy). */
+void workqueue_check_waiters(struct workqueue *wq) {
+        struct core *c = wq->core;
+        struct core_waiter *w, *n;
+
+        list_for_each_entry_safe(w, n, &wq->flushers, entry)
+                if (workqueue_flushed(wq, w->flush_seq)) {
+                        list_del_init(&w->entry);
+                        w->done(w, 0);
+                }
+
+        if (wq->nr_items == 0 && wq->draining) {
+                bool destroy = wq->destroying;
+
+                wq->draining = false;
+                waiters_complete(&wq->drainers, 0);
+                if (destroy) {
+                        log_debug("Destroyed workqueue %s", wq->name);
+                        workqueue_free(wq);
+                }
+        }
+
+        core_check_freezers(c);
+}
+
+int core_workqueue_destroy(struct core *c, const struct core_caller *caller, const char *name,
+                           struct core_waiter *w, struct core_error *e) {
+        struct workqueue *wq = NULL;
+        int r;
+
+        r = workqueue_lookup_owned(c, caller, name, &wq, e);
+        if (r < 0)
+                return r;
+        if (wq->builtin)
+                return core_error_set(e, -EPERM, "'%s' is a built-in workqueue and cannot be destroyed", name);
+
+        /* destroy_workqueue() drains first; new work is refused meanwhile. */
+        wq->draining = true;
+        wq->destroying = true;
+        if (wq->nr_items == 0) {
+                workqueue_check_waiters(wq);
+                return 0;
+        }
+        list_add_tail(&w->entry, &wq->drainers);
+        return 1;
+}
+
+int core_workqueue_set_max_active(struct core *c, const struct core_caller *caller, const char *name,
+                                  unsigned max_active, struct core_error *e) {
+        struct workqueue *wq = NULL;
+        int r;
+
+        r = workqueue_lookup_owned(c, caller, name, &wq, e);
+        if (r < 0)
+                return r;
+        if (wq->flags & WQ_ORDERED)
+                return core_error_set(e, -EINVAL, "the max_active of ordered workqueue '%s' is fixed at 1", name);
+        if (max_active > WQ_MAX_ACTIVE)
+                return core_error_set(e, -EINVAL, "max_active %u is above the limit of %u", max_active,
+                                      WQ_MAX_ACTIVE);
+
+        wq->max_active = max_active ? max_active : WQ_DFL_ACTIVE;
+        for (size_t k = 0; k < wq->n_pwqs; k++)
+                pwq_activate_inactive(&wq->pwqs[k]);
+        return 0;
+}
+
+int core_workqueue_flush(struct core *c, const struct core_caller *caller, const char *name,
+                         struct core_waiter *w, struct core_error *e) {
+        struct workqueue *wq = NULL;
+        int r;
+
+        r = workqueue_lookup(c, caller, name, &wq, e);
+        if (r < 0)
+                return r;
+
+        /* Everything queued so far, and nothing queued after this call. */
+        w->flush_seq = wq->next_seq - 1;
+        if (workqueue_flushed(wq, w->flush_seq))
+                return 0;
+        list_add_tail(&w->entry, &wq->flushers);
+        return 1;
+}
+
+int core_workqueue_drain(struct core *c, const struct core_caller *caller, const char *name,
+                         struct core_waiter *w, struct core_error *e) {
+        struct workqueue *wq = NULL;
+        int r;
+
+        r = workqueue_lookup_owned(c, caller, name, &wq, e);
+        if (r < 0)
+                return r;
+
+        if (wq->nr_items == 0)
+                return 0;
+        wq->draining = true;
+        list_add_tail(&w->entry, &wq->drainers);
+        return 1;
+}
+
+/* Takes the queue's not-yet-started items back from the pools, so that a
+ * frozen queue starts nothing new; they wait at the head of their pwq's
+ * inactive list in their original order. */
+static void workqueue_deactivate_pending(struct workqueue *wq) {
+        struct item *i;
+
+        for (size_t k = 0; k < wq->n_pwqs; k++) {
+                struct pwq *pwq = &wq->pwqs[k];
+                struct list_head taken;
+
+                list_init(&taken);
+                list_for_each_entry(i, &wq->inflight, inflight_entry) {
+                        if (i->pwq != pwq || i->state != ITEM_PENDING)
+                                continue;
+                        pool_cancel_pending(pwq->pool, &i->work);
+                        pwq->nr_active--;
+                        i->state = ITEM_INACTIVE;
+                        list_add_tail(&i->work.entry, &taken);
+                }
+                while (!list_empty(&taken)) {
+                        i = list_entry(taken.prev, struct item, work.entry);
+                        list_del_init(&i->work.entry);
+                        list_add(&i->work.entry, &pwq->inactive);
+                }
+        }
+}
+
+static void core_freeze_timer_fired(evutil_socket_t fd, short what, void *userdata) {
+        struct core *c = userdata;
+        struct workqueue *wq = NULL;
+
+        list_for_each_entry(wq, &c->workqueues, entry) {
+                struct item *i;
+
+                if (!wq->frozen)
+                        continue;
+                list_for_each_entry(i, &wq->items, wq_entry)
+                        if (i->state == ITEM_RUNNING)
+                                log_warning("Freeze timed out: item %" PRIu64 " of workqueue %s (%s) is still running",
+                                            i->id, wq->name, i->argv[0]);
+        }
+        waiters_complete(&c->freezers, -ETIMEDOUT);
+}
+
+int core_freeze(struct core *c, const struct core_caller *caller, const char *name,
+                uint64_t timeout_usec, struct core_waiter *w, struct core_error *e) {
+        struct workqueue *wq = NULL;
+        int r;
+
+        if (!caller_is_privileged(caller))
+                return core_error_set(e, -EPERM, "only root may freeze workqueues");
+
+        if (name) {
+                r = workqueue_lookup(c, caller, name, &wq, e);
+                if (r < 0)
+                        return r;
+                if (!(wq->flags & WQ_FREEZABLE))
+                        return core_error_set(e, -EINVAL, "workqueue '%s' is not freezable", name);
+                if (!wq->frozen) {
+                        wq->frozen = true;
+                        workqueue_deactivate_pending(wq);
+                }
+        } else
+                list_for_each_entry(wq, &c->workqueues, entry)
+                        if ((wq->flags & WQ_FREEZABLE) && !wq->frozen) {
+                                wq->frozen = true;
+                                workqueue_deactivate_pending(wq);
+                        }
+        log_info("Froze %s", name ? name : "all freezable workqueues");
+
+        if (core_frozen_queues_idle(c))
+                return 0;
+
+        if (!c->freeze_timer) {
+                c->freeze_timer = evtimer_new(c->base, core_freeze_timer_fired, c);
+                if (!c->freeze_timer)
+                        return core_error_set(e, -ENOMEM, "out of memory");
+        }
+        struct timeval tv = timeval_from_usec(timeout_usec ? timeout_usec : c->config.freeze_timeout_usec);
+        evtimer_add(c->freeze_timer, &tv);
+        list_add_tail(&w->entry, &c->freezers);
+        return 1;
+}
+
+static void workqueue_thaw(struct workqueue *wq) {
+        if (!wq->frozen)
+                return;
+        wq->frozen = false;
+        for (size_t k = 0; k < wq->n_pwqs; k++)
+                pwq_activate_inactive(&wq->pwqs[k]);
+}
+
+int core_thaw(struct core *c, const struct core_caller *caller, const char *name, struct core_error *e) {
+        struct workqueue *wq = NULL;
+        int r;
+
+        if (!caller_is_privileged(caller))
+                return core_error_set(e, -EPERM, "only root may thaw workqueues");
+
+        if (name) {
+                r = workqueue_lookup(c, caller, name, &wq, e);
+                if (r < 0)
+                        return r;
+                if (!(wq->flags & WQ_FREEZABLE))
+                        return core_error_set(e, -EINVAL, "workqueue '%s' is not freezable", name);
+                workqueue_thaw(wq);
+        } else
+                list_for_each_entry(wq, &c->workqueues, entry)
+                        workqueue_thaw(wq);
+        log_info("Thawed %s", name ? name : "all workqueues");
+        return 0;
+}

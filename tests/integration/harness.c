@@ -1,0 +1,310 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static const char *env_or_fail(const char *name) {
+        const char *v = getenv(name);
+
+        ck_assert_msg(v && v[0], "$%s is not set: run the tests through 'make check'", name);
+        return v;
+}
+
+static void copy_executable(const char *from, const char *to) {
+        char buf[65536];
+        int in, out;
+        ssize_t n;
+
+        in = open(from, O_RDONLY | O_CLOEXEC);
+        ck_assert_msg(in >= 0, "cannot open %s: %s", from, strerror(errno));
+        out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+        ck_assert_msg(out >= 0, "cannot create %s: %s", to, strerror(errno));
+        while ((n = read(in, buf, sizeof(buf))) > 0)
+                ck_assert_int_eq(write(out, buf, n), n);
+        close(in);
+        close(out);
+}
+
+static bool socket_accepts(const char *path) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int fd, r;
+
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return false;
+        r = connect(fd, (struct sockaddr *) &sa, sizeof(sa));
+        close(fd);
+        return r == 0;
+}
+
+static void sleep_ms(int ms) {
+        struct timespec ts = { ms / 1000, (long) (ms % 1000) * 1000000 };
+        nanosleep(&ts, NULL);
+}
+
+void cmwqd_start(struct cmwqd *d, const char *const *extra_args) {
+        const char *argv[32];
+        int n = 0, fd;
+
+        memset(d, 0, sizeof(*d));
+        snprintf(d->dir, sizeof(d->dir), "/tmp/cmwq-test-XXXXXX");
+        ck_assert_msg(mkdtemp(d->dir), "mkdtemp: %s", strerror(errno));
+        /* Other uids must reach the socket and run the copied tools. */
+        ck_assert_int_eq(chmod(d->dir, 0755), 0);
+        snprintf(d->socket, sizeof(d->socket), "%s/cmwqd.sock", d->dir);
+        snprintf(d->log, sizeof(d->log), "%s/cmwqd.log", d->dir);
+        snprintf(d->ctl, sizeof(d->ctl), "%s/cmwqctl", d->dir);
+        snprintf(d->probe, sizeof(d->probe), "%s/probe", d->dir);
+        copy_executable(env_or_fail("CMWQCTL"), d->ctl);
+        copy_executable(env_or_fail("CMWQ_PROBE"), d->probe);
+
+        argv[n++] = env_or_fail("CMWQD");
+        argv[n++] = "--socket";
+        argv[n++] = d->socket;
+        argv[n++] = "--log-level";
+        argv[n++] = "debug";
+        for (; extra_args && *extra_args && n < 30; extra_args++)
+                argv[n++] = *extra_args;
+        argv[n] = NULL;
+
+        d->pid = fork();
+        ck_assert_int_ge(d->pid, 0);
+        if (d->pid == 0) {
+                fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+                if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+                        _exit(126);
+                execv(argv[0], (char *const *) argv);
+                _exit(127);
+        }
+
+        for (int waited = 0; !socket_accepts(d->socket); waited += 20) {
+                int status;
+
+                ck_assert_msg(waitpid(d->pid, &status, WNOHANG) == 0, "cmwqd exited at start-up; log:\n%s",
+                              read_file(d->log));
+                ck_assert_msg(waited < 15000, "cmwqd did not listen within 15 s");
+                sleep_ms(20);
+        }
+}
+
+void cmwqd_stop(struct cmwqd *d) {
+        int status = 0;
+        pid_t r = 0;
+
+        if (d->pid <= 0)
+                return;
+        ck_assert_int_eq(kill(d->pid, SIGTERM), 0);
+        for (int waited = 0; waited < 15000 && (r = waitpid(d->pid, &status, WNOHANG)) == 0; waited += 20)
+                sleep_ms(20);
+        if (r == 0) {
+                kill(d->pid, SIGKILL);
+                waitpid(d->pid, &status, 0);
+                ck_abort_msg("cmwqd did not stop within 15 s of SIGTERM");
+        }
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                      "cmwqd did not exit cleanly (status 0x%x); log:\n%s", status, read_file(d->log));
+        d->pid = 0;
+}
+
+static void append(char **buf, size_t *len, const char *data, size_t n) {
+        *buf = realloc(*buf, *len + n + 1);
+        ck_assert_ptr_nonnull(*buf);
+        memcpy(*buf + *len, data, n);
+        *len += n;
+        (*buf)[*len] = 0;
+}
+
+int ctl_run(const struct cmwqd *d, uid_t uid, struct ctl_result *r, const char *const *args) {
+        const char *argv[64];
+        int out[2], err[2], n = 0, status;
+        size_t out_len = 0, err_len = 0;
+        pid_t pid;
+
+        argv[n++] = d->ctl;
+        argv[n++] = "--socket";
+        argv[n++] = d->socket;
+        for (; *args && n < 63; args++)
+                argv[n++] = *args;
+        argv[n] = NULL;
+
+        ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
+        ck_assert_int_eq(pipe2(err, O_CLOEXEC), 0);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                dup2(out[1], STDOUT_FILENO);
+                dup2(err[1], STDERR_FILENO);
+                if (uid != (uid_t) -1) {
+                        if (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
+                                _exit(126);
+                        if (chdir(d->dir) < 0)
+                                _exit(126);
+                }
+                unsetenv("CMWQ_SOCKET");
+                execv(argv[0], (char *const *) argv);
+                _exit(127);
+        }
+        close(out[1]);
+        close(err[1]);
+
+        r->out = calloc(1, 1);
+        r->err = calloc(1, 1);
+        struct pollfd fds[2] = { { .fd = out[0], .events = POLLIN }, { .fd = err[0], .events = POLLIN } };
+        for (int open_fds = 2; open_fds > 0;) {
+                char buf[4096];
+
+                ck_assert_int_ge(poll(fds, 2, -1), 0);
+                for (int k = 0; k < 2; k++) {
+                        ssize_t got;
+
+                        if (fds[k].fd < 0 || !fds[k].revents)
+                                continue;
+                        got = read(fds[k].fd, buf, sizeof(buf));
+                        if (got <= 0) {
+                                close(fds[k].fd);
+                                fds[k].fd = -1;
+                                open_fds--;
+                                continue;
+                        }
+                        if (k == 0)
+                                append(&r->out, &out_len, buf, got);
+                        else
+                                append(&r->err, &err_len, buf, got);
+                }
+        }
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        r->status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return r->status;
+}
+
+void ctl_result_free(struct ctl_result *r) {
+        free(r->out);
+        free(r->err);
+        r->out = r->err = NULL;
+}
+
+char *ctl_ok(const struct cmwqd *d, const char *const *args) {
+        struct ctl_result r;
+        size_t n;
+
+        ctl_run(d, (uid_t) -1, &r, args);
+        ck_assert_msg(r.status == 0, "cmwqctl %s ... exited %d: %s", args[0], r.status, r.err);
+        free(r.err);
+        n = strlen(r.out);
+        if (n > 0 && r.out[n - 1] == '\n')
+                r.out[n - 1] = 0;
+        return r.out;
+}
+
+char *read_file(const char *path) {
+        char *buf = calloc(1, 1);
+        size_t len = 0;
+        char chunk[4096];
+        ssize_t n;
+        int fd;
+
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return buf;
+        while ((n = read(fd, chunk, sizeof(chunk))) > 0)
+                append(&buf, &len, chunk, n);
+        close(fd);
+        return buf;
+}
+
+void test_path(const struct cmwqd *d, const char *name, char *buf, size_t size) {
+        snprintf(buf, size, "%s/%s", d->dir, name);
+        unlink(buf);
+}
+
+int count_lines(const char *path) {
+        char *s = read_file(path);
+        int n = 0;
+
+        for (char *p = s; *p; p++)
+                n += *p == '\n';
+        free(s);
+        return n;
+}
+
+bool wait_for_lines(const char *path, int lines, int timeout_ms) {
+        for (int waited = 0; waited <= timeout_ms; waited += 10) {
+                if (count_lines(path) >= lines)
+                        return true;
+                sleep_ms(10);
+        }
+        return false;
+}
+
+int read_spans(const char *path, struct span *spans, int max) {
+        char *s = read_file(path), *save = NULL;
+        int n = 0;
+
+        for (char *line = strtok_r(s, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                char tag[32], what[16];
+                long long ts;
+                int cpu, k;
+
+                if (sscanf(line, "%31s %15s %lld %d", tag, what, &ts, &cpu) != 4)
+                        continue;
+                for (k = 0; k < n; k++)
+                        if (strcmp(spans[k].tag, tag) == 0)
+                                break;
+                if (k == n) {
+                        if (n == max)
+                                continue;
+                        memset(&spans[n], 0, sizeof(spans[n]));
+                        snprintf(spans[n].tag, sizeof(spans[n].tag), "%s", tag);
+                        n++;
+                }
+                if (strcmp(what, "start") == 0) {
+                        spans[k].start = ts;
+                        spans[k].cpu = cpu;
+                } else if (strcmp(what, "end") == 0)
+                        spans[k].end = ts;
+        }
+        free(s);
+
+        int complete = 0;
+        for (int k = 0; k < n; k++)
+                if (spans[k].start && spans[k].end)
+                        spans[complete++] = spans[k];
+        return complete;
+}
+
+int max_overlap(const struct span *spans, int n) {
+        int best = 0;
+
+        /* The overlap peaks at some span's start. */
+        for (int k = 0; k < n; k++) {
+                int at = 0;
+                for (int j = 0; j < n; j++)
+                        if (spans[j].start <= spans[k].start && spans[j].end > spans[k].start)
+                                at++;
+                if (at > best)
+                        best = at;
+        }
+        return best;
+}
+
+const struct span *find_span(const struct span *spans, int n, const char *tag) {
+        for (int k = 0; k < n; k++)
+                if (strcmp(spans[k].tag, tag) == 0)
+                        return &spans[k];
+        return NULL;
+}

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/*
+ * Integration test harness: starts a real cmwqd (system mode, as root, on a
+ * private socket in a fresh directory) and runs the real cmwqctl against it.
+ * The daemon and cmwqctl under test come from $CMWQD and $CMWQCTL, the item
+ * program from $CMWQ_PROBE (all set by "make check").
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct cmwqd {
+        pid_t pid;
+        char dir[256];          /* 0755, holds socket, log, copies of the tools */
+        char socket[320];
+        char log[320];
+        char ctl[320];          /* cmwqctl, copied where any uid can run it */
+        char probe[320];
+};
+
+/* Starts the daemon with @extra_args (NULL-terminated, may be NULL) and waits
+ * until it accepts connections.  Fails the test if it cannot. */
+void cmwqd_start(struct cmwqd *d, const char *const *extra_args);
+/* SIGTERM; fails the test unless it exits 0 within 15 s. */
+void cmwqd_stop(struct cmwqd *d);
+
+struct ctl_result {
+        int status;             /* exit status, or 128 + signal */
+        char *out;
+        char *err;
+};
+
+/* Runs cmwqctl --socket SOCKET ARGS... (NULL-terminated) and returns its exit
+ * status.  @uid -1: as the test (root). */
+int ctl_run(const struct cmwqd *d, uid_t uid, struct ctl_result *r, const char *const *args);
+void ctl_result_free(struct ctl_result *r);
+
+#define CTL(d, r, ...) ctl_run(d, (uid_t) -1, r, (const char *const[]) { __VA_ARGS__, NULL })
+#define CTL_AS(d, uid, r, ...) ctl_run(d, uid, r, (const char *const[]) { __VA_ARGS__, NULL })
+
+/* Runs cmwqctl and fails the test unless it exits 0; returns its stdout
+ * without the trailing newline (free it). */
+char *ctl_ok(const struct cmwqd *d, const char *const *args);
+#define CTL_OK(d, ...) ctl_ok(d, (const char *const[]) { __VA_ARGS__, NULL })
+
+char *read_file(const char *path);
+/* A fresh file name in the daemon's directory, world-writable directory. */
+void test_path(const struct cmwqd *d, const char *name, char *buf, size_t size);
+
+/* Spans of the probe log: one per TAG that has both a start and an end. */
+struct span {
+        char tag[32];
+        int64_t start;
+        int64_t end;
+        int cpu;
+};
+/* Parses @path; returns the number of complete spans (at most @max). */
+int read_spans(const char *path, struct span *spans, int max);
+/* The largest number of spans running at one instant. */
+int max_overlap(const struct span *spans, int n);
+const struct span *find_span(const struct span *spans, int n, const char *tag);
+
+/* Waits up to @timeout_ms for @path to have at least @lines lines. */
+bool wait_for_lines(const char *path, int lines, int timeout_ms);
+int count_lines(const char *path);

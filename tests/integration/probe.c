@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The work item the integration tests submit.  It appends what it did, with
+ * CLOCK_MONOTONIC timestamps (comparable across processes), to a log file so
+ * that a test can tell which items overlapped.
+ *
+ *   probe spin MS LOG TAG     burn MS ms of CPU time
+ *   probe sleep MS LOG TAG    sleep MS ms
+ *   probe cpu                 print the CPU it runs on
+ *   probe exit N              exit with status N
+ *   probe tempfail LOG TAG N  exit 75 (requeue me) until it has run N times
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int64_t now_ns(clockid_t clock) {
+        struct timespec ts;
+        clock_gettime(clock, &ts);
+        return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void log_line(const char *path, const char *tag, const char *what) {
+        char line[256];
+        int fd, n;
+
+        n = snprintf(line, sizeof(line), "%s %s %lld %d\n", tag, what, (long long) now_ns(CLOCK_MONOTONIC),
+                     sched_getcpu());
+        fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+        if (fd < 0) {
+                perror(path);
+                exit(2);
+        }
+        /* One write per line: O_APPEND keeps lines of concurrent items whole. */
+        if (write(fd, line, n) != n)
+                exit(2);
+        close(fd);
+}
+
+static int count_lines(const char *path, const char *tag) {
+        char line[256];
+        FILE *f = fopen(path, "re");
+        int n = 0;
+
+        if (!f)
+                return 0;
+        while (fgets(line, sizeof(line), f))
+                if (strncmp(line, tag, strlen(tag)) == 0 && line[strlen(tag)] == ' ')
+                        n++;
+        fclose(f);
+        return n;
+}
+
+int main(int argc, char **argv) {
+        if (argc >= 5 && strcmp(argv[1], "spin") == 0) {
+                int64_t ms = atoll(argv[2]), start;
+
+                log_line(argv[3], argv[4], "start");
+                start = now_ns(CLOCK_THREAD_CPUTIME_ID);
+                while (now_ns(CLOCK_THREAD_CPUTIME_ID) - start < ms * 1000000)
+                        ;
+                log_line(argv[3], argv[4], "end");
+                return 0;
+        }
+        if (argc >= 5 && strcmp(argv[1], "sleep") == 0) {
+                int64_t ms = atoll(argv[2]);
+                struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+
+                log_line(argv[3], argv[4], "start");
+                nanosleep(&ts, NULL);
+                log_line(argv[3], argv[4], "end");
+                return 0;
+        }
+        if (argc >= 2 && strcmp(argv[1], "cpu") == 0) {
+                printf("%d\n", sched_getcpu());
+                return 0;
+        }
+        if (argc >= 3 && strcmp(argv[1], "exit") == 0)
+                return atoi(argv[2]);
+        if (argc >= 5 && strcmp(argv[1], "tempfail") == 0) {
+                log_line(argv[2], argv[3], "run");
+                return count_lines(argv[2], argv[3]) < atoi(argv[4]) ? 75 : 0;
+        }
+        fprintf(stderr, "usage: probe spin|sleep MS LOG TAG | cpu | exit N | tempfail LOG TAG N\n");
+        return 2;
+}

@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The shell user's first steps: create, submit, wait, show, list, destroy. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+static struct cmwqd d;
+
+static void setup(void) {
+        cmwqd_start(&d, NULL);
+}
+
+static void teardown(void) {
+        cmwqd_stop(&d);
+}
+
+START_TEST(test_submit_wait_prints_output_and_exit_status) {
+        struct ctl_result r;
+
+        CTL(&d, &r, "submit", "system", "--wait", "--", "/bin/sh", "-c", "echo hello; echo oops >&2; exit 7");
+        ck_assert_int_eq(r.status, 7);
+        ck_assert_str_eq(r.out, "hello\n");
+        ck_assert_msg(strstr(r.err, "oops\n"), "stderr was: %s", r.err);
+        ctl_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_submit_prints_id_then_wait_and_show) {
+        struct ctl_result r;
+        char *id, *shown;
+
+        id = CTL_OK(&d, "submit", "system", "--", "/bin/echo", "from-the-queue");
+        ck_assert_msg(strtoull(id, NULL, 10) > 0, "submit printed '%s', not an id", id);
+
+        CTL(&d, &r, "wait", id);
+        ck_assert_int_eq(r.status, 0);
+        ck_assert_str_eq(r.out, "from-the-queue\n");
+        ctl_result_free(&r);
+
+        shown = CTL_OK(&d, "show", id);
+        ck_assert_msg(strstr(shown, "finished"), "show said: %s", shown);
+        ck_assert_msg(strstr(shown, "/bin/echo"), "show said: %s", shown);
+        free(shown);
+        free(id);
+}
+END_TEST
+
+START_TEST(test_create_list_destroy) {
+        struct ctl_result r;
+        char *out;
+
+        free(CTL_OK(&d, "create", "mine", "--max-active", "3"));
+        out = CTL_OK(&d, "list");
+        ck_assert_msg(strstr(out, "mine"), "list said: %s", out);
+        ck_assert_msg(strstr(out, "system_unbound"), "the built-in queues are missing: %s", out);
+        free(out);
+
+        out = CTL_OK(&d, "--json", "list");
+        ck_assert_msg(strstr(out, "\"mine\""), "list --json said: %s", out);
+        ck_assert_msg(out[0] == '[' || out[0] == '{', "not JSON: %s", out);
+        free(out);
+
+        CTL(&d, &r, "create", "mine");
+        ck_assert_int_eq(r.status, 1);
+        ck_assert_msg(strstr(r.err, "already exists"), "stderr: %s", r.err);
+        ctl_result_free(&r);
+
+        free(CTL_OK(&d, "destroy", "mine"));
+        out = CTL_OK(&d, "list");
+        ck_assert_msg(!strstr(out, "mine "), "destroyed queue still listed: %s", out);
+        free(out);
+}
+END_TEST
+
+START_TEST(test_unknown_queue_is_one_clear_line) {
+        struct ctl_result r;
+
+        CTL(&d, &r, "submit", "no-such-queue", "--", "/bin/true");
+        ck_assert_int_eq(r.status, 1);
+        ck_assert_msg(strstr(r.err, "no-such-queue"), "stderr: %s", r.err);
+        ck_assert_msg(strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "more than one line: %s", r.err);
+        ctl_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_pools_and_stats) {
+        char *out;
+
+        free(CTL_OK(&d, "submit", "system", "--wait", "--", "/bin/true"));
+        out = CTL_OK(&d, "pools");
+        ck_assert_msg(strstr(out, "unbound"), "pools said: %s", out);
+        free(out);
+        out = CTL_OK(&d, "--json", "stats");
+        ck_assert_msg(strstr(out, "\"system\""), "stats said: %s", out);
+        free(out);
+}
+END_TEST
+
+START_TEST(test_stdin_payload_and_environment) {
+        char path[400], *out;
+        FILE *f;
+
+        test_path(&d, "payload", path, sizeof(path));
+        f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs("line one\nline two\n", f);
+        fclose(f);
+
+        out = CTL_OK(&d, "submit", "system", "--stdin", path, "--wait", "--", "/bin/cat");
+        ck_assert_str_eq(out, "line one\nline two");
+        free(out);
+
+        setenv("CMWQ_TEST_MARKER", "marker-value", 1);
+        out = CTL_OK(&d, "submit", "system", "--wait", "--", "/bin/sh", "-c", "echo $CMWQ_TEST_MARKER");
+        ck_assert_str_eq(out, "marker-value");
+        free(out);
+}
+END_TEST
+
+START_TEST(test_cwd_is_the_submitters) {
+        char *out;
+
+        ck_assert_int_eq(chdir(d.dir), 0);
+        out = CTL_OK(&d, "submit", "system", "--wait", "--", "/bin/pwd");
+        ck_assert_str_eq(out, d.dir);
+        free(out);
+}
+END_TEST
+
+START_TEST(test_exec_failure_reported) {
+        struct ctl_result r;
+
+        CTL(&d, &r, "submit", "system", "--wait", "--", "/nonexistent/program");
+        ck_assert_int_eq(r.status, 127);
+        ck_assert_msg(strstr(r.err, "No such file"), "stderr: %s", r.err);
+        ctl_result_free(&r);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("basic");
+        TCase *tc = tcase_create("basic");
+        SRunner *sr;
+        int failed;
+
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, test_submit_wait_prints_output_and_exit_status);
+        tcase_add_test(tc, test_submit_prints_id_then_wait_and_show);
+        tcase_add_test(tc, test_create_list_destroy);
+        tcase_add_test(tc, test_unknown_queue_is_one_clear_line);
+        tcase_add_test(tc, test_pools_and_stats);
+        tcase_add_test(tc, test_stdin_payload_and_environment);
+        tcase_add_test(tc, test_cwd_is_the_submitters);
+        tcase_add_test(tc, test_exec_failure_reported);
+        suite_add_tcase(s, tc);
+
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? 0 : 1;
+}
