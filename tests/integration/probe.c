@@ -10,7 +10,6 @@
  *   probe exit N              exit with status N
  *   probe tempfail LOG TAG N  exit 75 (requeue me) until it has run N times
  */
-#define _GNU_SOURCE
 #include <fcntl.h>
 #include <sched.h>
 #include <stdint.h>
