@@ -114,6 +114,7 @@ struct item {
         struct item *hash_next;
         uint64_t seq;                   /* flush ordering within the queue */
         struct work_key *key;
+        char *key_name;                 /* kept in the history too */
         struct event *timer;            /* delay, back-off */
         bool cancel_requested;
 

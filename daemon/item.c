@@ -86,6 +86,7 @@ struct item *item_free(struct item *i) {
         free(i->payload);
         free(i->groups);
         free(i->wq_name);
+        free(i->key_name);
         free(i->out);
         free(i->err);
         free(i);
@@ -519,7 +520,8 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
                 i->n_groups = caller->n_groups;
         }
         if (a->key) {
-                key = work_key_get(wq, a->key);
+                i->key_name = strdup(a->key);
+                key = i->key_name ? work_key_get(wq, a->key) : NULL;
                 if (!key)
                         goto fail;
                 key->pending = i;
@@ -625,5 +627,5 @@ int core_item_cancel(struct core *c, const struct core_caller *caller, uint64_t 
 }
 
 const char *item_key_name(const struct item *i) {
-        return i->key ? i->key->name : NULL;
+        return i->key_name;
 }

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -140,6 +142,53 @@ START_TEST(test_exec_failure_reported) {
 }
 END_TEST
 
+static long context_switches(pid_t pid) {
+        char path[64], *status, *p;
+        long total = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int) pid);
+        status = read_file(path);
+        for (p = status; (p = strstr(p, "ctxt_switches:")); p++)
+                total += strtol(p + strlen("ctxt_switches:"), NULL, 10);
+        free(status);
+        return total;
+}
+
+START_TEST(test_idle_daemon_never_wakes_up) {
+        long before, after;
+
+        /* Let it finish start-up and a first client, then watch it idle. */
+        free(CTL_OK(&d, "submit", "system", "--wait", "--", "/bin/true"));
+        usleep(500 * 1000);
+        before = context_switches(d.pid);
+        usleep(2 * 1000 * 1000);
+        after = context_switches(d.pid);
+        ck_assert_msg(after == before, "an idle cmwqd woke up %ld times in 2 s", after - before);
+}
+END_TEST
+
+START_TEST(test_plugin_found_in_plugin_dir) {
+        struct cmwqd pd;
+        char plugins[400], script[500], *out;
+        FILE *f;
+
+        snprintf(plugins, sizeof(plugins), "%s/plugins", d.dir);
+        ck_assert_int_eq(mkdir(plugins, 0755), 0);
+        snprintf(script, sizeof(script), "%s/hello-plugin", plugins);
+        f = fopen(script, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs("#!/bin/sh\necho plugin says $1\n", f);
+        fclose(f);
+        ck_assert_int_eq(chmod(script, 0755), 0);
+
+        cmwqd_start(&pd, (const char *const[]) { "--plugin-dir", plugins, NULL });
+        out = CTL_OK(&pd, "submit", "system", "--wait", "--", "hello-plugin", "hi");
+        ck_assert_str_eq(out, "plugin says hi");
+        free(out);
+        cmwqd_stop(&pd);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("basic");
         TCase *tc = tcase_create("basic");
@@ -156,6 +205,8 @@ int main(void) {
         tcase_add_test(tc, test_stdin_payload_and_environment);
         tcase_add_test(tc, test_cwd_is_the_submitters);
         tcase_add_test(tc, test_exec_failure_reported);
+        tcase_add_test(tc, test_idle_daemon_never_wakes_up);
+        tcase_add_test(tc, test_plugin_found_in_plugin_dir);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
