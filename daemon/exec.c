@@ -592,6 +592,12 @@ _Noreturn static void exec_child(const struct exec_child *c) {
                         child_fail(error_fd, errno);
         }
 
+        /* The daemon runs SCHED_BATCH (so that watching items does not
+         * preempt them); the item gets the ordinary policy back. */
+        struct sched_param param = { .sched_priority = 0 };
+        if (sched_setscheduler(0, SCHED_OTHER, &param) < 0)
+                child_fail(error_fd, errno);
+
         /* While still privileged, so a root daemon can raise priority.  An
          * unprivileged daemon asked for more than it may give keeps its own. */
         if (setpriority(PRIO_PROCESS, 0, c->nice) < 0 && errno != EACCES && errno != EPERM)

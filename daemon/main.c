@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <getopt.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,6 +185,16 @@ int main(int argc, char **argv) {
                 } else
                         socket_path = SYSTEM_SOCKET_PATH;
         }
+
+        /* SCHED_BATCH: a perf record wakes us on the CPU of the item that
+         * wrote it; under SCHED_OTHER that wake-up would preempt the item
+         * (and make more records).  A blocking item leaves its CPU free, so
+         * blocks are still seen at once; a wake-up is seen when we next run,
+         * which needs no hurry.  Measured: a watched CPU-bound item ran
+         * 20-70% slower under SCHED_OTHER, at full speed under SCHED_BATCH. */
+        struct sched_param param = { .sched_priority = 0 };
+        if (sched_setscheduler(0, SCHED_BATCH, &param) < 0)
+                log_warning_errno(-errno, "Cannot switch to SCHED_BATCH, items may be slowed down: %m");
 
         /* Clients that vanish must not kill us; items get default dispositions back. */
         signal(SIGPIPE, SIG_IGN);

@@ -53,18 +53,41 @@
  * PERF_RECORD_SWITCH is not a sample, so wakeup_events never fires for it;
  * watermark = 1 with wakeup_watermark = 1 wakes the loop for every record.
  *
- * Latency measured on the 2-CPU development VM (kernel 6.18): from the
- * worker's last instruction before a blocking nanosleep() to the callback
- * reporting "blocked" in the daemon's loop, median 41 us, p90 73 us, max
- * ~0.4 ms over 400 blocks (the perf record itself is written ~4 us after the
- * last instruction; the rest is the irq_work wake-up and the loop).  The
- * proc sampler's latency is the sampling interval plus one pass, i.e. about
- * 1-2 ms.
+ * Latency, measured on the 2-CPU development VM (kernel 6.18, HZ=250, busy
+ * with other builds): from a worker's last instruction before a blocking
+ * nanosleep() to the "blocked" callback in the daemon's loop, median 43-65 us
+ * over runs of 300-400 blocks (p90 70-200 us), matching DESIGN's ~50 us; the
+ * tail reaches a few ms when no CPU is free for the daemon.  The raw ring
+ * alone (poll + read, no libevent) shows a median of ~30-50 us.
+ *
+ * Scheduling matters more than this code (measured with a worker that
+ * spins 2 ms and sleeps 5 ms, and with two CPU-bound items pinned to the
+ * two CPUs):
+ *  - At SCHED_OTHER, a record wakes the daemon on the CPU where it was
+ *    written, EEVDF lets it preempt the watched worker there, and that
+ *    preemption writes the next two records: a self-sustaining ping-pong.
+ *    Two watched CPU-bound items took 20-70% longer and the daemon used
+ *    ~25-30% of a CPU.  The wake-up (switch-in) of a worker is also often
+ *    seen only ~2 ms late (p90), so short run phases merge.
+ *  - At SCHED_BATCH (no wake-up preemption) the daemon's own ping-pong is
+ *    gone (in quiet runs 10 ms of daemon CPU instead of ~250 ms, and no
+ *    slowdown; preemptions by other tasks still wake it); blocks are
+ *    still seen in ~45 us since the blocking CPU is free, but a wake-up is
+ *    seen only when the daemon next runs -- harmless for concurrency
+ *    management, as the kernel's wq_worker_running() triggers nothing.
+ *  - At SCHED_FIFO the daemon preempts its workers on every record and
+ *    (with watched workers on every CPU) live-locks.  Do not.
+ *
+ * The proc sampler's latency is one interval plus one pass (median 0.9 ms
+ * at 1 ms) -- provided the event_base uses EVENT_BASE_FLAG_PRECISE_TIMER:
+ * by default libevent 2.1 reads CLOCK_MONOTONIC_COARSE, which advances per
+ * jiffy, and a 1 ms timer then fires every ~6.5 ms (measured, HZ=250).
  *
  * Caveats: CPUs that come online after sleepwatch_new() have no ring, so a
  * task that runs there is not seen.  An execve() of a set-user-ID or
  * file-capability program detaches perf from that task (the kernel emits
- * PERF_RECORD_EXIT for it): it then counts as gone, i.e. not running.
+ * PERF_RECORD_EXIT for it at that execve(), verified with mount(8)): it
+ * then counts as gone, i.e. not running, and its children are not seen.
  */
 
 #include <dirent.h>
@@ -94,13 +117,14 @@
 #define SLEEPWATCH_RING_DATA_PAGES 8u
 
 /*
- * The proc sampler's period.  1 ms: a pass costs about 5 us per sampled
- * thread (rewinddir + getdents on /proc/PID/task, then open/read/close of
- * each thread's stat, measured), so a handful of sampled targets stay well
- * under 1% of a CPU, while the delay with which a blocked item is noticed --
- * the time its CPU may idle with work pending -- stays at the scale of the
- * kernel's own scheduling tick.  Much shorter would make the daemon itself
- * a noticeable CPU load; this is the fallback path, perf is the fast one.
+ * The proc sampler's period.  1 ms: sampling costs 4-5 us per thread of a
+ * sampled process (rewinddir + getdents on /proc/PID/task, then
+ * open/read/close of each thread's stat; measured), i.e. ~0.5% of a CPU per
+ * sampled thread, while the delay with which a block is noticed -- the time
+ * a CPU may idle with work pending -- stays below one scheduler tick
+ * (4 ms at HZ=250).  2 ms would halve the cost and double that idle time;
+ * much shorter would make the daemon a CPU load of its own.  This is the
+ * fallback; perf is the fast path.
  */
 #define SLEEPWATCH_PROC_INTERVAL_USEC 1000u
 
