@@ -11,6 +11,10 @@
 #include "cmwqctl-util.h"
 #include "util.h"
 
+/* The kernel's WQ_MAX_ACTIVE, the documented upper limit of max_active: a
+ * larger value is a usage error, found before asking cmwqd. */
+#define CTL_MAX_ACTIVE 512u
+
 int verb_create(Context *ctx, int argc, char **argv) {
         static const struct option options[] = {
                 COMMON_OPTIONS,
@@ -40,8 +44,9 @@ int verb_create(Context *ctx, int argc, char **argv) {
                 case ARG_FREEZABLE:     flags |= CMWQ__WORKQUEUE_FLAG__FLAG_FREEZABLE; break;
                 case ARG_MEM_RECLAIM:   flags |= CMWQ__WORKQUEUE_FLAG__FLAG_MEM_RECLAIM; break;
                 case ARG_MAX_ACTIVE:
-                        if (parse_uint32(optarg, &max_active) < 0)
-                                return usage_error("create: invalid --max-active value '%s'", optarg);
+                        if (parse_uint32(optarg, &max_active) < 0 || max_active > CTL_MAX_ACTIVE)
+                                return usage_error("create: invalid --max-active value '%s' (0-%u)", optarg,
+                                                   CTL_MAX_ACTIVE);
                         has_max_active = true;
                         break;
                 default:
@@ -113,8 +118,9 @@ int verb_set_max_active(Context *ctx, int argc, char **argv) {
         r = parse_name("set-max-active", argv[optind], &name);
         if (r != 0)
                 return r;
-        if (parse_uint32(argv[optind + 1], &n) < 0)
-                return usage_error("set-max-active: invalid max_active '%s'", argv[optind + 1]);
+        if (parse_uint32(argv[optind + 1], &n) < 0 || n > CTL_MAX_ACTIVE)
+                return usage_error("set-max-active: invalid max_active '%s' (0-%u)", argv[optind + 1],
+                                   CTL_MAX_ACTIVE);
 
         set.name = (char *) name;
         set.max_active = n;

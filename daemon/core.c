@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <errno.h>
+#include <sched.h>
 #include <event2/event.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -29,12 +30,24 @@ void core_waiter_init(struct core_waiter *w, void (*done)(struct core_waiter *w,
 }
 
 void core_waiter_cancel(struct core_waiter *w) {
-        if (w && list_linked(&w->entry))
-                list_del_init(&w->entry);
+        struct workqueue *wq;
+
+        if (!w || !list_linked(&w->entry))
+                return;
+        list_del_init(&w->entry);
+
+        /* drain_workqueue() refuses new work only while someone drains: with
+         * the last drainer gone the queue takes work again.  A destroy goes
+         * on whether or not its caller waits for it. */
+        wq = w->drain_wq;
+        if (wq && list_empty(&wq->drainers) && !wq->destroying)
+                wq->draining = false;
 }
 
+/* Root, and the user the daemon runs as: the owner of a --user instance may
+ * do there what root may do in the system instance. */
 bool caller_is_privileged(const struct core_caller *caller) {
-        return caller->uid == 0;
+        return caller->uid == 0 || caller->uid == geteuid();
 }
 
 /* The built-in queues of the kernel that make sense for a shell user. */
@@ -80,6 +93,9 @@ int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_c
         /* Bound pools exist for every CPU the kernel knows of; a queue to an
          * offline CPU is refused at submission. */
         c->nr_cpus = (unsigned) get_nprocs_conf();
+        if (sched_getaffinity(0, sizeof(c->cpus_allowed), &c->cpus_allowed) < 0)
+                for (unsigned cpu = 0; cpu < c->nr_cpus && cpu < CPU_SETSIZE; cpu++)
+                        CPU_SET(cpu, &c->cpus_allowed);
         c->cpu_pools = calloc((size_t) c->nr_cpus * 2, sizeof(struct pool));
         c->item_hash_size = 1024;
         c->item_hash = calloc(c->item_hash_size, sizeof(struct item *));

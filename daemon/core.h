@@ -16,6 +16,7 @@
  * and is never called back.
  */
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -25,6 +26,7 @@
 #include "pool.h"
 #include "sleepwatch.h"
 
+struct cgroup_root;
 struct event;
 struct event_base;
 
@@ -79,6 +81,7 @@ struct core_waiter {
         void (*done)(struct core_waiter *w, int r);
         uint64_t flush_seq;             /* core-private */
         uint64_t item_id;               /* core-private */
+        struct workqueue *drain_wq;     /* core-private */
 };
 
 void core_waiter_init(struct core_waiter *w, void (*done)(struct core_waiter *w, int r));
@@ -206,6 +209,7 @@ struct core_config {
         char **plugin_dirs;             /* NULL-terminated */
         unsigned history_max;
         uint64_t freeze_timeout_usec;
+        struct cgroup_root *cgroups;    /* borrowed; NULL: items contained by process group only */
 };
 
 struct core {
@@ -213,6 +217,7 @@ struct core {
         struct sleepwatch *sleepwatch;
         struct core_config config;
         unsigned nr_cpus;
+        cpu_set_t cpus_allowed;         /* online CPUs in our affinity mask */
         struct pool *cpu_pools;         /* [cpu * 2 + highpri] */
         struct pool unbound_pools[2];   /* [highpri] */
         struct list_head workqueues;

@@ -24,6 +24,14 @@
  * SIGCHLD, so nothing here blocks the loop; the process group of a finished
  * item is killed while its leader is still an unreaped zombie, which pins
  * the pid and therefore the group id against reuse.
+ *
+ * With a cgroup (spec->cgroups), the child joins it before anything else, by
+ * writing "0" into its cgroup.procs while still privileged.  Why not
+ * clone3(CLONE_INTO_CGROUP), which puts the child there atomically: it would
+ * replace glibc's fork() by a raw system call (no atfork handlers, nothing
+ * the sanitizers intercept) for the saving of one write() in a child that
+ * runs none of the item's code before it.  The process group stays: it is
+ * what works where no cgroup can be had, and killpg() is cheap.
  */
 
 #include <errno.h>
@@ -44,6 +52,7 @@
 #include <event2/event.h>
 #include <event2/event_struct.h>
 
+#include "cgroup.h"
 #include "exec.h"
 #include "util.h"
 
@@ -77,6 +86,11 @@ struct exec_proc {
         pid_t pid;
         int pidfd;
         int errfd;                      /* read end of the child's error pipe */
+        int exec_errno;                 /* what came through it, once read */
+        struct event ev_errfd;          /* EOF there: the child has exec'd */
+        bool ev_errfd_assigned;
+        bool execd;
+        uint64_t cpu_at_exec_usec;      /* the child's own set-up, not the item's */
         struct event ev_exit;
         bool ev_exit_assigned;
         struct event ev_timer;
@@ -84,6 +98,7 @@ struct exec_proc {
         struct exec_stream out;
         struct exec_stream err;
         struct sleepwatch_target *target;
+        struct cgroup_item *cgroup;     /* NULL: process group only */
         exec_done_cb done;
         void *userdata;
         uint64_t started_usec;
@@ -112,6 +127,7 @@ struct exec_child {
         int stderr_fd;
         int go_fd;
         int error_fd;
+        int cgroup_fd;                  /* the item cgroup's cgroup.procs, or -1 */
 };
 
 static void exec_stream_init(struct exec_stream *s, size_t limit) {
@@ -134,6 +150,19 @@ static void exec_stream_done(struct exec_stream *s) {
         free(s->buf);
         s->buf = NULL;
         s->len = s->cap = 0;
+}
+
+/* Hands the captured bytes out, trimmed to what was read: the daemon keeps
+ * results of thousands of finished items, most of which printed nothing. */
+static char *exec_stream_take(struct exec_stream *s) {
+        char *b = TAKE_PTR(s->buf), *shrunk;
+
+        if (s->len == 0) {
+                free(b);
+                return NULL;
+        }
+        shrunk = realloc(b, s->len);
+        return shrunk ? shrunk : b;
 }
 
 /*
@@ -213,6 +242,13 @@ static void exec_proc_kill_group(struct exec_proc *p) {
         (void) kill(p->pid, SIGKILL);
 }
 
+/* The group, and all of the cgroup, where what left the group still is. */
+static void exec_proc_kill_tree(struct exec_proc *p) {
+        exec_proc_kill_group(p);
+        if (p->cgroup)
+                (void) cgroup_item_kill(p->cgroup);
+}
+
 static bool exec_proc_has_exited(const struct exec_proc *p) {
         siginfo_t si = {};
 
@@ -223,11 +259,73 @@ static bool exec_proc_has_exited(const struct exec_proc *p) {
         return si.si_pid != 0;
 }
 
+/* CPU time of the main process so far, from the scheduler's own accounting
+ * (nanoseconds in /proc/PID/schedstat); UINT64_MAX if it cannot be read. */
+static uint64_t exec_proc_main_cpu_usec(const struct exec_proc *p) {
+        char path[64], buf[128];
+        unsigned long long ns;
+        ssize_t n;
+        int fd;
+
+        snprintf(path, sizeof(path), "/proc/%d/schedstat", (int) p->pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return UINT64_MAX;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return UINT64_MAX;
+        buf[n] = 0;
+        if (sscanf(buf, "%llu", &ns) != 1)
+                return UINT64_MAX;
+        return ns / 1000;
+}
+
+uint64_t exec_proc_cpu_usec(const struct exec_proc *p) {
+        uint64_t now;
+
+        if (!p->execd)
+                return 0;
+        now = exec_proc_main_cpu_usec(p);
+        if (now == UINT64_MAX || p->cpu_at_exec_usec == UINT64_MAX)
+                return UINT64_MAX;
+        return now > p->cpu_at_exec_usec ? now - p->cpu_at_exec_usec : 0;
+}
+
+/* The error pipe is close-on-exec: EOF on it means the child has exec'd
+ * the item's program, an errno means setting up or exec failed.  Only from
+ * then on do the child's sleeps mean anything to the sleep detector: before,
+ * it may sleep in the kernel for its own set-up (joining its cgroup waits for
+ * an RCU grace period, moving to its CPU waits for the migration). */
+static void exec_proc_on_errfd(evutil_socket_t fd, short what, void *userdata) {
+        struct exec_proc *p = userdata;
+        ssize_t n;
+        int e = 0;
+
+        n = read(fd, &e, sizeof(e));
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+                (void) event_add(&p->ev_errfd, NULL);
+                return;
+        }
+        if (n == (ssize_t) sizeof(e) && e > 0) {
+                p->exec_errno = e;
+                return;
+        }
+        if (n != 0)
+                return;
+        p->execd = true;
+        p->cpu_at_exec_usec = exec_proc_main_cpu_usec(p);
+        if (p->target)
+                sleepwatch_target_exec_seen(p->target);
+}
+
 static struct exec_proc *exec_proc_free(struct exec_proc *p) {
         if (!p)
                 return NULL;
 
         p->target = sleepwatch_target_free(p->target);
+        if (p->ev_errfd_assigned)
+                event_del(&p->ev_errfd);
         if (p->ev_exit_assigned)
                 event_del(&p->ev_exit);
         if (p->ev_timer_assigned)
@@ -240,6 +338,8 @@ static struct exec_proc *exec_proc_free(struct exec_proc *p) {
                 if (waitpid(p->pid, NULL, WNOHANG) == p->pid)
                         p->reaped = true;
         }
+        /* Kills what is left in it, and removes it once empty. */
+        p->cgroup = cgroup_item_release(p->cgroup, p->base);
         if (p->pidfd >= 0)
                 close(p->pidfd);
         if (p->errfd >= 0)
@@ -284,22 +384,28 @@ static void exec_proc_on_exit(evutil_socket_t fd, short what, void *userdata) {
         else
                 r.exit_status = WEXITSTATUS(status);
 
+        /* The whole tree's time, also of what the leader never waited for;
+         * then what outlived the leader is killed, and the cgroup goes. */
+        if (!p->cgroup || cgroup_item_cpu_usec(p->cgroup, &r.cpu_usec) < 0)
+                r.cpu_usec = (uint64_t) ru.ru_utime.tv_sec * USEC_PER_SEC + (uint64_t) ru.ru_utime.tv_usec +
+                             (uint64_t) ru.ru_stime.tv_sec * USEC_PER_SEC + (uint64_t) ru.ru_stime.tv_usec;
+        p->cgroup = cgroup_item_release(p->cgroup, p->base);
+
         exec_stream_drain(&p->out);
         exec_stream_drain(&p->err);
 
-        if (read(p->errfd, &e, sizeof(e)) == (ssize_t) sizeof(e) && e > 0)
+        if (p->exec_errno)
+                r.exec_errno = p->exec_errno;
+        else if (read(p->errfd, &e, sizeof(e)) == (ssize_t) sizeof(e) && e > 0)
                 r.exec_errno = e;
-
-        r.cpu_usec = (uint64_t) ru.ru_utime.tv_sec * USEC_PER_SEC + (uint64_t) ru.ru_utime.tv_usec +
-                     (uint64_t) ru.ru_stime.tv_sec * USEC_PER_SEC + (uint64_t) ru.ru_stime.tv_usec;
         r.started_usec = p->started_usec;
         r.finished_usec = now_usec(CLOCK_REALTIME);
         r.timed_out = p->timed_out;
         r.killed = p->killed;
-        r.out = TAKE_PTR(p->out.buf);
+        r.out = exec_stream_take(&p->out);
         r.out_len = p->out.len;
         r.out_truncated = p->out.truncated;
-        r.err = TAKE_PTR(p->err.buf);
+        r.err = exec_stream_take(&p->err);
         r.err_len = p->err.len;
         r.err_truncated = p->err.truncated;
 
@@ -318,14 +424,14 @@ static void exec_proc_on_timeout(evutil_socket_t fd, short what, void *userdata)
         if (exec_proc_has_exited(p))
                 return;
         p->timed_out = true;
-        exec_proc_kill_group(p);
+        exec_proc_kill_tree(p);
 }
 
 void exec_proc_kill(struct exec_proc *p) {
         if (!p || exec_proc_has_exited(p))
                 return;
         p->killed = true;
-        exec_proc_kill_group(p);
+        exec_proc_kill_tree(p);
 }
 
 pid_t exec_proc_pid(const struct exec_proc *p) {
@@ -556,6 +662,11 @@ _Noreturn static void exec_child(const struct exec_child *c) {
         if (error_fd < 0)
                 child_fail(c->error_fd, errno);
 
+        /* Into the item's cgroup before anything else, so that whatever the
+         * item starts is born there. */
+        if (c->cgroup_fd >= 0 && write(c->cgroup_fd, "0", 1) != 1)
+                child_fail(error_fd, errno);
+
         if (setpgid(0, 0) < 0)
                 child_fail(error_fd, errno);
 
@@ -663,6 +774,7 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
         static char *const empty_env[] = { NULL };
         _cleanup_(exec_proc_freep) struct exec_proc *p = NULL;
         _cleanup_(closep) int stdin_fd = -1;
+        _cleanup_(closep) int cgroup_fd = -1;
         _cleanup_(exec_close_pairp) int out_pipe[2] = { -1, -1 };
         _cleanup_(exec_close_pairp) int err_pipe[2] = { -1, -1 };
         _cleanup_(exec_close_pairp) int error_pipe[2] = { -1, -1 };
@@ -705,6 +817,15 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
         exec_stream_init(&p->out, limit);
         exec_stream_init(&p->err, limit);
 
+        if (spec->cgroups) {
+                r = cgroup_item_new(spec->cgroups, &p->cgroup);
+                if (r < 0)
+                        return r;
+                r = cgroup_item_open_procs(p->cgroup, &cgroup_fd);
+                if (r < 0)
+                        return r;
+        }
+
         r = exec_open_stdin(spec->payload, spec->payload_len, &stdin_fd);
         if (r < 0)
                 return r;
@@ -742,6 +863,7 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
                 .stderr_fd = err_pipe[1],
                 .go_fd = go[1],
                 .error_fd = error_pipe[1],
+                .cgroup_fd = cgroup_fd,
         };
 
         /* No signal may run one of the daemon's handlers in the child before
@@ -763,6 +885,7 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
 
         /* The child's ends. */
         stdin_fd = exec_fd_close(stdin_fd);
+        cgroup_fd = exec_fd_close(cgroup_fd);
         out_pipe[1] = exec_fd_close(out_pipe[1]);
         err_pipe[1] = exec_fd_close(err_pipe[1]);
         error_pipe[1] = exec_fd_close(error_pipe[1]);
@@ -780,16 +903,19 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
                         goto abort;
         }
 
-        if (event_assign(&p->ev_exit, base, p->pidfd, EV_READ, exec_proc_on_exit, p) < 0 ||
+        if (event_assign(&p->ev_errfd, base, p->errfd, EV_READ, exec_proc_on_errfd, p) < 0 ||
+            event_assign(&p->ev_exit, base, p->pidfd, EV_READ, exec_proc_on_exit, p) < 0 ||
             event_assign(&p->out.ev, base, p->out.fd, EV_READ | EV_PERSIST, exec_stream_on_read, &p->out) < 0 ||
             event_assign(&p->err.ev, base, p->err.fd, EV_READ | EV_PERSIST, exec_stream_on_read, &p->err) < 0 ||
             evtimer_assign(&p->ev_timer, base, exec_proc_on_timeout, p) < 0) {
                 r = -EINVAL;
                 goto abort;
         }
-        p->ev_exit_assigned = p->out.ev_assigned = p->err.ev_assigned = p->ev_timer_assigned = true;
+        p->ev_errfd_assigned = p->ev_exit_assigned = p->out.ev_assigned = p->err.ev_assigned =
+                p->ev_timer_assigned = true;
 
-        if (event_add(&p->ev_exit, NULL) < 0 ||
+        if (event_add(&p->ev_errfd, NULL) < 0 ||
+            event_add(&p->ev_exit, NULL) < 0 ||
             event_add(&p->out.ev, NULL) < 0 ||
             event_add(&p->err.ev, NULL) < 0) {
                 r = -ENOMEM;

@@ -6,8 +6,10 @@
  * its output captured, reaped through a pidfd.
  *
  * The child, before execve():
+ *   - joins its own cgroup first, when spec->cgroups is given (see cgroup.h),
  *   - gets its own process group (setpgid(0, 0)), so that killing the item
- *     kills its whole process tree,
+ *     kills its whole process tree (with a cgroup, also what left the group
+ *     with setsid()),
  *   - is pinned to @cpu when cpu >= 0 (sched_setaffinity),
  *   - gets nice @nice (only lowered below 0 while still privileged),
  *   - drops to the submitter: setgroups(groups), setresgid(gid), setresuid(uid)
@@ -22,8 +24,10 @@
  * An execve() failure is reported to the daemon through a close-on-exec pipe
  * and recorded as exec_errno (the child exits 127).
  *
- * When the main process exits, whatever is left in its process group is
- * killed (SIGKILL), remaining output is read, and @done is called once.
+ * When the main process exits, whatever is left in its process group and
+ * in its cgroup is killed (SIGKILL), remaining output is read, and @done is
+ * called once.  The cgroup is removed as soon as it is empty (from the event
+ * loop, if killed processes take a moment to die).
  */
 
 #include <stdbool.h>
@@ -33,6 +37,7 @@
 
 #include "sleepwatch.h"
 
+struct cgroup_root;
 struct event_base;
 struct exec_proc;
 
@@ -55,13 +60,16 @@ struct exec_spec {
         int nice;
         uint64_t timeout_usec;          /* 0: none */
         size_t output_limit;            /* 0: EXEC_OUTPUT_LIMIT_DEFAULT */
+        struct cgroup_root *cgroups;    /* NULL: process group only */
 };
 
 struct exec_result {
         int exit_status;                /* valid when signal == 0 */
         int signal;                     /* the terminating signal, or 0 */
         int exec_errno;                 /* execve() (or setup) failed with this errno, or 0 */
-        uint64_t cpu_usec;              /* user + system time of the process tree */
+        uint64_t cpu_usec;              /* user + system time of the process tree: the
+                                         *   cgroup's, or the main process's and the
+                                         *   children it waited for */
         uint64_t started_usec;          /* CLOCK_REALTIME */
         uint64_t finished_usec;
         bool timed_out;                 /* killed because timeout_usec expired */
@@ -81,19 +89,29 @@ typedef void (*exec_done_cb)(struct exec_proc *p, struct exec_result *r, void *u
 /*
  * Forks and starts the item.  @sw (may be NULL in tests) watches it for
  * blocking; transitions go to @sleep_cb.  Returns a negative errno when the
- * process could not be created (fork refused: -EAGAIN/-ENOMEM), in which
- * case neither callback is ever made.
+ * process could not be created (fork refused: -EAGAIN/-ENOMEM; or its cgroup:
+ * e.g. -EAGAIN at cgroup.max.descendants), in which case neither callback is
+ * ever made.
  */
 int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
                exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata,
                struct exec_proc **ret);
 
-/* SIGKILLs the item's process group.  @done still follows, with killed set. */
+/* SIGKILLs the item's process group and cgroup.  @done still follows, with
+ * killed set. */
 void exec_proc_kill(struct exec_proc *p);
 
 pid_t exec_proc_pid(const struct exec_proc *p);
 
-/* For shutdown: kills the process group and frees without calling @done. */
+/* CPU time (µs) the item's main process has used since its execve(): 0
+ * before, UINT64_MAX when it cannot be read.  What the child spent setting
+ * itself up as the daemon's fork (page faults, leaving the daemon's memory
+ * at exec) is not the item's. */
+uint64_t exec_proc_cpu_usec(const struct exec_proc *p);
+
+/* For shutdown: kills the process group and cgroup and frees without calling
+ * @done.  The cgroup is removed when empty, at the latest by
+ * cgroup_root_free(). */
 struct exec_proc *exec_proc_abandon(struct exec_proc *p);
 
 /*

@@ -48,9 +48,13 @@ static void ipc_client_update_events(struct ipc_client *c) {
         size_t pending = evbuffer_get_length(c->out);
 
         /* Write interest only while output is queued; stop reading from a
-         * client that does not read its replies, or that is being closed. */
+         * client that does not read its replies, or that is being closed.
+         * A closing client with nothing (left) to send is freed by the write
+         * callback on the next turn of the loop, not from under the caller. */
         if (pending > 0)
                 event_add(c->write_event, NULL);
+        else if (c->closing)
+                event_active(c->write_event, EV_WRITE, 0);
         else
                 event_del(c->write_event);
         if (c->closing || pending > IPC_CLIENT_OUTPUT_MAX / 2)
@@ -64,8 +68,22 @@ int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp) {
         struct evbuffer_iovec vec;
         uint8_t hdr[CMWQ_FRAME_HEADER_SIZE];
 
-        if (len > CMWQ_FRAME_MAX_PAYLOAD)
+        if (c->closing)
+                return -ECONNRESET;     /* dropped: nothing more for it */
+        if (len > CMWQ_FRAME_MAX_PAYLOAD) {
+                /* Say so rather than leave the request without an answer. */
+                Cmwq__Response too_large = CMWQ__RESPONSE__INIT;
+                char msg[128];
+
+                log_warning("A reply of %zu bytes to client pid %d is over the frame limit", len, (int) c->caller.pid);
+                snprintf(msg, sizeof(msg), "the reply would take %zu bytes, over the limit of %u", len,
+                         CMWQ_FRAME_MAX_PAYLOAD);
+                too_large.id = resp->id;
+                too_large.error = CMWQ__ERROR__LIMIT_EXCEEDED;
+                too_large.message = msg;
+                (void) ipc_client_send(c, &too_large);
                 return -EMSGSIZE;
+        }
         if (evbuffer_get_length(c->out) + len > IPC_CLIENT_OUTPUT_MAX) {
                 log_warning("Client pid %d does not read its replies; dropping it", (int) c->caller.pid);
                 c->closing = true;
@@ -204,10 +222,12 @@ static void ipc_client_writable(evutil_socket_t fd, short what, void *userdata) 
         struct ipc_client *c = userdata;
         int n;
 
-        n = evbuffer_write(c->out, fd);
-        if (n < 0 && errno != EAGAIN && errno != EINTR) {
-                ipc_client_free(c);
-                return;
+        if (evbuffer_get_length(c->out) > 0) {
+                n = evbuffer_write(c->out, fd);
+                if (n < 0 && errno != EAGAIN && errno != EINTR) {
+                        ipc_client_free(c);
+                        return;
+                }
         }
         if (c->closing && evbuffer_get_length(c->out) == 0) {
                 ipc_client_free(c);
@@ -382,12 +402,15 @@ static int ipc_listen(const char *path, bool user_mode, int *ret_fd) {
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
                 return log_error_errno(-errno, "Failed to create socket: %m");
-        if (bind(fd, (struct sockaddr *) &sa, salen) < 0)
-                return log_error_errno(-errno, "Failed to bind %s: %m", path);
         /* Anyone may connect to the system instance: who may do what is
-         * decided per request from the peer's credentials. */
-        if (chmod(path, user_mode ? 0600 : 0666) < 0)
-                return log_error_errno(-errno, "Failed to set the mode of %s: %m", path);
+         * decided per request from the peer's credentials.  The mode comes
+         * from the umask at bind(), not a chmod() of a path that could have
+         * been swapped for a symlink meanwhile. */
+        mode_t old_umask = umask(user_mode ? 0177 : 0111);
+        r = bind(fd, (struct sockaddr *) &sa, salen);
+        umask(old_umask);
+        if (r < 0)
+                return log_error_errno(-errno, "Failed to bind %s: %m", path);
         if (listen(fd, SOMAXCONN) < 0)
                 return log_error_errno(-errno, "Failed to listen on %s: %m", path);
 

@@ -18,11 +18,14 @@
 #include "util.h"
 
 /* The identity of work queued under one key: at most one pending instance,
- * and never two running at once (the pools see it as the work's identity). */
+ * and never two running at once (the pools see it as the work's identity).
+ * A key is the submitter's own: on a shared queue another user's pending
+ * item of the same name is other work, not something to hand out. */
 struct work_key {
         struct work_key *next;
         struct item *pending;
         struct item *running;
+        uid_t uid;
         char name[];
 };
 
@@ -36,15 +39,15 @@ const char *item_state_to_string(enum item_state s) {
         return (unsigned) s < ELEMENTSOF(names) ? names[s] : "unknown";
 }
 
-static struct work_key *work_key_find(struct workqueue *wq, const char *name) {
+static struct work_key *work_key_find(struct workqueue *wq, uid_t uid, const char *name) {
         for (struct work_key *k = wq->keys; k; k = k->next)
-                if (strcmp(k->name, name) == 0)
+                if (k->uid == uid && strcmp(k->name, name) == 0)
                         return k;
         return NULL;
 }
 
-static struct work_key *work_key_get(struct workqueue *wq, const char *name) {
-        struct work_key *k = work_key_find(wq, name);
+static struct work_key *work_key_get(struct workqueue *wq, uid_t uid, const char *name) {
+        struct work_key *k = work_key_find(wq, uid, name);
         size_t n;
 
         if (k)
@@ -54,6 +57,7 @@ static struct work_key *work_key_get(struct workqueue *wq, const char *name) {
         if (!k)
                 return NULL;
         memcpy(k->name, name, n + 1);
+        k->uid = uid;
         k->next = wq->keys;
         wq->keys = k;
         return k;
@@ -282,6 +286,7 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
                  * but never at more priority than the submitter could get. */
                 .nice = pool->highpri && i->uid == 0 && geteuid() == 0 ? -20 : 0,
                 .timeout_usec = i->timeout_usec,
+                .cgroups = c->config.cgroups,
         };
 
         r = exec_start(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->proc);
@@ -303,29 +308,15 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
         return 0;
 }
 
-/* CPU time of the item's main process so far, from the scheduler's own
- * accounting (nanoseconds in /proc/PID/schedstat). */
+/* CPU time the item has used since it exec'd (see exec_proc_cpu_usec()). */
 static uint64_t item_cpu_usec(struct worker *worker) {
         struct item *i = worker->userdata;
-        char path[64], buf[128];
-        unsigned long long ns;
-        ssize_t n;
-        int fd;
+        uint64_t usec;
 
         if (!i || !i->proc)
                 return 0;       /* not started yet: nothing used */
-        snprintf(path, sizeof(path), "/proc/%d/schedstat", (int) exec_proc_pid(i->proc));
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return POOL_CPU_UNKNOWN;
-        n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0)
-                return POOL_CPU_UNKNOWN;
-        buf[n] = 0;
-        if (sscanf(buf, "%llu", &ns) != 1)
-                return POOL_CPU_UNKNOWN;
-        return ns / 1000;
+        usec = exec_proc_cpu_usec(i->proc);
+        return usec == UINT64_MAX ? POOL_CPU_UNKNOWN : usec;
 }
 
 static const struct pool_work_ops item_work_ops = {
@@ -396,6 +387,8 @@ static int submit_args_validate(const struct submit_args *a, struct core_error *
 
         if (a->argc == 0 || !a->argv[0][0])
                 return core_error_set(e, -EINVAL, "no program given");
+        if (a->cpu < -1)
+                return core_error_set(e, -EINVAL, "CPU %d does not exist (-1 means the submitter's CPU)", a->cpu);
         if (a->argc > ITEM_ARGV_MAX)
                 return core_error_set(e, -E2BIG, "too many arguments (%zu, the limit is %u)", a->argc, ITEM_ARGV_MAX);
         if (a->envc > ITEM_ENV_MAX)
@@ -458,6 +451,8 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
                 if (cpu < 0 || (unsigned) cpu >= c->nr_cpus)
                         return core_error_set(e, -EINVAL, "CPU %d does not exist (this machine has CPUs 0-%u)",
                                               a->cpu, c->nr_cpus - 1);
+                if (!CPU_ISSET(cpu, &c->cpus_allowed))
+                        return core_error_set(e, -EINVAL, "CPU %d is offline or outside cmwqd's CPU set", cpu);
         }
 
         r = exec_resolve_program(a->argv[0], c->config.plugin_dirs, &program);
@@ -466,7 +461,7 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
                                       a->argv[0]);
 
         if (a->key) {
-                key = work_key_find(wq, a->key);
+                key = work_key_find(wq, caller->uid, a->key);
                 if (key && key->pending) {
                         i = key->pending;
                         *ret_id = i->id;
@@ -521,7 +516,7 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
         }
         if (a->key) {
                 i->key_name = strdup(a->key);
-                key = i->key_name ? work_key_get(wq, a->key) : NULL;
+                key = i->key_name ? work_key_get(wq, caller->uid, a->key) : NULL;
                 if (!key)
                         goto fail;
                 key->pending = i;

@@ -6,6 +6,7 @@
 #include <event2/event.h>
 #include <getopt.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "cgroup.h"
 #include "core.h"
 #include "ipc_socket.h"
 #include "log.h"
@@ -160,6 +162,7 @@ int main(int argc, char **argv) {
         struct event_base *base = NULL;
         struct event *sigterm = NULL, *sigint = NULL;
         struct sleepwatch *sw = NULL;
+        struct cgroup_root *cgroups = NULL;
         struct core *core = NULL;
         struct ipc_server *server = NULL;
         const char *socket_path;
@@ -196,6 +199,13 @@ int main(int argc, char **argv) {
         if (sched_setscheduler(0, SCHED_BATCH, &param) < 0)
                 log_warning_errno(-errno, "Cannot switch to SCHED_BATCH, items may be slowed down: %m");
 
+        /* Each client and each running item holds fds: use what we may. */
+        struct rlimit nofile;
+        if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+                nofile.rlim_cur = nofile.rlim_max;
+                (void) setrlimit(RLIMIT_NOFILE, &nofile);
+        }
+
         /* Clients that vanish must not kill us; items get default dispositions back. */
         signal(SIGPIPE, SIG_IGN);
 
@@ -222,11 +232,20 @@ int main(int argc, char **argv) {
                 goto out;
         }
 
+        /* Not fatal: the process group alone still stops every item that
+         * does not leave it on purpose. */
+        r = cgroup_root_new(&cgroups);
+        if (r < 0)
+                log_info_errno(r, "cgroup v2 not usable here (%m); items are contained by process group only");
+        else
+                log_info("Items get their own cgroup under %s", cgroup_root_path(cgroups));
+
         dirs = o.plugin_dirs ? NULL : default_plugin_dirs(o.user_mode);
         struct core_config config = {
                 .sleep_mode = sleepwatch_get_mode(sw),
                 .user_mode = o.user_mode,
                 .plugin_dirs = o.plugin_dirs ? o.plugin_dirs : dirs,
+                .cgroups = cgroups,
         };
         r = core_new(base, sw, &config, &core);
         if (r < 0) {
@@ -260,6 +279,8 @@ int main(int argc, char **argv) {
 out:
         server = ipc_server_free(server);
         core = core_free(core);
+        /* After the items, before the loop its removal events live on. */
+        cgroups = cgroup_root_free(cgroups);
         sw = sleepwatch_free(sw);
         if (sigterm)
                 event_free(sigterm);

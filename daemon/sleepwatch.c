@@ -192,6 +192,7 @@ struct sleepwatch_target {
         /* proc */
         DIR *task_dir;          /* /proc/PID/task, pins the process */
         bool sampled_running;
+        bool exec_seen;         /* sampled only from its execve() on */
 };
 
 struct sleepwatch {
@@ -323,6 +324,10 @@ static void proc_timer_cb(evutil_socket_t fd, short what, void *userdata) {
         struct sleepwatch_target *t;
 
         list_for_each_entry(t, &sw->proc_targets, link) {
+                /* Before execve() the child is still setting itself up: like
+                 * perf's enable_on_exec, what it does then is not the item. */
+                if (!t->exec_seen)
+                        continue;
                 t->sampled_running = proc_sample(t->task_dir);
                 if (t->sampled_running != t->running && !list_linked(&t->dirty_link))
                         list_add_tail(&t->dirty_link, &sw->dirty);
@@ -1006,4 +1011,10 @@ int sleepwatch_watch(struct sleepwatch *sw, pid_t pid, sleepwatch_cb cb, void *u
 
         *ret = TAKE_PTR(t);
         return 0;
+}
+
+void sleepwatch_target_exec_seen(struct sleepwatch_target *t) {
+        /* perf targets need no word: their events are enabled on exec. */
+        if (t)
+                t->exec_seen = true;
 }

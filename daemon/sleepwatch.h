@@ -70,6 +70,14 @@ struct sleepwatch_target *sleepwatch_target_free(struct sleepwatch_target *t);
 
 bool sleepwatch_target_is_running(const struct sleepwatch_target *t);
 
+/*
+ * Tells that the target's child has called execve() (the caller sees its
+ * close-on-exec error pipe close).  A proc-mode target is not sampled before:
+ * sleeps of the child's own set-up are not the item blocking.  Perf targets
+ * need not be told (their events are enabled on exec).
+ */
+void sleepwatch_target_exec_seen(struct sleepwatch_target *t);
+
 /* The state letter of a /proc/PID/stat line ("R", "S", "D", ...), found
  * after the last ')' so that any command name parses; -EINVAL if malformed.
  * Exposed for the unit test. */

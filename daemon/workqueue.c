@@ -335,6 +335,7 @@ int core_workqueue_drain(struct core *c, const struct core_caller *caller, const
         if (wq->nr_items == 0)
                 return 0;
         wq->draining = true;
+        w->drain_wq = wq;
         list_add_tail(&w->entry, &wq->drainers);
         return 1;
 }
@@ -449,5 +450,6 @@ int core_thaw(struct core *c, const struct core_caller *caller, const char *name
                 list_for_each_entry(wq, &c->workqueues, entry)
                         workqueue_thaw(wq);
         log_info("Thawed %s", name ? name : "all workqueues");
+        core_check_freezers(c);
         return 0;
 }

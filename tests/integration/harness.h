@@ -24,7 +24,8 @@ struct cmwqd {
 /* Starts the daemon with @extra_args (NULL-terminated, may be NULL) and waits
  * until it accepts connections.  Fails the test if it cannot. */
 void cmwqd_start(struct cmwqd *d, const char *const *extra_args);
-/* SIGTERM; fails the test unless it exits 0 within 15 s. */
+/* SIGTERM; fails the test unless it exits 0 within 15 s, and if its log has
+ * an AddressSanitizer, LeakSanitizer or UBSan ("runtime error:") report. */
 void cmwqd_stop(struct cmwqd *d);
 
 struct ctl_result {
@@ -66,3 +67,23 @@ const struct span *find_span(const struct span *spans, int n, const char *tag);
 /* Waits up to @timeout_ms for @path to have at least @lines lines. */
 bool wait_for_lines(const char *path, int lines, int timeout_ms);
 int count_lines(const char *path);
+
+/* CLOCK_MONOTONIC in ns: comparable with the probe's timestamps. */
+int64_t mono_ns(void);
+
+/* cmwqctl running in the background; its stdout and stderr go to files in the
+ * daemon's directory. */
+struct ctl_async {
+        pid_t pid;
+        int64_t started_ns;     /* mono_ns() just before it was started */
+        int64_t ended_ns;       /* mono_ns() when it was seen to have exited (polled every 5 ms) */
+        char out_path[400];
+        char err_path[400];
+};
+
+/* Starts cmwqctl --socket SOCKET ARGS... (NULL-terminated) as the test (root). */
+void ctl_start(const struct cmwqd *d, struct ctl_async *a, const char *const *args);
+/* Waits up to @timeout_ms (0: only look) for it to exit.  If it did, fills @r
+ * (free with ctl_result_free()) and returns true; else it keeps running. */
+bool ctl_finish(struct ctl_async *a, int timeout_ms, struct ctl_result *r);
+#define CTL_START(d, a, ...) ctl_start(d, a, (const char *const[]) { __VA_ARGS__, NULL })

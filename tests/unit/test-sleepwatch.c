@@ -352,6 +352,7 @@ START_TEST(test_block_cycle) {
 
         child_fork(&c, "block");
         ck_assert_int_eq(sleepwatch_watch(sw, c.pid, record_cb, &rec, &rec.target), 0);
+        sleepwatch_target_exec_seen(rec.target);
         ck_assert(sleepwatch_target_is_running(rec.target));
         child_go(&c);
 
@@ -385,6 +386,43 @@ START_TEST(test_block_cycle) {
 }
 END_TEST
 
+/* Before its execve() the child sets itself up and may sleep in the kernel
+ * doing so: proc mode must not take that for the item blocking. */
+START_TEST(test_proc_waits_for_exec) {
+        struct event_base *base = event_base_new();
+        struct recorder rec = { 0 };
+        struct sleepwatch *sw;
+        struct child c;
+
+        ck_assert_ptr_nonnull(base);
+        sw = new_sleepwatch(base, SLEEPWATCH_PROC);
+        ck_assert_ptr_nonnull(sw);
+
+        child_fork(&c, "block");
+        ck_assert_int_eq(sleepwatch_watch(sw, c.pid, record_cb, &rec, &rec.target), 0);
+        child_go(&c);
+
+        /* Asleep in read(), but not yet "exec'd": still running to us. */
+        ck_assert(loop_until(base, &(struct until) { .child = &c, .rec = &rec, .status = 'a', .proc_state = 'S',
+                                                     .running = 1 }));
+        loop_for(base, 50 * USEC_PER_MSEC);
+        ck_assert_uint_eq(rec.n, 0);
+        ck_assert(sleepwatch_target_is_running(rec.target));
+
+        /* From the exec on, the same sleep counts. */
+        sleepwatch_target_exec_seen(rec.target);
+        ck_assert(loop_until(base, &(struct until) { .child = &c, .rec = &rec, .running = 0 }));
+        ck_assert(!rec.states[rec.n - 1]);
+
+        child_poke(&c);
+        child_poke(&c);
+        rec.target = sleepwatch_target_free(rec.target);
+        child_finish(&c);
+        sleepwatch_free(sw);
+        event_base_free(base);
+}
+END_TEST
+
 /* The main process sleeps in wait() while its forked child computes: perf
  * (inherit) reports the target running. */
 START_TEST(test_forked_child_counts) {
@@ -401,6 +439,7 @@ START_TEST(test_forked_child_counts) {
 
         child_fork(&c, "fork");
         ck_assert_int_eq(sleepwatch_watch(sw, c.pid, record_cb, &rec, &rec.target), 0);
+        sleepwatch_target_exec_seen(rec.target);
         child_go(&c);
 
         ck_assert(loop_until(base, &(struct until) { .child = &c, .rec = &rec, .status = 'g',
@@ -431,6 +470,7 @@ START_TEST(test_proc_sees_main_process_only) {
         sw = new_sleepwatch(base, SLEEPWATCH_PROC);
         child_fork(&c, "fork");
         ck_assert_int_eq(sleepwatch_watch(sw, c.pid, record_cb, &rec, &rec.target), 0);
+        sleepwatch_target_exec_seen(rec.target);
         child_go(&c);
 
         ck_assert(loop_until(base, &(struct until) { .child = &c, .rec = &rec, .status = 'g',
@@ -462,9 +502,11 @@ START_TEST(test_two_targets) {
 
         child_fork(&a, "block");
         ck_assert_int_eq(sleepwatch_watch(sw, a.pid, record_cb, &ra, &ra.target), 0);
+        sleepwatch_target_exec_seen(ra.target);
         child_go(&a);
         child_fork(&b, "block");
         ck_assert_int_eq(sleepwatch_watch(sw, b.pid, record_cb, &rb, &rb.target), 0);
+        sleepwatch_target_exec_seen(rb.target);
         child_go(&b);
 
         ck_assert(loop_until(base, &(struct until) { .child = &a, .rec = &ra, .status = 'a',
@@ -516,6 +558,7 @@ START_TEST(test_ring_overflow) {
 
         child_fork(&c, "burst");
         ck_assert_int_eq(sleepwatch_watch(sw, c.pid, record_cb, &rec, &rec.target), 0);
+        sleepwatch_target_exec_seen(rec.target);
         child_go(&c);
 
         /* Without running the loop: wait for the burst to end ... */
@@ -562,6 +605,7 @@ START_TEST(test_free_is_silent) {
         /* Freed before the child even execs. */
         child_fork(&c, "block");
         ck_assert_int_eq(sleepwatch_watch(sw, c.pid, record_cb, &rec, &t), 0);
+        sleepwatch_target_exec_seen(t);
         ck_assert_ptr_null(sleepwatch_target_free(t));
         child_go(&c);
         rec.target = NULL;
@@ -576,6 +620,7 @@ START_TEST(test_free_is_silent) {
         /* Freed while blocked; then the child runs and exits. */
         child_fork(&c, "block");
         ck_assert_int_eq(sleepwatch_watch(sw, c.pid, record_cb, &rec, &rec.target), 0);
+        sleepwatch_target_exec_seen(rec.target);
         child_go(&c);
         ck_assert(loop_until(base, &(struct until) { .child = &c, .rec = &rec, .status = 'a',
                                                      .proc_state = 'S', .running = 0 }));
@@ -612,6 +657,7 @@ START_TEST(test_target_outlives_detector) {
         }
         child_fork(&c, "block");
         ck_assert_int_eq(sleepwatch_watch(sw, c.pid, record_cb, &rec, &rec.target), 0);
+        sleepwatch_target_exec_seen(rec.target);
         child_go(&c);
         ck_assert_ptr_null(sleepwatch_free(sw));
         ck_assert(sleepwatch_target_is_running(rec.target));
@@ -667,6 +713,7 @@ int main(int argc, char *argv[]) {
         tcase_add_test(tc, test_parse_proc_state);
         tcase_add_test(tc, test_mode_strings);
         tcase_add_loop_test(tc, test_block_cycle, SLEEPWATCH_PERF, SLEEPWATCH_PROC + 1);
+        tcase_add_test(tc, test_proc_waits_for_exec);
         tcase_add_test(tc, test_forked_child_counts);
         tcase_add_test(tc, test_proc_sees_main_process_only);
         tcase_add_loop_test(tc, test_two_targets, SLEEPWATCH_PERF, SLEEPWATCH_PROC + 1);

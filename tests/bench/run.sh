@@ -1,0 +1,259 @@
+#!/bin/bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+#
+# cmwq benchmarks: tests/bench/run.sh BUILDDIR  (or "make bench")
+#
+# Starts its own private cmwqd instances (system mode, as root, sockets in a
+# fresh temporary directory), runs the three benchmarks of tests/bench/README.md
+# and prints their figures.  It asserts no timing: it fails only when something
+# does not work at all.
+#
+# Knobs (environment):
+#   CMWQ_BENCH_N=2000          items per throughput batch
+#   CMWQ_BENCH_ROUNDS=3        throughput rounds (median reported)
+#   CMWQ_BENCH_REPS=200        block-reaction repetitions per detector
+#   CMWQ_BENCH_IDLE_SECONDS=10 idle window
+#   CMWQ_BENCH_LOAD=1000       items run before the second RSS reading
+#   CMWQ_BENCH_PROFILE=1       also profile cmwqd during a throughput batch
+#                              (perf stat, perf record, strace -c)
+set -eu
+
+if [ $# -lt 1 ] || [ ! -x "$1/cmwqd" ]; then
+        echo "usage: $0 BUILDDIR   (a build directory with cmwqd, cmwqctl and tests/bench built: make bench)" >&2
+        exit 2
+fi
+BUILD=$(cd "$1" && pwd)
+CMWQD=$BUILD/cmwqd
+CTL=$BUILD/cmwqctl
+BENCH=$BUILD/tests/bench/cmwq-bench
+BLOCKER=$BUILD/tests/bench/blocker
+for f in "$CMWQD" "$CTL" "$BENCH" "$BLOCKER"; do
+        [ -x "$f" ] || { echo "$0: $f is not built (make bench builds it)" >&2; exit 2; }
+done
+if [ "$(id -u)" != 0 ]; then
+        echo "$0: run as root: the daemons run in system mode on private sockets" >&2
+        exit 2
+fi
+
+N=${CMWQ_BENCH_N:-2000}
+ROUNDS=${CMWQ_BENCH_ROUNDS:-3}
+REPS=${CMWQ_BENCH_REPS:-200}
+IDLE=${CMWQ_BENCH_IDLE_SECONDS:-10}
+LOAD=${CMWQ_BENCH_LOAD:-1000}
+PROFILE=${CMWQ_BENCH_PROFILE:-0}
+NCPU=$(nproc)
+
+TMP=$(mktemp -d /tmp/cmwq-bench-XXXXXX)
+chmod 0755 "$TMP"
+DAEMONS=()
+PEER=
+
+cleanup() {
+        local p
+        for p in "${DAEMONS[@]}" $PEER; do
+                kill -TERM "$p" 2>/dev/null || true
+        done
+        for p in "${DAEMONS[@]}" $PEER; do
+                wait "$p" 2>/dev/null || true
+        done
+        rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start_daemon NAME DETECTOR: sets DAEMON_PID and DAEMON_SOCK
+start_daemon() {
+        local name=$1 det=$2 waited=0
+        DAEMON_SOCK=$TMP/$name.sock
+        "$CMWQD" --socket "$DAEMON_SOCK" --sleep-detector "$det" 2>"$TMP/$name.log" &
+        DAEMON_PID=$!
+        DAEMONS+=("$DAEMON_PID")
+        until "$CTL" --socket "$DAEMON_SOCK" list >/dev/null 2>&1; do
+                if ! kill -0 "$DAEMON_PID" 2>/dev/null || [ $waited -ge 1500 ]; then
+                        echo "$0: cmwqd ($det) did not start; its log:" >&2
+                        cat "$TMP/$name.log" >&2
+                        exit 1
+                fi
+                sleep 0.01
+                waited=$((waited + 1))
+        done
+        if ! grep -q "sleep detector $det" "$TMP/$name.log"; then
+                echo "$0: cmwqd did not use the $det detector; its log:" >&2
+                cat "$TMP/$name.log" >&2
+                exit 1
+        fi
+}
+
+# stop_daemon PID NAME
+stop_daemon() {
+        local pid=$1 name=$2 rc=0 keep=() p
+        kill -TERM "$pid"
+        wait "$pid" || rc=$?
+        for p in "${DAEMONS[@]}"; do
+                [ "$p" = "$pid" ] || keep+=("$p")
+        done
+        DAEMONS=("${keep[@]+"${keep[@]}"}")
+        if [ $rc -ne 0 ]; then
+                echo "$0: cmwqd ($name) exited $rc at SIGTERM; its log:" >&2
+                cat "$TMP/$name.log" >&2
+                exit 1
+        fi
+}
+
+# status_field PID FIELD: a "Key: value" of /proc/PID/status, in its unit
+status_field() {
+        awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"
+}
+
+# ctxt PID: voluntary + nonvoluntary context switches of all its threads
+ctxt() {
+        cat /proc/"$1"/task/*/status 2>/dev/null |
+                awk '$1 == "voluntary_ctxt_switches:" || $1 == "nonvoluntary_ctxt_switches:" { n += $2 } END { print n + 0 }'
+}
+
+hr() {
+        printf '%s\n' "-------------------------------------------------------------------------------------------------"
+}
+
+model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || true)
+echo "cmwq benchmarks  $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+echo "  $("$CMWQD" --version 2>/dev/null | head -n1), kernel $(uname -r), $NCPU CPUs${model:+ ($model)}"
+echo "  build: $BUILD"
+echo "  load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews every figure)"
+
+# ---------------------------------------------------------------------------
+hr
+echo "1. exec throughput: N=$N /bin/true items, one pipelined batch on one connection + flush;"
+echo "   median of $ROUNDS rounds, interleaved with the xargs peer (target: >= 0.80x xargs)"
+for det in perf proc; do
+        start_daemon "tp-$det" "$det"
+        echo " [cmwqd --sleep-detector $det]"
+        rss0=$(status_field "$DAEMON_PID" VmRSS)
+        "$BENCH" throughput "$DAEMON_SOCK" "$N" "$ROUNDS" system system:rr system_unbound
+        echo "  cmwqd VmRSS: $rss0 KiB before the batches, $(status_field "$DAEMON_PID" VmRSS) KiB after" \
+                "($((ROUNDS * 3 * N)) items; it keeps the last 4096 finished ones)"
+        if [ "$PROFILE" = 1 ] && [ "$det" = perf ]; then
+                pid=$DAEMON_PID
+                echo " [profile of cmwqd alone (not its children) during system_unbound batches of $N]"
+                if command -v perf >/dev/null 2>&1; then
+                        perf stat --no-inherit -e task-clock,context-switches,page-faults -p "$pid" \
+                                -o "$TMP/perf-stat.txt" -- "$BENCH" load "$DAEMON_SOCK" system_unbound "$N" | sed 's/^/   /'
+                        grep -E 'task-clock|context-switches|page-faults' "$TMP/perf-stat.txt" |
+                                awk -v n="$N" '{ v = $1; gsub(",", "", v); printf "   %-18s %12s  = %9.2f per item\n", $2 == "msec" ? $3 " ms" : $2, $1, v / n }'
+                        perf record -q --no-inherit -F 4999 -g -p "$pid" -o "$TMP/perf.data" -- \
+                                "$BENCH" load "$DAEMON_SOCK" system_unbound "$N" >/dev/null 2>&1
+                        echo "   perf record --no-inherit: cmwqd's samples by symbol, self (top 15):"
+                        perf report -i "$TMP/perf.data" --stdio --no-children --sort sym 2>/dev/null |
+                                grep -E '^ +[0-9.]+%' | head -n 15 | sed 's/^ */     /'
+                        echo "   the same, including callees (top 15 kernel entry points):"
+                        perf report -i "$TMP/perf.data" --stdio --children --sort sym 2>/dev/null |
+                                grep -E '^ +[0-9.]+% +[0-9.]+% +\[k\]' | grep -vE 'entry_SYSCALL|do_syscall_64|\] (0x)?[0-9a-f]{16}$' |
+                                head -n 15 | sed 's/^ */     /'
+                fi
+                if command -v strace >/dev/null 2>&1; then
+                        strace -q -c -S calls -p "$pid" -o "$TMP/strace.txt" &
+                        spid=$!
+                        sleep 1
+                        "$BENCH" load "$DAEMON_SOCK" system_unbound "$N" | sed 's/^/   (under strace) /'
+                        kill -INT $spid
+                        wait $spid || true
+                        echo "   strace -c of cmwqd (not its children), top 15 by calls, per item:"
+                        awk -v n="$N" 'NR > 2 && $1 ~ /^[0-9.]+$/ && $NF != "total" {
+                                calls = $4; printf "     %-20s %8d calls %7.2f per item\n", $NF, calls, calls / n }' \
+                                "$TMP/strace.txt" | head -n 15
+                fi
+        fi
+        stop_daemon "$DAEMON_PID" "tp-$det"
+done
+
+# ---------------------------------------------------------------------------
+hr
+echo "2. block reaction: a running item blocks (nanosleep), the item queued behind it on the same"
+echo "   CPU must start; $REPS reps per detector (target: detection median < 100 us with perf)"
+# trace_forks PID FILE: records when cmwqd enters clone() (CLOCK_MONOTONIC), in
+# the background; sets TRACE_PID (empty when perf cannot)
+trace_forks() {
+        TRACE_PID=
+        command -v perf >/dev/null 2>&1 || return 0
+        perf record -q -k mono --no-inherit -e syscalls:sys_enter_clone -e syscalls:sys_enter_clone3 \
+                -p "$1" -o "$2" >/dev/null 2>&1 &
+        TRACE_PID=$!
+        sleep 1         # perf attaches
+        kill -0 "$TRACE_PID" 2>/dev/null || TRACE_PID=
+}
+
+# fork_join DUMP TRACE KIND LABEL: for each pair of DUMP ("KIND T_BLOCK T_MAIN"),
+# the first fork of cmwqd between the two: prints the median and p99 of
+# T_FORK - T_BLOCK and of T_MAIN - T_FORK
+fork_join() {
+        perf script -i "$2" -F time --ns 2>/dev/null | tr -d ' :' | sort -n >"$2.txt" || true
+        awk -v kind="$3" -v label="$4" '
+                function pct(a, n, p,   k) { k = int(p / 100 * n + 0.999999); if (k < 1) k = 1; if (k > n) k = n; return a[k] }
+                function sortn(a, n,   i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t } }
+                FNR == NR { f[++nf] = int($1 * 1e9 + 0.5); next }
+                $1 == kind {
+                        lo = 1; hi = nf + 1
+                        while (lo < hi) { mid = int((lo + hi) / 2); if (f[mid] <= $2) lo = mid + 1; else hi = mid }
+                        if (lo <= nf && f[lo] < $3) { d[++n] = (f[lo] - $2) / 1e3; e[n] = ($3 - f[lo]) / 1e3 } else miss++
+                }
+                END {
+                        if (n == 0) { printf "  %-52s %9s\n", label, "(no fork trace)"; exit }
+                        sortn(d, n); sortn(e, n)
+                        printf "  %-52s %9.1f %9.1f %9.1f %9.1f %5d\n", label, pct(d, n, 50), pct(d, n, 99), d[1], d[n], n
+                        if (kind == "block") printf "  %-52s %9.1f %9.1f %9.1f %9.1f %5d\n", "cmwqd enters fork() -> next main()", pct(e, n, 50), pct(e, n, 99), e[1], e[n], n
+                }' "$2.txt" "$1"
+}
+
+for det in perf proc; do
+        start_daemon "re-$det" "$det"
+        echo " [cmwqd --sleep-detector $det]"
+        trace_forks "$DAEMON_PID" "$TMP/forks-$det.data"
+        "$BENCH" reaction "$DAEMON_SOCK" "$BLOCKER" "$REPS" "$TMP/pairs-$det.txt"
+        if [ -n "$TRACE_PID" ]; then
+                kill -INT "$TRACE_PID"
+                wait "$TRACE_PID" || true
+                echo "  from a trace of cmwqd's clone() calls (perf record -k mono), same pairs:"
+                fork_join "$TMP/pairs-$det.txt" "$TMP/forks-$det.data" block "block -> cmwqd enters fork() [detection alone]"
+                fork_join "$TMP/pairs-$det.txt" "$TMP/forks-$det.data" exit "exit -> cmwqd enters fork()  [pidfd reference]"
+        fi
+        stop_daemon "$DAEMON_PID" "re-$det"
+done
+
+# ---------------------------------------------------------------------------
+hr
+echo "3. idle cost: fresh daemons, 2 s to settle, then ${IDLE} s idle (targets: RSS < 4 MiB, 0 wake-ups)"
+start_daemon idle-perf perf
+PID_PERF=$DAEMON_PID; SOCK_PERF=$DAEMON_SOCK
+start_daemon idle-proc proc
+PID_PROC=$DAEMON_PID; SOCK_PROC=$DAEMON_SOCK
+sleep $((IDLE + 30)) &
+PEER=$!
+sleep 2
+
+# idle_window LABEL...: measures every daemon and the peer over IDLE seconds
+idle_window() {
+        local c0p c0q c0s c1p c1q c1s
+        c0p=$(ctxt "$PID_PERF"); c0q=$(ctxt "$PID_PROC"); c0s=$(ctxt "$PEER")
+        sleep "$IDLE"
+        c1p=$(ctxt "$PID_PERF"); c1q=$(ctxt "$PID_PROC"); c1s=$(ctxt "$PEER")
+        printf '  %-34s %10s %10s %8s %13s %13s\n' "" "VmRSS KiB" "VmHWM KiB" "threads" "ctx switches" "wake-ups/s"
+        for row in "cmwqd (perf detector)|$PID_PERF|$c0p|$c1p" "cmwqd (proc detector)|$PID_PROC|$c0q|$c1q" \
+                   "peer: sleep $((IDLE + 30))|$PEER|$c0s|$c1s"; do
+                IFS='|' read -r label pid a b <<<"$row"
+                printf '  %-34s %10s %10s %8s %13s %13s\n' "$label" "$(status_field "$pid" VmRSS)" \
+                        "$(status_field "$pid" VmHWM)" "$(status_field "$pid" Threads)" "$((b - a))" \
+                        "$(awk -v d=$((b - a)) -v s="$IDLE" 'BEGIN { printf "%.2f", d / s }')"
+        done
+}
+
+echo " [fresh, idle]"
+idle_window
+echo " [after running $LOAD /bin/true items on the bound 'system' queue, 2 s to settle, then ${IDLE} s idle]"
+"$BENCH" load "$SOCK_PERF" system "$LOAD" | sed 's/^/  perf daemon: /'
+"$BENCH" load "$SOCK_PROC" system "$LOAD" | sed 's/^/  proc daemon: /'
+sleep 2
+idle_window
+stop_daemon "$PID_PERF" idle-perf
+stop_daemon "$PID_PROC" idle-proc
+hr
+echo "all daemons stopped cleanly"

@@ -1,0 +1,592 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Privilege and ownership: cmwqd runs as root, and every exec item must run
+ * as its submitter with exactly the submitter's credentials, never with the
+ * daemon's; one user can neither see nor touch another user's queues and
+ * items (DESIGN §2 and §3 "Ownership").
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* The submitter, and a second unprivileged user with no relation to it. */
+#define USER_UID 65534
+#define OTHER_UID 65533
+
+static struct cmwqd d;
+
+static void setup(void) {
+        cmwqd_start(&d, NULL);
+}
+
+static void teardown(void) {
+        cmwqd_stop(&d);
+}
+
+static void write_file(const char *path, const char *text, mode_t mode) {
+        FILE *f = fopen(path, "w");
+
+        ck_assert_msg(f, "cannot create %s: %s", path, strerror(errno));
+        fputs(text, f);
+        ck_assert_int_eq(fclose(f), 0);
+        ck_assert_int_eq(chmod(path, mode), 0);
+}
+
+static void sleep_ms(int ms) {
+        struct timespec ts = { ms / 1000, (long) (ms % 1000) * 1000000 };
+
+        nanosleep(&ts, NULL);
+}
+
+/* stdout without the trailing newline; fails the test unless cmwqctl as @uid
+ * exits 0. */
+static char *ctl_as_ok(uid_t uid, const char *const *args) {
+        struct ctl_result r;
+        size_t n;
+
+        ctl_run(&d, uid, &r, args);
+        ck_assert_msg(r.status == 0, "cmwqctl %s ... as uid %d exited %d: %s", args[0], (int) uid, r.status, r.err);
+        free(r.err);
+        n = strlen(r.out);
+        if (n > 0 && r.out[n - 1] == '\n')
+                r.out[n - 1] = 0;
+        return r.out;
+}
+#define CTL_AS_OK(uid, ...) ctl_as_ok(uid, (const char *const[]) { __VA_ARGS__, NULL })
+
+static bool one_line(const char *s) {
+        size_t n = strlen(s);
+
+        return n > 0 && s[n - 1] == '\n' && strchr(s, '\n') == s + n - 1;
+}
+
+/* A refusal: exit 1, one clear "cmwqctl: ..." line that says @why, nothing on
+ * stdout, and nothing of what must stay hidden. */
+static void assert_refused(const struct ctl_result *r, const char *what, const char *why) {
+        ck_assert_msg(r->status == 1, "%s: exit %d (want 1), stdout '%s', stderr '%s'", what, r->status, r->out, r->err);
+        ck_assert_msg(one_line(r->err) && strncmp(r->err, "cmwqctl: ", 9) == 0, "%s: not one clear line: '%s'", what,
+                      r->err);
+        ck_assert_msg(strstr(r->err, why), "%s: stderr '%s' does not say '%s'", what, r->err, why);
+        ck_assert_msg(r->out[0] == 0, "%s: printed '%s'", what, r->out);
+        ck_assert_msg(!strstr(r->err, "SECRET"), "%s: leaked another user's data: %s", what, r->err);
+}
+
+/* The "state:" of an item, as its owner sees it. */
+static char *item_state(uid_t uid, const char *id) {
+        char *shown = CTL_AS_OK(uid, "show", id), *p, *state;
+
+        p = strstr(shown, "state:");
+        ck_assert_msg(p, "show %s said: %s", id, shown);
+        p += strlen("state:");
+        p += strspn(p, " ");
+        state = strndup(p, strcspn(p, "\n"));
+        free(shown);
+        return state;
+}
+
+static void wait_for_state(uid_t uid, const char *id, const char *want) {
+        char *state = NULL;
+
+        for (int waited = 0; waited < 10000; waited += 20) {
+                free(state);
+                state = item_state(uid, id);
+                if (strcmp(state, want) == 0)
+                        break;
+                sleep_ms(20);
+        }
+        ck_assert_msg(strcmp(state, want) == 0, "item %s is %s, not %s", id, state, want);
+        free(state);
+}
+
+static int count_in_file(const char *path, const char *needle) {
+        char *s = read_file(path);
+        int n = 0;
+
+        for (char *p = s; (p = strstr(p, needle)); p += strlen(needle))
+                n++;
+        free(s);
+        return n;
+}
+
+/* "Uid:", "Gid:", "Groups:", "CapEff:" ... lines of the item's own
+ * /proc/self/status, one value list per field. */
+static const char status_script[] =
+        "id -u; id -g; "
+        "sed -n -e 's/^\\(Uid\\|Gid\\|Groups\\|CapPrm\\|CapEff\\|CapBnd\\|CapAmb\\|NoNewPrivs\\):[[:space:]]*/\\1=/p' "
+        "/proc/self/status | tr '\\t' ' ' | sed 's/ *$//'";
+
+static void assert_line(const char *out, const char *line) {
+        size_t n = strlen(line);
+        const char *p = out;
+
+        /* A whole line: at the start or after a newline, ending in one. */
+        for (; (p = strstr(p, line)); p += n)
+                if ((p == out || p[-1] == '\n') && (p[n] == '\n' || p[n] == 0))
+                        return;
+        ck_abort_msg("the item's output has no line '%s':\n%s", line, out);
+}
+
+START_TEST(test_item_runs_as_the_submitter) {
+        char *out;
+
+        out = CTL_AS_OK(USER_UID, "submit", "system", "--wait", "--", "/bin/sh", "-c", status_script);
+        assert_line(out, "65534");                      /* id -u */
+        assert_line(out, "Uid=65534 65534 65534 65534");        /* real, effective, saved, fs */
+        assert_line(out, "Gid=65534 65534 65534 65534");
+        /* The submitter has no supplementary groups (the harness cleared
+         * them); the daemon, root, has at least group 0. */
+        assert_line(out, "Groups=");
+        /* No capability is left, not even in the permitted set. */
+        assert_line(out, "CapPrm=0000000000000000");
+        assert_line(out, "CapEff=0000000000000000");
+        assert_line(out, "CapAmb=0000000000000000");
+        /* "id -g" is the second line. */
+        ck_assert_msg(strncmp(out, "65534\n65534\n", 12) == 0, "id -u / id -g said:\n%s", out);
+        free(out);
+}
+END_TEST
+
+/* Runs cmwqctl as @uid/@gid with exactly @groups; returns its stdout. */
+static char *ctl_with_groups(uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups, const char *const *args,
+                             int *ret_status) {
+        const char *argv[32];
+        int pipefd[2], n = 0, status;
+        char *out = calloc(1, 1);
+        size_t len = 0;
+        char buf[4096];
+        ssize_t k;
+        pid_t pid;
+
+        argv[n++] = d.ctl;
+        argv[n++] = "--socket";
+        argv[n++] = d.socket;
+        for (; *args && n < 31; args++)
+                argv[n++] = *args;
+        argv[n] = NULL;
+
+        ck_assert_int_eq(pipe2(pipefd, O_CLOEXEC), 0);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                dup2(pipefd[1], STDOUT_FILENO);
+                if (setgroups(n_groups, groups) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0 ||
+                    chdir(d.dir) < 0)
+                        _exit(126);
+                execv(argv[0], (char *const *) argv);
+                _exit(127);
+        }
+        close(pipefd[1]);
+        while ((k = read(pipefd[0], buf, sizeof(buf))) > 0) {
+                out = realloc(out, len + (size_t) k + 1);
+                ck_assert_ptr_nonnull(out);
+                memcpy(out + len, buf, (size_t) k);
+                len += (size_t) k;
+                out[len] = 0;
+        }
+        close(pipefd[0]);
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        *ret_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return out;
+}
+
+START_TEST(test_item_has_the_submitters_supplementary_groups) {
+        const gid_t groups[] = { 4343, 4242 };
+        int status;
+        char *out;
+
+        out = ctl_with_groups(USER_UID, 4000, groups, 2,
+                              (const char *const[]) { "submit", "system", "--wait", "--", "/bin/sh", "-c",
+                                                      status_script, NULL },
+                              &status);
+        ck_assert_msg(status == 0, "cmwqctl exited %d", status);
+        assert_line(out, "Uid=65534 65534 65534 65534");
+        assert_line(out, "Gid=4000 4000 4000 4000");
+        /* The kernel keeps the list sorted. */
+        assert_line(out, "Groups=4242 4343");
+        free(out);
+}
+END_TEST
+
+START_TEST(test_item_cannot_write_as_root) {
+        char file[400], dir[400], created[500], script[2048], *content;
+        struct ctl_result r;
+        struct stat st;
+
+        test_path(&d, "root-file", file, sizeof(file));
+        write_file(file, "original\n", 0644);
+        test_path(&d, "root-dir", dir, sizeof(dir));
+        ck_assert_int_eq(mkdir(dir, 0755), 0);
+        snprintf(created, sizeof(created), "%s/created-by-item", dir);
+
+        snprintf(script, sizeof(script), "echo overwritten > '%s'", file);
+        CTL_AS(&d, USER_UID, &r, "submit", "system", "--wait", "--", "/bin/sh", "-c", script);
+        ck_assert_msg(r.status != 0, "writing a root-owned 0644 file succeeded; stderr: %s", r.err);
+        ck_assert_msg(strstr(r.err, "Permission denied"), "stderr: %s", r.err);
+        ctl_result_free(&r);
+        content = read_file(file);
+        ck_assert_str_eq(content, "original\n");
+        free(content);
+        ck_assert_int_eq(stat(file, &st), 0);
+        ck_assert_int_eq(st.st_uid, 0);
+        ck_assert_int_eq(st.st_mode & 07777, 0644);
+
+        /* Not by renaming over it or truncating it either. */
+        snprintf(script, sizeof(script), ": > '%s' || truncate -s 0 '%s' || mv -f '%s' '%s.moved'", file, file, file,
+                 file);
+        CTL_AS(&d, USER_UID, &r, "submit", "system", "--wait", "--", "/bin/sh", "-c", script);
+        ck_assert_msg(r.status != 0, "an item of uid %d changed a root-owned file", USER_UID);
+        ctl_result_free(&r);
+        content = read_file(file);
+        ck_assert_str_eq(content, "original\n");
+        free(content);
+
+        snprintf(script, sizeof(script), "echo new > '%s'", created);
+        CTL_AS(&d, USER_UID, &r, "submit", "system", "--wait", "--", "/bin/sh", "-c", script);
+        ck_assert_msg(r.status != 0, "creating a file in a root-owned 0755 directory succeeded");
+        ctl_result_free(&r);
+        ck_assert_msg(access(created, F_OK) < 0 && errno == ENOENT, "%s exists", created);
+
+        /* The same item run by root does write: the test is meaningful. */
+        free(CTL_OK(&d, "submit", "system", "--wait", "--", "/bin/sh", "-c", script));
+        ck_assert_int_eq(access(created, F_OK), 0);
+}
+END_TEST
+
+START_TEST(test_program_the_user_cannot_execute) {
+        char script[400], path_env[400], *out;
+        struct ctl_result r;
+
+        test_path(&d, "root-only.sh", script, sizeof(script));
+        write_file(script, "#!/bin/sh\necho root-ran\n", 0700);
+
+        /* The daemon (root) could exec it; the item must not. */
+        CTL_AS(&d, USER_UID, &r, "submit", "system", "--wait", "--", script);
+        ck_assert_msg(r.status == 127, "exit %d (want 127), stdout '%s', stderr '%s'", r.status, r.out, r.err);
+        ck_assert_msg(strstr(r.err, "Permission denied"), "stderr: %s", r.err);
+        ck_assert_msg(!strstr(r.out, "root-ran"), "the item ran: %s", r.out);
+        ctl_result_free(&r);
+
+        /* Nor as a bare name found in the item's PATH, nor relative to its
+         * working directory (cmwqctl runs in the daemon's directory). */
+        snprintf(path_env, sizeof(path_env), "%s:/usr/bin:/bin", d.dir);
+        ck_assert_int_eq(setenv("PATH", path_env, 1), 0);
+        CTL_AS(&d, USER_UID, &r, "submit", "system", "--wait", "--", "root-only.sh");
+        ck_assert_msg(r.status == 127 && strstr(r.err, "Permission denied"), "exit %d, stdout '%s', stderr '%s'",
+                      r.status, r.out, r.err);
+        ctl_result_free(&r);
+        CTL_AS(&d, USER_UID, &r, "submit", "system", "--wait", "--", "./root-only.sh");
+        ck_assert_msg(r.status == 127 && strstr(r.err, "Permission denied"), "exit %d, stdout '%s', stderr '%s'",
+                      r.status, r.out, r.err);
+        ctl_result_free(&r);
+
+        out = CTL_OK(&d, "submit", "system", "--wait", "--", script);
+        ck_assert_str_eq(out, "root-ran");
+        free(out);
+}
+END_TEST
+
+START_TEST(test_stdin_file_is_read_by_cmwqctl_not_the_daemon) {
+        char secret[400];
+        struct ctl_result r;
+        int queued;
+
+        test_path(&d, "root-secret", secret, sizeof(secret));
+        write_file(secret, "SECRET-of-root\n", 0600);
+
+        queued = count_in_file(d.log, "Queued item");
+        CTL_AS(&d, USER_UID, &r, "submit", "system", "--stdin", secret, "--wait", "--", "/bin/cat");
+        ck_assert_msg(r.status == 2, "exit %d (want 2), stdout '%s', stderr '%s'", r.status, r.out, r.err);
+        ck_assert_msg(one_line(r.err) && strstr(r.err, "Permission denied") && strstr(r.err, secret), "stderr: %s",
+                      r.err);
+        ck_assert_msg(!strstr(r.out, "SECRET"), "stdout: %s", r.out);
+        ctl_result_free(&r);
+        /* Nothing reached the daemon. */
+        ck_assert_int_eq(count_in_file(d.log, "Queued item"), queued);
+}
+END_TEST
+
+/* Another user's queue and items: invisible, untouchable, unchanged. */
+START_TEST(test_other_user_cannot_touch_a_queue_or_its_items) {
+        char *running, *delayed, *done, *out, *state, *max_active_line;
+        struct ctl_result r;
+
+        free(CTL_AS_OK(USER_UID, "create", "private-q", "--max-active", "4"));
+        running = CTL_AS_OK(USER_UID, "submit", "private-q", "--", "/bin/sh", "-c", "echo SECRET-out; sleep 60",
+                            "SECRET-arg");
+        delayed = CTL_AS_OK(USER_UID, "submit", "private-q", "--delay", "60", "--", "/bin/echo", "SECRET-delayed");
+        done = CTL_AS_OK(USER_UID, "submit", "system", "--", "/bin/echo", "SECRET-done");
+        free(CTL_AS_OK(USER_UID, "wait", done));
+        wait_for_state(USER_UID, running, "running");
+
+        /* Not listed, not in the statistics. */
+        const char *const listings[][2] = { { "list", NULL }, { "--json", "list" }, { "stats", NULL },
+                                            { "--json", "stats" } };
+        for (size_t k = 0; k < sizeof(listings) / sizeof(listings[0]); k++) {
+                if (listings[k][1])
+                        out = CTL_AS_OK(OTHER_UID, listings[k][0], listings[k][1]);
+                else
+                        out = CTL_AS_OK(OTHER_UID, listings[k][0]);
+                ck_assert_msg(!strstr(out, "private-q"), "%s %s shows another user's queue:\n%s", listings[k][0],
+                              listings[k][1] ? listings[k][1] : "", out);
+                ck_assert_msg(strstr(out, "system"), "%s: %s", listings[k][0], out);
+                free(out);
+        }
+
+        /* Every operation on the queue is refused, as if it did not exist. */
+        CTL_AS(&d, OTHER_UID, &r, "submit", "private-q", "--", "/bin/true");
+        assert_refused(&r, "submit", "private-q");
+        ctl_result_free(&r);
+        CTL_AS(&d, OTHER_UID, &r, "submit", "private-q", "--wait", "--", "/bin/true");
+        assert_refused(&r, "submit --wait", "private-q");
+        ctl_result_free(&r);
+        CTL_AS(&d, OTHER_UID, &r, "flush", "private-q");
+        assert_refused(&r, "flush", "private-q");
+        ctl_result_free(&r);
+        CTL_AS(&d, OTHER_UID, &r, "drain", "private-q");
+        assert_refused(&r, "drain", "private-q");
+        ctl_result_free(&r);
+        CTL_AS(&d, OTHER_UID, &r, "destroy", "private-q");
+        assert_refused(&r, "destroy", "private-q");
+        ctl_result_free(&r);
+        CTL_AS(&d, OTHER_UID, &r, "set-max-active", "private-q", "1");
+        assert_refused(&r, "set-max-active", "private-q");
+        ctl_result_free(&r);
+        /* Creating one of the same name does not take it over. */
+        CTL_AS(&d, OTHER_UID, &r, "create", "private-q");
+        assert_refused(&r, "create", "private-q");
+        ctl_result_free(&r);
+
+        /* Nor the items, running, delayed or finished. */
+        const char *ids[] = { running, delayed, done };
+        for (size_t k = 0; k < 3; k++) {
+                CTL_AS(&d, OTHER_UID, &r, "show", ids[k]);
+                assert_refused(&r, "show", "another user");
+                ctl_result_free(&r);
+                CTL_AS(&d, OTHER_UID, &r, "--json", "show", ids[k]);
+                assert_refused(&r, "show --json", "another user");
+                ctl_result_free(&r);
+                CTL_AS(&d, OTHER_UID, &r, "wait", ids[k]);
+                assert_refused(&r, "wait", "another user");
+                ctl_result_free(&r);
+                CTL_AS(&d, OTHER_UID, &r, "cancel", ids[k]);
+                assert_refused(&r, "cancel", "another user");
+                ctl_result_free(&r);
+        }
+
+        /* Nothing changed. */
+        state = item_state(USER_UID, running);
+        ck_assert_str_eq(state, "running");
+        free(state);
+        state = item_state(USER_UID, delayed);
+        ck_assert_str_eq(state, "delayed");
+        free(state);
+        out = CTL_AS_OK(USER_UID, "wait", done);
+        ck_assert_str_eq(out, "SECRET-done");
+        free(out);
+        out = CTL_AS_OK(USER_UID, "list");
+        max_active_line = strstr(out, "private-q");
+        ck_assert_msg(max_active_line, "the owner lost the queue:\n%s", out);
+        ck_assert_msg(strstr(out, "private-q"), "list: %s", out);
+        free(out);
+        out = CTL_AS_OK(USER_UID, "--json", "list");
+        ck_assert_msg(strstr(out, "\"name\":\"private-q\",") && strstr(out, "\"max_active\":4,"), "list --json: %s",
+                      out);
+        ck_assert_msg(!strstr(out, "\"draining\":true"), "list --json: %s", out);
+        free(out);
+        /* Root sees it. */
+        out = CTL_OK(&d, "list");
+        ck_assert_msg(strstr(out, "private-q"), "root's list: %s", out);
+        free(out);
+
+        /* The owner still controls it. */
+        free(CTL_AS_OK(USER_UID, "cancel", running));
+        free(CTL_AS_OK(USER_UID, "cancel", delayed));
+        free(CTL_AS_OK(USER_UID, "destroy", "private-q"));
+        free(running);
+        free(delayed);
+        free(done);
+}
+END_TEST
+
+/* And the other way round: root's items are not the users'. */
+START_TEST(test_user_cannot_see_roots_items) {
+        struct ctl_result r;
+        char *id;
+
+        id = CTL_OK(&d, "submit", "system", "--delay", "60", "--", "/bin/echo", "SECRET-root");
+        CTL_AS(&d, USER_UID, &r, "show", id);
+        assert_refused(&r, "show", "another user");
+        ctl_result_free(&r);
+        CTL_AS(&d, USER_UID, &r, "cancel", id);
+        assert_refused(&r, "cancel", "another user");
+        ctl_result_free(&r);
+        free(CTL_OK(&d, "cancel", id));
+        free(id);
+}
+END_TEST
+
+/* Work keys on a shared queue: another user's pending key is not mine; my
+ * submission must neither be swallowed by it nor hand me its output. */
+START_TEST(test_work_keys_on_shared_queues_are_per_user) {
+        char *theirs, *theirs_w, *mine, *again, *state;
+        struct ctl_result r;
+
+        theirs = CTL_AS_OK(USER_UID, "submit", "system", "--key", "shared-key", "--delay", "60", "--", "/bin/echo",
+                           "SECRET-key-owner");
+        theirs_w = CTL_AS_OK(USER_UID, "submit", "system", "--key", "shared-key-w", "--delay", "60", "--",
+                             "/bin/echo", "SECRET-key-owner");
+
+        /* Queued as new work of mine, not answered with their item. */
+        CTL_AS(&d, OTHER_UID, &r, "submit", "system", "--key", "shared-key", "--", "/bin/echo", "mine");
+        ck_assert_msg(r.status == 0, "exit %d, stderr %s", r.status, r.err);
+        ck_assert_msg(!strstr(r.err, "already pending"), "another user's key counted as mine: %s", r.err);
+        mine = strndup(r.out, strcspn(r.out, "\n"));
+        ck_assert_str_ne(mine, theirs);
+        ctl_result_free(&r);
+        CTL_AS(&d, OTHER_UID, &r, "wait", mine);
+        ck_assert_msg(r.status == 0 && strcmp(r.out, "mine\n") == 0, "exit %d, stdout '%s', stderr '%s'", r.status,
+                      r.out, r.err);
+        ctl_result_free(&r);
+        free(mine);
+
+        /* With --wait: my own output, never theirs. */
+        CTL_AS(&d, OTHER_UID, &r, "submit", "system", "--key", "shared-key-w", "--wait", "--", "/bin/echo", "mine");
+        ck_assert_msg(r.status == 0, "exit %d, stderr %s", r.status, r.err);
+        ck_assert_msg(!strstr(r.out, "SECRET") && !strstr(r.err, "SECRET"), "got another user's item: %s%s", r.out,
+                      r.err);
+        ck_assert_str_eq(r.out, "mine\n");
+        ctl_result_free(&r);
+
+        /* The key still works within one user. */
+        mine = CTL_AS_OK(OTHER_UID, "submit", "system", "--key", "shared-key", "--delay", "60", "--", "/bin/true");
+        ck_assert_str_ne(mine, theirs);
+        CTL_AS(&d, OTHER_UID, &r, "submit", "system", "--key", "shared-key", "--", "/bin/true");
+        ck_assert_int_eq(r.status, 0);
+        ck_assert_msg(strstr(r.err, "already pending"), "stderr: %s", r.err);
+        again = strndup(r.out, strcspn(r.out, "\n"));
+        ck_assert_str_eq(again, mine);
+        ctl_result_free(&r);
+
+        /* Theirs are untouched. */
+        state = item_state(USER_UID, theirs);
+        ck_assert_str_eq(state, "delayed");
+        free(state);
+        state = item_state(USER_UID, theirs_w);
+        ck_assert_str_eq(state, "delayed");
+        free(state);
+        free(CTL_AS_OK(USER_UID, "cancel", theirs));
+        free(CTL_AS_OK(USER_UID, "cancel", theirs_w));
+        free(CTL_AS_OK(OTHER_UID, "cancel", mine));
+        free(theirs);
+        free(theirs_w);
+        free(mine);
+        free(again);
+}
+END_TEST
+
+/* The nice value (field 19 of /proc/PID/stat) of the item's process. */
+static long item_nice(const char *out) {
+        const char *p = strrchr(out, ')');
+        int field = 2;
+
+        ck_assert_msg(p, "not a stat line: %s", out);
+        for (p++; *p && field < 19; p++)
+                if (*p == ' ')
+                        field++;
+        return strtol(p, NULL, 10);
+}
+
+START_TEST(test_builtin_queues_are_shared_but_not_administered_by_users) {
+        static const char *const builtins[] = { "system",           "system_highpri",   "system_long",
+                                                "system_unbound",   "system_freezable", "system_freezable_unbound" };
+        struct ctl_result r;
+        char *out;
+
+        for (size_t k = 0; k < sizeof(builtins) / sizeof(builtins[0]); k++) {
+                out = CTL_AS_OK(USER_UID, "submit", builtins[k], "--wait", "--", "/bin/sh", "-c", "id -u; id -g");
+                ck_assert_msg(strcmp(out, "65534\n65534") == 0, "on %s the item ran as:\n%s", builtins[k], out);
+                free(out);
+        }
+        /* The high-priority pool's nice -20 is root's only. */
+        out = CTL_AS_OK(USER_UID, "submit", "system_highpri", "--wait", "--", "/bin/cat", "/proc/self/stat");
+        ck_assert_int_eq(item_nice(out), 0);
+        free(out);
+
+        CTL_AS(&d, USER_UID, &r, "destroy", "system");
+        assert_refused(&r, "destroy system", "system");
+        ctl_result_free(&r);
+        CTL_AS(&d, USER_UID, &r, "set-max-active", "system", "1");
+        assert_refused(&r, "set-max-active system", "system");
+        ctl_result_free(&r);
+        CTL_AS(&d, USER_UID, &r, "set-max-active", "system_unbound", "0");
+        assert_refused(&r, "set-max-active system_unbound", "system");
+        ctl_result_free(&r);
+        /* Draining a shared queue would hold up everybody's submissions. */
+        CTL_AS(&d, USER_UID, &r, "drain", "system");
+        assert_refused(&r, "drain system", "system");
+        ctl_result_free(&r);
+
+        const char *const *freeze_args[] = {
+                (const char *const[]) { "freeze", NULL },
+                (const char *const[]) { "freeze", "system_freezable", NULL },
+                (const char *const[]) { "freeze", "private-nothing", NULL },
+                (const char *const[]) { "thaw", NULL },
+                (const char *const[]) { "thaw", "system_freezable", NULL },
+        };
+        for (size_t k = 0; k < sizeof(freeze_args) / sizeof(freeze_args[0]); k++) {
+                ctl_run(&d, USER_UID, &r, freeze_args[k]);
+                assert_refused(&r, freeze_args[k][0], "only root");
+                ctl_result_free(&r);
+        }
+
+        /* Nothing changed: the built-ins are there, with their max_active,
+         * nothing frozen or draining. */
+        out = CTL_OK(&d, "--json", "list");
+        ck_assert_msg(strstr(out, "{\"name\":\"system\",\"flags\":[],\"flags_value\":0,\"max_active\":256,"),
+                      "list --json: %s", out);
+        ck_assert_msg(strstr(out, "{\"name\":\"system_unbound\",") && strstr(out, "\"max_active\":512,"),
+                      "list --json: %s", out);
+        ck_assert_msg(!strstr(out, "\"frozen\":true") && !strstr(out, "\"draining\":true"), "list --json: %s", out);
+        free(out);
+        out = CTL_AS_OK(USER_UID, "submit", "system_freezable", "--wait", "--", "/bin/echo", "still-running");
+        ck_assert_str_eq(out, "still-running");
+        free(out);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("security");
+        TCase *tc = tcase_create("security");
+        SRunner *sr;
+        int failed;
+
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, test_item_runs_as_the_submitter);
+        tcase_add_test(tc, test_item_has_the_submitters_supplementary_groups);
+        tcase_add_test(tc, test_item_cannot_write_as_root);
+        tcase_add_test(tc, test_program_the_user_cannot_execute);
+        tcase_add_test(tc, test_stdin_file_is_read_by_cmwqctl_not_the_daemon);
+        tcase_add_test(tc, test_other_user_cannot_touch_a_queue_or_its_items);
+        tcase_add_test(tc, test_user_cannot_see_roots_items);
+        tcase_add_test(tc, test_work_keys_on_shared_queues_are_per_user);
+        tcase_add_test(tc, test_builtin_queues_are_shared_but_not_administered_by_users);
+        suite_add_tcase(s, tc);
+
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? 0 : 1;
+}
