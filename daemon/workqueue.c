@@ -384,13 +384,30 @@ static void core_freeze_timer_fired(evutil_socket_t fd, short what, void *userda
         waiters_complete(&c->freezers, -ETIMEDOUT);
 }
 
-int core_freeze(struct core *c, const struct core_caller *caller, const char *name,
-                uint64_t timeout_usec, struct core_waiter *w, struct core_error *e) {
+static void workqueue_freeze(struct workqueue *wq) {
+        if (wq->frozen)
+                return;
+        wq->frozen = true;
+        workqueue_deactivate_pending(wq);
+}
+
+static void workqueue_thaw(struct workqueue *wq) {
+        if (!wq->frozen)
+                return;
+        wq->frozen = false;
+        for (size_t k = 0; k < wq->n_pwqs; k++)
+                pwq_activate_inactive(&wq->pwqs[k]);
+}
+
+/* Freezing and thawing are root's: applies @apply to the queue @name, or to
+ * every FREEZABLE queue when @name is NULL. */
+static int freezer_apply(struct core *c, const struct core_caller *caller, const char *name, const char *verb,
+                         void (*apply)(struct workqueue *wq), struct core_error *e) {
         struct workqueue *wq = NULL;
         int r;
 
         if (!caller_is_privileged(caller))
-                return core_error_set(e, -EPERM, "only root may freeze workqueues");
+                return core_error_set(e, -EPERM, "only root may %s workqueues", verb);
 
         if (name) {
                 r = workqueue_lookup(c, caller, name, &wq, e);
@@ -398,16 +415,21 @@ int core_freeze(struct core *c, const struct core_caller *caller, const char *na
                         return r;
                 if (!(wq->flags & WQ_FREEZABLE))
                         return core_error_set(e, -EINVAL, "workqueue '%s' is not freezable", name);
-                if (!wq->frozen) {
-                        wq->frozen = true;
-                        workqueue_deactivate_pending(wq);
-                }
+                apply(wq);
         } else
                 list_for_each_entry(wq, &c->workqueues, entry)
-                        if ((wq->flags & WQ_FREEZABLE) && !wq->frozen) {
-                                wq->frozen = true;
-                                workqueue_deactivate_pending(wq);
-                        }
+                        if (wq->flags & WQ_FREEZABLE)
+                                apply(wq);
+        return 0;
+}
+
+int core_freeze(struct core *c, const struct core_caller *caller, const char *name,
+                uint64_t timeout_usec, struct core_waiter *w, struct core_error *e) {
+        int r;
+
+        r = freezer_apply(c, caller, name, "freeze", workqueue_freeze, e);
+        if (r < 0)
+                return r;
         log_info("Froze %s", name ? name : "all freezable workqueues");
 
         if (core_frozen_queues_idle(c))
@@ -424,32 +446,13 @@ int core_freeze(struct core *c, const struct core_caller *caller, const char *na
         return 1;
 }
 
-static void workqueue_thaw(struct workqueue *wq) {
-        if (!wq->frozen)
-                return;
-        wq->frozen = false;
-        for (size_t k = 0; k < wq->n_pwqs; k++)
-                pwq_activate_inactive(&wq->pwqs[k]);
-}
-
 int core_thaw(struct core *c, const struct core_caller *caller, const char *name, struct core_error *e) {
-        struct workqueue *wq = NULL;
         int r;
 
-        if (!caller_is_privileged(caller))
-                return core_error_set(e, -EPERM, "only root may thaw workqueues");
-
-        if (name) {
-                r = workqueue_lookup(c, caller, name, &wq, e);
-                if (r < 0)
-                        return r;
-                if (!(wq->flags & WQ_FREEZABLE))
-                        return core_error_set(e, -EINVAL, "workqueue '%s' is not freezable", name);
-                workqueue_thaw(wq);
-        } else
-                list_for_each_entry(wq, &c->workqueues, entry)
-                        workqueue_thaw(wq);
-        log_info("Thawed %s", name ? name : "all workqueues");
+        r = freezer_apply(c, caller, name, "thaw", workqueue_thaw, e);
+        if (r < 0)
+                return r;
+        log_info("Thawed %s", name ? name : "all freezable workqueues");
         core_check_freezers(c);
         return 0;
 }
