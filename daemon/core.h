@@ -48,7 +48,7 @@ enum {
 /* Named limits on what one request may carry. */
 #define ITEM_ARGV_MAX 4096u                     /* arguments */
 #define ITEM_ENV_MAX 4096u                      /* environment entries */
-#define ITEM_STRINGS_BYTES_MAX (256u * 1024u)   /* argv + env + cwd + key bytes */
+#define ITEM_STRINGS_BYTES_MAX (256u * 1024u)   /* argv + env + cwd bytes */
 #define ITEM_PAYLOAD_MAX (1024u * 1024u)        /* stdin payload */
 #define ITEM_KEY_MAX 256u
 #define ITEM_DELAY_MAX_USEC (30ULL * 24 * 3600 * 1000000)

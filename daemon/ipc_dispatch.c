@@ -119,6 +119,48 @@ static void send_item(struct ipc_client *c, uint64_t id, const struct item *i, b
         (void) ipc_client_send(c, &resp);
 }
 
+/* A freeze that timed out: the reply names the items that held it (the
+ * queues stay frozen). */
+static void send_freeze_holders(struct ipc_client *c, uint64_t id) {
+        struct core *core = client_core(c);
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__FreezeReply reply = CMWQ__FREEZE_REPLY__INIT;
+        _cleanup_(freep) Cmwq__ItemInfo *infos = NULL;
+        _cleanup_(freep) Cmwq__ItemInfo **ptrs = NULL;
+        _cleanup_(freep) char *errbufs = NULL;
+        struct workqueue *wq;
+        struct item *i;
+        size_t n = 0, total = 0;
+
+        list_for_each_entry(wq, &core->workqueues, entry)
+                if (wq->frozen)
+                        total += workqueue_nr_running(wq);
+        infos = calloc(total ? total : 1, sizeof(*infos));
+        ptrs = calloc(total ? total : 1, sizeof(*ptrs));
+        errbufs = calloc(total ? total : 1, 256);
+        if (!infos || !ptrs || !errbufs) {
+                ipc_client_send_error(c, id, -ENOMEM, "out of memory", false);
+                return;
+        }
+        list_for_each_entry(wq, &core->workqueues, entry) {
+                if (!wq->frozen)
+                        continue;
+                list_for_each_entry(i, &wq->items, wq_entry)
+                        if (i->state == ITEM_RUNNING && n < total) {
+                                item_info_fill(&infos[n], i, errbufs + n * 256, 256);
+                                ptrs[n] = &infos[n];
+                                n++;
+                        }
+        }
+        reply.n_holding = n;
+        reply.holding = ptrs;
+        resp.id = id;
+        resp.message = (char *) "freeze timed out: these items were still running; the queues stay frozen";
+        resp.body_case = CMWQ__RESPONSE__BODY_FREEZE;
+        resp.freeze = &reply;
+        (void) ipc_client_send(c, &resp);
+}
+
 static void ipc_call_done(struct core_waiter *w, int r) {
         struct ipc_call *call = container_of(w, struct ipc_call, waiter);
         struct ipc_client *c = call->client;
@@ -139,9 +181,7 @@ static void ipc_call_done(struct core_waiter *w, int r) {
                 break;
         case CMWQ__REQUEST__BODY_FREEZE:
                 if (r == -ETIMEDOUT)
-                        ipc_client_send_error(c, call->request_id, r,
-                                              "freeze timed out: items were still running (see the daemon's log); "
-                                              "the queues stay frozen", false);
+                        send_freeze_holders(c, call->request_id);
                 else if (r < 0)
                         ipc_client_send_error(c, call->request_id, r, strerror(-r), false);
                 else

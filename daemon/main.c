@@ -39,7 +39,7 @@ static void help(void) {
                "\n"
                "  -u, --user                  run as the calling user's own instance, listening\n"
                "                              on $XDG_RUNTIME_DIR/cmwqd.sock\n"
-               "  -s, --socket PATH           listen on PATH instead (default: %s,\n"
+               "  -s, --socket PATH           listen on PATH, an absolute path (default: %s,\n"
                "                              or the user socket with --user)\n"
                "  -d, --sleep-detector perf|proc\n"
                "                              how blocking of running items is detected\n"

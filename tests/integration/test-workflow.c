@@ -515,6 +515,32 @@ START_TEST(test_output_capture) {
 END_TEST
 
 /* freeze lets the running item finish and starts nothing; thaw resumes in order. */
+/* A freeze bounded by --timeout while an item keeps running: it says which
+ * item held it, and the queue stays frozen until thawed. */
+START_TEST(test_freeze_timeout_names_the_holder) {
+        struct ctl_result r;
+        char *id, *out;
+
+        free(CTL_OK(&d, "create", "hq", "--freezable"));
+        id = CTL_OK(&d, "submit", "hq", "--", "/bin/sleep", "30.4711");
+        CTL(&d, &r, "freeze", "hq", "--timeout", "0.3");
+        ck_assert_msg(r.status == 1, "freeze exited %d: %s", r.status, r.err);
+        ck_assert_msg(strstr(r.err, "timed out") && strstr(r.err, "30.4711"), "stderr: %s", r.err);
+        ctl_result_free(&r);
+
+        CTL(&d, &r, "--json", "freeze", "hq", "--timeout", "0.3");
+        ck_assert_msg(strstr(r.out, "\"holding\"") && strstr(r.out, "30.4711"), "stdout: %s", r.out);
+        ctl_result_free(&r);
+
+        out = CTL_OK(&d, "--json", "list");
+        ck_assert_msg(strstr(out, "\"frozen\":true"), "list: %s", out);
+        free(out);
+        free(CTL_OK(&d, "thaw", "hq"));
+        free(CTL_OK(&d, "cancel", id));
+        free(id);
+}
+END_TEST
+
 START_TEST(test_freeze_and_thaw) {
         struct ctl_async other;
         struct ctl_result r;
@@ -714,6 +740,7 @@ int main(void) {
         tcase_add_test(tc, test_timeout_kills_process_tree);
         tcase_add_test(tc, test_output_capture);
         tcase_add_test(tc, test_freeze_and_thaw);
+        tcase_add_test(tc, test_freeze_timeout_names_the_holder);
         tcase_add_test(tc, test_destroy_drains_then_removes);
         tcase_add_test(tc, test_set_max_active_out_of_range_refused);
         tcase_add_test(tc, test_create_bad_values_refused);
