@@ -1114,6 +1114,11 @@ static unsigned count_marker(const char *marker, pid_t *ret_pid) {
                 if (k <= 0)
                         continue;       /* a zombie has no command line */
                 buf[k] = 0;
+                /* Only the sleep itself: "setsid sleep MARKER" carries the
+                 * marker too, before it has left the process group. */
+                const char *base = strrchr(buf, '/') ? strrchr(buf, '/') + 1 : buf;
+                if (strcmp(base, "sleep") != 0)
+                        continue;
                 for (char *a = buf; a < buf + k; a += strlen(a) + 1)
                         if (strcmp(a, marker) == 0) {
                                 n++;
