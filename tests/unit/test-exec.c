@@ -116,6 +116,12 @@ static void assert_success(const struct run *run) {
         ck_assert(!run->r.killed);
 }
 
+/* As cmwqd does at start-up: the spawner's socket is then already open when
+ * a test counts its fds (it stays open for the whole process). */
+static void setup_spawner(void) {
+        ck_assert_int_eq(exec_spawner_start(), 0);
+}
+
 static unsigned count_fds(void) {
         DIR *d = opendir("/proc/self/fd");
         unsigned n = 0;
@@ -1600,6 +1606,8 @@ END_TEST
 int main(void) {
         Suite *s = suite_create("exec");
         TCase *tc = tcase_create("exec");
+
+        tcase_add_checked_fixture(tc, setup_spawner, NULL);
         SRunner *sr;
         int failed;
 
@@ -1631,6 +1639,7 @@ int main(void) {
         suite_add_tcase(s, tc);
 
         tc = tcase_create("cgroup");
+        tcase_add_checked_fixture(tc, setup_spawner, NULL);
         tcase_set_timeout(tc, TEST_TIMEOUT_SEC);
         tcase_add_test(tc, test_cgroup_find_own_dir);
         tcase_add_test(tc, test_cgroup_membership);
