@@ -422,6 +422,16 @@ int cgroup_item_open_procs(const struct cgroup_item *cg, int *ret_fd) {
         return 0;
 }
 
+int cgroup_item_open_dir(const struct cgroup_item *cg, int *ret_fd) {
+        int fd;
+
+        fd = openat(cg->root->fd, cg->name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        *ret_fd = fd;
+        return 0;
+}
+
 int cgroup_item_kill(const struct cgroup_item *cg) {
         char path[sizeof(cg->name) + 16];
 

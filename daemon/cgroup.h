@@ -24,10 +24,11 @@
  * (cpu, memory per item), the daemon will first have to move itself into a
  * leaf such as D/daemon.
  *
- * The child joins its cgroup itself, between fork() and execve(), while
- * still privileged, by writing "0" into the cgroup.procs fd the daemon opened
- * for it (clone3(CLONE_INTO_CGROUP) would save that write, but the child is
- * made with fork(), see exec.c).  Nothing of the item's own code runs before
+ * The child is born in its cgroup: the spawner (see exec.c) creates it with
+ * clone3(CLONE_INTO_CGROUP) on the directory fd the daemon opened for it.
+ * Where that is not available, the child joins itself, between clone and
+ * execve(), while still privileged, by writing "0" into cgroup.procs (which
+ * can sleep for an RCU grace period, ~10 ms, when the lock has been idle).  Nothing of the item's own code runs before
  * that, so all its descendants are born inside.  The item's user cannot move
  * out: the cgroup files belong to the daemon's user.  (A --user daemon runs
  * items as that same user, who may; there the cgroup is only a convenience.)
@@ -88,6 +89,10 @@ int cgroup_item_new(struct cgroup_root *root, struct cgroup_item **ret);
 /* Opens the item cgroup's cgroup.procs for writing (close-on-exec): writing
  * "0" into it moves the writer in. */
 int cgroup_item_open_procs(const struct cgroup_item *cg, int *ret_fd);
+
+/* Opens the item cgroup's directory (O_DIRECTORY, close-on-exec), for
+ * clone3(CLONE_INTO_CGROUP). */
+int cgroup_item_open_dir(const struct cgroup_item *cg, int *ret_fd);
 
 /* SIGKILLs every process in the cgroup (cgroup.kill), also those forked
  * while it happens. */

@@ -13,7 +13,7 @@
  *    event exists before the exec).  vfork() suspends the parent until the
  *    child execs, so the parent could never attach anything: a deadlock.
  *
- * The daemon is single-threaded, so the forked child may call whatever it
+ * The spawner is single-threaded, so the cloned child may call whatever it
  * needs; it still only uses plain system calls and prepares nothing that
  * allocates, and it never returns into the daemon's code: every path ends in
  * execve() or _exit().  Every failure before execve() is reported as an errno
@@ -25,13 +25,14 @@
  * item is killed while its leader is still an unreaped zombie, which pins
  * the pid and therefore the group id against reuse.
  *
- * With a cgroup (spec->cgroups), the child joins it before anything else, by
- * writing "0" into its cgroup.procs while still privileged.  Why not
- * clone3(CLONE_INTO_CGROUP), which puts the child there atomically: it would
- * replace glibc's fork() by a raw system call (no atfork handlers, nothing
- * the sanitizers intercept) for the saving of one write() in a child that
- * runs none of the item's code before it.  The process group stays: it is
- * what works where no cgroup can be had, and killpg() is cheap.
+ * The child is not forked by the daemon itself but by the spawner, a small
+ * helper process (see "The spawner" below), with clone3(CLONE_PARENT), so it
+ * is still the daemon's child and everything above holds.  With a cgroup
+ * (spec->cgroups), CLONE_INTO_CGROUP creates it inside; where the kernel
+ * refuses that (before 5.7), the child joins by writing "0" into its
+ * cgroup.procs before anything else, while still privileged.  The process
+ * group stays: it is what works where no cgroup can be had, and killpg() is
+ * cheap.
  */
 
 #include <errno.h>
@@ -42,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -753,6 +755,480 @@ _Noreturn static void exec_child(const struct exec_child *c) {
         child_fail(error_fd, errno);
 }
 
+/* ---------------------------------------------------------------------------
+ * The spawner.
+ *
+ * fork() in the daemon copies its page tables (copy_page_range) and then
+ * makes the daemon take copy-on-write faults on its own heap, at a cost that
+ * grows with the daemon.  So item processes are made by a small helper, the
+ * spawner: forked once, early, while the daemon's heap is tiny (or, in a
+ * program that never called exec_spawner_start(), at its first exec_start()).
+ * It is connected by a SOCK_STREAM socketpair, keeps no other fd, runs a
+ * blocking loop of its own (no libevent), and dies with the daemon
+ * (PR_SET_PDEATHSIG, and EOF on the socket).
+ *
+ * A request is a struct spawn_request with the child's fds attached
+ * (SCM_RIGHTS), followed by the serialized spec (groups, program, cwd, argv,
+ * envp).  The spawner creates the child with clone3(CLONE_PARENT |
+ * CLONE_INTO_CGROUP): CLONE_PARENT makes it the *daemon's* child, not the
+ * spawner's, so that the daemon reaps it with wait4() exactly as before
+ * (exit status, rusage, the zombie leader pinning its process group id), and
+ * CLONE_INTO_CGROUP puts it in its cgroup at birth, without the write to
+ * cgroup.procs and its RCU grace period.  The child runs exec_child().  The
+ * reply is the pid, or -errno.
+ *
+ * The daemon waits for that reply (exec_start() stays synchronous): the
+ * spawner is small, so its clone takes tens of microseconds, and a failure
+ * to create the process (EAGAIN) is still returned by exec_start(), which
+ * the pool retries.  Should the spawner be unusable (it cannot be started,
+ * it died and cannot be restarted, or the kernel refuses CLONE_PARENT), the
+ * daemon falls back to fork()ing the child itself, as before.
+ */
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+
+#define SPAWN_MAGIC 0x636d7771u
+/* Bounds a request: argv and envp are bounded far below by the kernel's
+ * ARG_MAX (execve() fails E2BIG beyond), this only rejects garbage. */
+#define SPAWN_REQUEST_MAX (64u * 1024u * 1024u)
+
+enum {
+        SPAWN_FD_STDIN,
+        SPAWN_FD_STDOUT,
+        SPAWN_FD_STDERR,
+        SPAWN_FD_GO,
+        SPAWN_FD_ERROR,
+        SPAWN_FD_CGROUP,                /* the cgroup's directory; optional, last */
+        _SPAWN_FD_MAX,
+};
+
+struct spawn_request {
+        uint32_t magic;
+        uint32_t n_fds;
+        uint64_t len;                   /* bytes that follow */
+        uint32_t uid;
+        uint32_t gid;
+        int32_t cpu;
+        int32_t nice;
+        uint32_t n_groups;              /* gid_t each, first in what follows */
+        uint32_t argc;
+        uint32_t envc;
+        uint8_t drop;
+        uint8_t absolute;
+};
+
+struct spawner_clone_args {
+        uint64_t flags;
+        uint64_t pidfd;
+        uint64_t child_tid;
+        uint64_t parent_tid;
+        uint64_t exit_signal;
+        uint64_t stack;
+        uint64_t stack_size;
+        uint64_t tls;
+        uint64_t set_tid;
+        uint64_t set_tid_size;
+        uint64_t cgroup;
+};
+
+static int spawner_fd = -1;             /* the daemon's end */
+static pid_t spawner_pid = -1;
+static pid_t spawner_owner = -1;        /* the process that started it */
+static bool spawner_broken;             /* do not try again: fork here */
+
+static int io_full(int fd, void *buf, size_t len, bool writing) {
+        char *b = buf;
+
+        while (len > 0) {
+                ssize_t n = writing ? send(fd, b, len, MSG_NOSIGNAL) : read(fd, b, len);
+
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        return -ECONNRESET;
+                b += n;
+                len -= (size_t) n;
+        }
+        return 0;
+}
+
+static pid_t spawner_clone(int cgroup_dirfd, bool *ret_into_cgroup) {
+        static bool no_clone3;
+        long r;
+
+        *ret_into_cgroup = false;
+        if (!no_clone3) {
+                struct spawner_clone_args args = {
+                        .flags = CLONE_PARENT | (cgroup_dirfd >= 0 ? CLONE_INTO_CGROUP : 0),
+                        /* Must be 0 with CLONE_PARENT: the child gets
+                         * ours, SIGCHLD, to its parent, the daemon. */
+                        .exit_signal = 0,
+                        .cgroup = cgroup_dirfd >= 0 ? (uint64_t) cgroup_dirfd : 0,
+                };
+
+                r = syscall(SYS_clone3, &args, sizeof(args));
+                if (r >= 0) {
+                        *ret_into_cgroup = cgroup_dirfd >= 0;
+                        return (pid_t) r;
+                }
+                if (errno == EAGAIN || errno == ENOMEM)
+                        return -1;
+                if (errno == ENOSYS || errno == E2BIG)
+                        no_clone3 = true;
+                /* else: e.g. CLONE_INTO_CGROUP refused; the child joins itself */
+        }
+#if defined(__s390__) || defined(__CRIS__)
+        r = syscall(SYS_clone, 0, CLONE_PARENT | SIGCHLD, 0, 0, 0);
+#else
+        r = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
+#endif
+        return (pid_t) r;
+}
+
+/* One request: parses it, creates the child, returns its pid or -errno. */
+static int spawner_handle(const struct spawn_request *req, int fds[_SPAWN_FD_MAX], char *data) {
+        _cleanup_(freep) char **argv = NULL, **envp = NULL;
+        _cleanup_(closep) int procs_fd = -1;
+        const char *program, *cwd;
+        const gid_t *groups;
+        char *p = data, *end = data + req->len;
+        struct exec_child c;
+        bool into_cgroup;
+        pid_t pid;
+
+        if (req->n_fds < SPAWN_FD_CGROUP || req->n_fds > _SPAWN_FD_MAX)
+                return -EBADMSG;
+        if ((uint64_t) req->n_groups * sizeof(gid_t) > req->len)
+                return -EBADMSG;
+        groups = (const gid_t *) (void *) p;
+        p += req->n_groups * sizeof(gid_t);
+
+#define SPAWN_NEXT_STRING(s)                                    \
+        do {                                                    \
+                char *_z = memchr(p, 0, (size_t) (end - p));    \
+                if (!_z)                                        \
+                        return -EBADMSG;                        \
+                (s) = p;                                        \
+                p = _z + 1;                                     \
+        } while (0)
+
+        SPAWN_NEXT_STRING(program);
+        SPAWN_NEXT_STRING(cwd);
+        if (req->argc == 0 || req->argc > req->len || req->envc > req->len)
+                return -EBADMSG;
+        argv = calloc((size_t) req->argc + 1, sizeof(char *));
+        envp = calloc((size_t) req->envc + 1, sizeof(char *));
+        if (!argv || !envp)
+                return -ENOMEM;
+        for (uint32_t i = 0; i < req->argc; i++)
+                SPAWN_NEXT_STRING(argv[i]);
+        for (uint32_t i = 0; i < req->envc; i++)
+                SPAWN_NEXT_STRING(envp[i]);
+#undef SPAWN_NEXT_STRING
+
+        c = (struct exec_child) {
+                .program = program,
+                .absolute = req->absolute,
+                .argv = argv,
+                .envp = envp,
+                .cwd = cwd,
+                .uid = req->uid,
+                .gid = req->gid,
+                .groups = groups,
+                .n_groups = req->n_groups,
+                .drop = req->drop,
+                .cpu = req->cpu,
+                .nice = req->nice,
+                .stdin_fd = fds[SPAWN_FD_STDIN],
+                .stdout_fd = fds[SPAWN_FD_STDOUT],
+                .stderr_fd = fds[SPAWN_FD_STDERR],
+                .go_fd = fds[SPAWN_FD_GO],
+                .error_fd = fds[SPAWN_FD_ERROR],
+                .cgroup_fd = -1,
+        };
+
+        pid = spawner_clone(req->n_fds > SPAWN_FD_CGROUP ? fds[SPAWN_FD_CGROUP] : -1, &into_cgroup);
+        if (pid == 0) {
+                if (req->n_fds > SPAWN_FD_CGROUP && !into_cgroup) {
+                        /* The old way: the child writes itself into
+                         * cgroup.procs, first thing in exec_child(). */
+                        c.cgroup_fd = openat(fds[SPAWN_FD_CGROUP], "cgroup.procs",
+                                             O_WRONLY | O_CLOEXEC | O_NOCTTY);
+                        if (c.cgroup_fd < 0)
+                                child_fail(c.error_fd, errno);
+                }
+                exec_child(&c);
+        }
+        if (pid < 0)
+                return -errno;
+        return pid;
+}
+
+_Noreturn static void spawner_main(int fd, pid_t daemon_pid) {
+        sigset_t none;
+
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != daemon_pid)
+                _exit(0);
+        (void) prctl(PR_SET_NAME, "cmwqd-spawner");
+
+        /* Nothing of the daemon's: neither its fds (its listening socket,
+         * its clients', the items') nor its signal handlers. */
+        child_close_all_except(fd, fd);
+        for (int sig = 1; sig < _NSIG; sig++)
+                if (sig != SIGKILL && sig != SIGSTOP)
+                        child_reset_signal(sig);
+        sigemptyset(&none);
+        (void) sigprocmask(SIG_SETMASK, &none, NULL);
+
+        /* The daemon waits for our replies: not SCHED_BATCH. */
+        struct sched_param param = { .sched_priority = 0 };
+        (void) sched_setscheduler(0, SCHED_OTHER, &param);
+
+        for (;;) {
+                union {
+                        struct cmsghdr align;
+                        char buf[CMSG_SPACE(sizeof(int) * _SPAWN_FD_MAX)];
+                } control;
+                struct spawn_request req;
+                int fds[_SPAWN_FD_MAX], n_fds = 0;
+                size_t got = 0;
+                char *data = NULL;
+                int32_t reply;
+
+                while (got < sizeof(req)) {
+                        struct iovec iov = { .iov_base = (char *) &req + got, .iov_len = sizeof(req) - got };
+                        struct msghdr mh = {
+                                .msg_iov = &iov,
+                                .msg_iovlen = 1,
+                                .msg_control = control.buf,
+                                .msg_controllen = sizeof(control.buf),
+                        };
+                        ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+
+                        if (n < 0 && errno == EINTR)
+                                continue;
+                        if (n <= 0)
+                                _exit(0);
+                        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+                                if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+                                        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                                        int *in = (int *) (void *) CMSG_DATA(cm);
+
+                                        for (size_t i = 0; i < k; i++) {
+                                                if (n_fds < _SPAWN_FD_MAX)
+                                                        fds[n_fds++] = in[i];
+                                                else
+                                                        close(in[i]);
+                                        }
+                                }
+                        got += (size_t) n;
+                }
+                if (req.magic != SPAWN_MAGIC || req.len > SPAWN_REQUEST_MAX)
+                        /* Out of step with the daemon: nothing sensible to do. */
+                        _exit(1);
+
+                data = malloc(req.len + 1);
+                if (!data)
+                        _exit(1);
+                if (io_full(fd, data, req.len, false) < 0)
+                        _exit(0);
+
+                if ((uint32_t) n_fds != req.n_fds)
+                        reply = -EBADMSG;
+                else
+                        reply = spawner_handle(&req, fds, data);
+
+                for (int i = 0; i < n_fds; i++)
+                        close(fds[i]);
+                free(data);
+
+                if (io_full(fd, &reply, sizeof(reply), true) < 0)
+                        _exit(0);
+        }
+}
+
+static void exec_spawner_stop(void) {
+        if (spawner_fd >= 0) {
+                close(spawner_fd);
+                spawner_fd = -1;
+        }
+        if (spawner_pid > 0) {
+                (void) kill(spawner_pid, SIGKILL);
+                while (waitpid(spawner_pid, NULL, 0) < 0 && errno == EINTR)
+                        ;
+                spawner_pid = -1;
+        }
+}
+
+int exec_spawner_start(void) {
+        int sv[2];
+        sigset_t all, saved;
+        pid_t daemon_pid = getpid(), pid;
+        int r;
+
+        if (spawner_fd >= 0 && spawner_owner == daemon_pid)
+                return 0;
+        if (spawner_fd >= 0) {
+                /* Inherited through fork(): that spawner is our parent's,
+                 * and its children would be our parent's too. */
+                close(spawner_fd);
+                spawner_fd = -1;
+                spawner_pid = -1;
+                spawner_broken = false;
+        }
+
+        spawner_broken = false;
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+                return -errno;
+
+        sigfillset(&all);
+        sigprocmask(SIG_SETMASK, &all, &saved);
+        pid = fork();
+        if (pid == 0)
+                spawner_main(sv[1], daemon_pid);
+        r = -errno;
+        sigprocmask(SIG_SETMASK, &saved, NULL);
+        close(sv[1]);
+        if (pid < 0) {
+                close(sv[0]);
+                return r;
+        }
+        spawner_fd = sv[0];
+        spawner_pid = pid;
+        spawner_owner = daemon_pid;
+        return 0;
+}
+
+/* Asks the spawner for the child.  Returns its pid; -EAGAIN/-ENOMEM when it
+ * could not be created; -ENOTCONN (or another errno) when the spawner is not
+ * usable, and the caller forks itself. */
+static int exec_spawner_spawn(const struct exec_child *c, int cgroup_dirfd) {
+        _cleanup_(freep) char *data = NULL;
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int) * _SPAWN_FD_MAX)];
+        } control = {};
+        struct spawn_request req = {
+                .magic = SPAWN_MAGIC,
+                .n_fds = cgroup_dirfd >= 0 ? _SPAWN_FD_MAX : SPAWN_FD_CGROUP,
+                .uid = c->uid,
+                .gid = c->gid,
+                .cpu = c->cpu,
+                .nice = c->nice,
+                .n_groups = (uint32_t) c->n_groups,
+                .drop = c->drop,
+                .absolute = c->absolute,
+        };
+        int fds[_SPAWN_FD_MAX] = {
+                c->stdin_fd, c->stdout_fd, c->stderr_fd, c->go_fd, c->error_fd, cgroup_dirfd,
+        };
+        size_t len, lp, lc;
+        struct iovec iov;
+        struct msghdr mh;
+        struct cmsghdr *cm;
+        int32_t reply;
+        char *q;
+        int r;
+
+        if (spawner_broken && spawner_owner == getpid())
+                return -ENOTCONN;
+        if (spawner_fd < 0 || spawner_owner != getpid()) {
+                r = exec_spawner_start();
+                if (r < 0)
+                        return r == -EAGAIN || r == -ENOMEM ? r : -ENOTCONN;
+        }
+
+        lp = strlen(c->program) + 1;
+        lc = strlen(c->cwd) + 1;
+        len = c->n_groups * sizeof(gid_t) + lp + lc;
+        for (char *const *a = c->argv; *a; a++, req.argc++)
+                len += strlen(*a) + 1;
+        for (char *const *e = c->envp; *e; e++, req.envc++)
+                len += strlen(*e) + 1;
+        if (len > SPAWN_REQUEST_MAX)
+                return -E2BIG;
+        req.len = len;
+
+        data = malloc(len ? len : 1);
+        if (!data)
+                return -ENOMEM;
+        q = data;
+        if (c->n_groups > 0) {
+                memcpy(q, c->groups, c->n_groups * sizeof(gid_t));
+                q += c->n_groups * sizeof(gid_t);
+        }
+        memcpy(q, c->program, lp), q += lp;
+        memcpy(q, c->cwd, lc), q += lc;
+        for (char *const *a = c->argv; *a; a++) {
+                size_t l = strlen(*a) + 1;
+                memcpy(q, *a, l), q += l;
+        }
+        for (char *const *e = c->envp; *e; e++) {
+                size_t l = strlen(*e) + 1;
+                memcpy(q, *e, l), q += l;
+        }
+
+        iov = (struct iovec) { .iov_base = &req, .iov_len = sizeof(req) };
+        mh = (struct msghdr) {
+                .msg_iov = &iov,
+                .msg_iovlen = 1,
+                .msg_control = control.buf,
+                .msg_controllen = CMSG_SPACE(sizeof(int) * req.n_fds),
+        };
+        cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * req.n_fds);
+        memcpy(CMSG_DATA(cm), fds, sizeof(int) * req.n_fds);
+
+        for (;;) {
+                ssize_t n = sendmsg(spawner_fd, &mh, MSG_NOSIGNAL);
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0) {
+                        r = -errno;
+                        goto broken;
+                }
+                if ((size_t) n < sizeof(req)) {
+                        r = io_full(spawner_fd, (char *) &req + n, sizeof(req) - (size_t) n, true);
+                        if (r < 0)
+                                goto broken;
+                }
+                break;
+        }
+        r = io_full(spawner_fd, data, len, true);
+        if (r < 0)
+                goto broken;
+        r = io_full(spawner_fd, &reply, sizeof(reply), false);
+        if (r < 0)
+                goto broken;
+
+        if (reply > 0)
+                return reply;
+        if (reply == -EAGAIN || reply == -ENOMEM)
+                return reply;
+        /* Anything else (CLONE_PARENT refused, a request it could not
+         * take): fork here from now on. */
+        spawner_broken = true;
+        exec_spawner_stop();
+        return -ENOTCONN;
+
+broken:
+        /* It died: the next request starts another one. */
+        exec_spawner_stop();
+        return -ENOTCONN;
+}
+
 /* -------------------------------------------------------------------------*/
 
 static void exec_close_pairp(int (*fds)[2]) {
@@ -775,6 +1251,7 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
         _cleanup_(exec_proc_freep) struct exec_proc *p = NULL;
         _cleanup_(closep) int stdin_fd = -1;
         _cleanup_(closep) int cgroup_fd = -1;
+        _cleanup_(closep) int cgroup_dirfd = -1;
         _cleanup_(exec_close_pairp) int out_pipe[2] = { -1, -1 };
         _cleanup_(exec_close_pairp) int err_pipe[2] = { -1, -1 };
         _cleanup_(exec_close_pairp) int error_pipe[2] = { -1, -1 };
@@ -821,7 +1298,7 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
                 r = cgroup_item_new(spec->cgroups, &p->cgroup);
                 if (r < 0)
                         return r;
-                r = cgroup_item_open_procs(p->cgroup, &cgroup_fd);
+                r = cgroup_item_open_dir(p->cgroup, &cgroup_dirfd);
                 if (r < 0)
                         return r;
         }
@@ -866,18 +1343,31 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
                 .cgroup_fd = cgroup_fd,
         };
 
-        /* No signal may run one of the daemon's handlers in the child before
-         * the child has reset them. */
-        sigfillset(&all);
-        sigprocmask(SIG_SETMASK, &all, &saved);
         p->started_usec = now_usec(CLOCK_REALTIME);
-        pid = fork();
-        if (pid == 0)
-                exec_child(&c);
-        r = -errno;
-        sigprocmask(SIG_SETMASK, &saved, NULL);
-        if (pid < 0)
-                return r;
+        pid = exec_spawner_spawn(&c, cgroup_dirfd);
+        if (pid == -EAGAIN || pid == -ENOMEM)
+                return pid;
+        if (pid < 0) {
+                /* No spawner: fork here. */
+                if (cgroup_dirfd >= 0) {
+                        cgroup_fd = openat(cgroup_dirfd, "cgroup.procs", O_WRONLY | O_CLOEXEC | O_NOCTTY);
+                        if (cgroup_fd < 0)
+                                return -errno;
+                        c.cgroup_fd = cgroup_fd;
+                }
+
+                /* No signal may run one of the daemon's handlers in the
+                 * child before the child has reset them. */
+                sigfillset(&all);
+                sigprocmask(SIG_SETMASK, &all, &saved);
+                pid = fork();
+                if (pid == 0)
+                        exec_child(&c);
+                r = -errno;
+                sigprocmask(SIG_SETMASK, &saved, NULL);
+                if (pid < 0)
+                        return r;
+        }
 
         p->pid = pid;
         /* Also here, so that the group exists whichever of us runs first. */
@@ -886,6 +1376,7 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
         /* The child's ends. */
         stdin_fd = exec_fd_close(stdin_fd);
         cgroup_fd = exec_fd_close(cgroup_fd);
+        cgroup_dirfd = exec_fd_close(cgroup_dirfd);
         out_pipe[1] = exec_fd_close(out_pipe[1]);
         err_pipe[1] = exec_fd_close(err_pipe[1]);
         error_pipe[1] = exec_fd_close(error_pipe[1]);

@@ -87,7 +87,7 @@ struct exec_result {
 typedef void (*exec_done_cb)(struct exec_proc *p, struct exec_result *r, void *userdata);
 
 /*
- * Forks and starts the item.  @sw (may be NULL in tests) watches it for
+ * Starts the item (its process is made by the spawner, or forked).  @sw (may be NULL in tests) watches it for
  * blocking; transitions go to @sleep_cb.  Returns a negative errno when the
  * process could not be created (fork refused: -EAGAIN/-ENOMEM; or its cgroup:
  * e.g. -EAGAIN at cgroup.max.descendants), in which case neither callback is
@@ -96,6 +96,14 @@ typedef void (*exec_done_cb)(struct exec_proc *p, struct exec_result *r, void *u
 int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
                exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata,
                struct exec_proc **ret);
+
+/*
+ * Starts the spawner, the small helper process that creates the items'
+ * processes (see exec.c), now: best called early, while the caller's heap is
+ * small, since it is a fork() of the caller.  Optional: exec_start() starts
+ * it when needed, and forks items itself if it cannot.  Idempotent.
+ */
+int exec_spawner_start(void);
 
 /* SIGKILLs the item's process group and cgroup.  @done still follows, with
  * killed set. */

@@ -16,6 +16,7 @@
 
 #include "cgroup.h"
 #include "core.h"
+#include "exec.h"
 #include "ipc_socket.h"
 #include "log.h"
 #include "sleepwatch.h"
@@ -208,6 +209,12 @@ int main(int argc, char **argv) {
 
         /* Clients that vanish must not kill us; items get default dispositions back. */
         signal(SIGPIPE, SIG_IGN);
+
+        /* The helper that creates the items' processes, forked now, while
+         * our heap is small (see exec.c). */
+        r = exec_spawner_start();
+        if (r < 0)
+                log_warning_errno(r, "Cannot start the spawner, items will be forked by cmwqd itself: %m");
 
         /* Precise timers: the CPU-intensive threshold is 10 ms, well below the
          * coarse clock's tick. */

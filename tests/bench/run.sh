@@ -170,13 +170,17 @@ done
 hr
 echo "2. block reaction: a running item blocks (nanosleep), the item queued behind it on the same"
 echo "   CPU must start; $REPS reps per detector (target: detection median < 100 us with perf)"
-# trace_forks PID FILE: records when cmwqd enters clone() (CLOCK_MONOTONIC), in
-# the background; sets TRACE_PID (empty when perf cannot)
+# trace_forks PID FILE: records when cmwqd, or its spawner (the child process
+# that creates items for it, see daemon/exec.c), enters clone()
+# (CLOCK_MONOTONIC), in the background; sets TRACE_PID (empty when perf cannot)
 trace_forks() {
+        local pids=$1 sp
         TRACE_PID=
         command -v perf >/dev/null 2>&1 || return 0
+        sp=$(pgrep -P "$1" -x cmwqd-spawner 2>/dev/null | head -n1) || true
+        [ -n "$sp" ] && pids="$pids,$sp"
         perf record -q -k mono --no-inherit -e syscalls:sys_enter_clone -e syscalls:sys_enter_clone3 \
-                -p "$1" -o "$2" >/dev/null 2>&1 &
+                -p "$pids" -o "$2" >/dev/null 2>&1 &
         TRACE_PID=$!
         sleep 1         # perf attaches
         kill -0 "$TRACE_PID" 2>/dev/null || TRACE_PID=

@@ -116,6 +116,12 @@ static void assert_success(const struct run *run) {
         ck_assert(!run->r.killed);
 }
 
+/* As cmwqd does at start-up: the spawner's socket is then already open when
+ * a test counts its fds (it stays open for the whole process). */
+static void setup_spawner(void) {
+        ck_assert_int_eq(exec_spawner_start(), 0);
+}
+
 static unsigned count_fds(void) {
         DIR *d = opendir("/proc/self/fd");
         unsigned n = 0;
@@ -1602,13 +1608,128 @@ START_TEST(test_cgroup_stale_swept) {
 }
 END_TEST
 
+/* The first child of @parent named @comm (from /proc/PID/stat), or 0. */
+static pid_t find_child(pid_t parent, const char *comm) {
+        DIR *d = opendir("/proc");
+        struct dirent *de;
+        pid_t found = 0;
+
+        ck_assert_ptr_nonnull(d);
+        while (!found && (de = readdir(d))) {
+                char path[300], buf[512], *open_paren, *close_paren;
+                int ppid = 0;
+                ssize_t k;
+                int fd;
+
+                if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+                fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                k = read(fd, buf, sizeof(buf) - 1);
+                close(fd);
+                if (k <= 0)
+                        continue;
+                buf[k] = 0;
+                open_paren = strchr(buf, '(');
+                close_paren = strrchr(buf, ')');
+                if (!open_paren || !close_paren)
+                        continue;
+                if (sscanf(close_paren + 1, " %*c %d", &ppid) != 1 || ppid != parent)
+                        continue;
+                *close_paren = 0;
+                if (strcmp(open_paren + 1, comm) == 0)
+                        found = atoi(de->d_name);
+        }
+        closedir(d);
+        return found;
+}
+
+/* Gone, or a zombie nobody reaps yet. */
+static bool process_gone(pid_t pid) {
+        char path[64], buf[512], *close_paren;
+        ssize_t k;
+        int fd;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int) pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return true;
+        k = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (k <= 0)
+                return true;
+        buf[k] = 0;
+        close_paren = strrchr(buf, ')');
+        return close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
+
+/* The spawner keeps none of its owner's fds (here a pipe that is not even
+ * close-on-exec), and dies with its owner.  The owner is a fork of a process
+ * that already has a spawner (the fixture's): it must start its own. */
+START_TEST(test_spawner_hygiene) {
+        uint64_t deadline;
+        pid_t owner, sp = 0;
+        int pfd[2], n = 0, status;
+        char path[64];
+        struct dirent *de;
+        DIR *d;
+
+        ck_assert_int_eq(pipe(pfd), 0);
+        owner = fork();
+        ck_assert_int_ge(owner, 0);
+        if (owner == 0) {
+                if (exec_spawner_start() < 0)
+                        _exit(1);
+                for (;;)
+                        pause();
+        }
+
+        deadline = now_usec(CLOCK_MONOTONIC) + 10 * USEC_PER_SEC;
+        while (!(sp = find_child(owner, "cmwqd-spawner"))) {
+                ck_assert_uint_lt(now_usec(CLOCK_MONOTONIC), deadline);
+                usleep(1000);
+        }
+
+        /* Its fds above 2: the socket to its owner, nothing else (it may
+         * still be closing them: give it a moment). */
+        snprintf(path, sizeof(path), "/proc/%d/fd", (int) sp);
+        for (;;) {
+                n = 0;
+                d = opendir(path);
+                ck_assert_ptr_nonnull(d);
+                while ((de = readdir(d)))
+                        if (de->d_name[0] != '.' && atoi(de->d_name) > 2)
+                                n++;
+                closedir(d);
+                if (n == 1 || now_usec(CLOCK_MONOTONIC) > deadline)
+                        break;
+                usleep(1000);
+        }
+        ck_assert_int_eq(n, 1);
+
+        ck_assert_int_eq(kill(owner, SIGKILL), 0);
+        ck_assert_int_eq(waitpid(owner, &status, 0), owner);
+        deadline = now_usec(CLOCK_MONOTONIC) + 10 * USEC_PER_SEC;
+        while (!process_gone(sp)) {
+                ck_assert_uint_lt(now_usec(CLOCK_MONOTONIC), deadline);
+                usleep(1000);
+        }
+        close(pfd[0]);
+        close(pfd[1]);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("exec");
         TCase *tc = tcase_create("exec");
         SRunner *sr;
         int failed;
 
+        tcase_add_checked_fixture(tc, setup_spawner, NULL);
         tcase_set_timeout(tc, TEST_TIMEOUT_SEC);
+        tcase_add_test(tc, test_spawner_hygiene);
         tcase_add_test(tc, test_echo_stdout);
         tcase_add_test(tc, test_stderr_separate);
         tcase_add_test(tc, test_exit_status);
@@ -1636,6 +1757,7 @@ int main(void) {
         suite_add_tcase(s, tc);
 
         tc = tcase_create("cgroup");
+        tcase_add_checked_fixture(tc, setup_spawner, NULL);
         tcase_set_timeout(tc, TEST_TIMEOUT_SEC);
         tcase_add_test(tc, test_cgroup_find_own_dir);
         tcase_add_test(tc, test_cgroup_membership);
