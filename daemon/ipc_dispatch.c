@@ -229,10 +229,16 @@ static struct ipc_call *ipc_call_new(struct ipc_client *c, const Cmwq__Request *
 }
 
 /* Finishes a request that may wait: @r is what the core call returned. */
+/* The core queued the call's waiter: the client owns the call until the
+ * reply (or until it goes away). */
+static void ipc_call_park(struct ipc_client *c, struct ipc_call *call) {
+        list_add_tail(&call->entry, &c->calls);
+        c->nr_calls++;
+}
+
 static void ipc_call_settle(struct ipc_client *c, struct ipc_call *call, int r, const struct core_error *e) {
         if (r == 1) {
-                list_add_tail(&call->entry, &c->calls);
-                c->nr_calls++;
+                ipc_call_park(c, call);
                 return;
         }
         if (r < 0)
@@ -273,8 +279,7 @@ static void dispatch_submit(struct ipc_client *c, const Cmwq__Request *req) {
 
         r = core_submit(client_core(c), &c->caller, &a, call ? &call->waiter : NULL, &id, &already, &e);
         if (r == 1) {
-                list_add_tail(&call->entry, &c->calls);
-                c->nr_calls++;
+                ipc_call_park(c, call);
                 return;
         }
         free(call);
