@@ -50,6 +50,29 @@ bool caller_is_privileged(const struct core_caller *caller) {
         return caller->uid == 0 || caller->uid == geteuid();
 }
 
+int core_user_connect(struct core *c, const struct core_caller *caller, struct core_error *e) {
+        struct user_usage *u = user_usage_get(&c->users, caller->uid);
+
+        if (!u)
+                return core_error_set(e, -ENOMEM, "out of memory");
+        if (!caller_is_privileged(caller) && u->nr_connections >= c->config.limits.value[LIMIT_CONNECTIONS]) {
+                user_usage_put(&c->users, u);
+                return limit_refuse(&c->config.limits, LIMIT_CONNECTIONS, caller->uid, e);
+        }
+        u->nr_connections++;
+        return 0;
+}
+
+void core_user_disconnect(struct core *c, uid_t uid) {
+        struct user_usage *u = user_usage_get(&c->users, uid);
+
+        if (!u)
+                return;
+        if (u->nr_connections > 0)
+                u->nr_connections--;
+        user_usage_put(&c->users, u);
+}
+
 /* The built-in queues of the kernel that make sense for a shell user. */
 static const struct {
         const char *name;
@@ -81,8 +104,8 @@ int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_c
         c->base = base;
         c->sleepwatch = sw;
         c->config = *config;
-        if (c->config.history_max == 0)
-                c->config.history_max = ITEM_HISTORY_DEFAULT;
+        if (c->config.limits.value[LIMIT_HISTORY] == 0)
+                limits_init_default(&c->config.limits);
         if (c->config.freeze_timeout_usec == 0)
                 c->config.freeze_timeout_usec = FREEZE_TIMEOUT_DEFAULT_USEC;
         c->next_id = 1;
@@ -158,6 +181,7 @@ struct core *core_free(struct core *c) {
                 pool_done(&c->unbound_pools[hp]);
         if (c->freeze_timer)
                 event_free(c->freeze_timer);
+        user_table_done(&c->users);
         free(c->cpu_pools);
         free(c->item_hash);
         free(c);

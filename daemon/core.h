@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include "exec.h"
+#include "user_limits.h"
 #include "list.h"
 #include "pool.h"
 #include "sleepwatch.h"
@@ -45,14 +46,14 @@ enum {
 #define WQ_MAX_ACTIVE 512u
 #define WQ_NAME_MAX 64u
 
-/* Named limits on what one request may carry. */
+/* Named limits on what one request may carry.  The byte sizes are the
+ * defaults of limits item-args-bytes and item-payload-bytes (user_limits.h). */
 #define ITEM_ARGV_MAX 4096u                     /* arguments */
 #define ITEM_ENV_MAX 4096u                      /* environment entries */
 #define ITEM_STRINGS_BYTES_MAX (256u * 1024u)   /* argv + env + cwd bytes */
 #define ITEM_PAYLOAD_MAX (1024u * 1024u)        /* stdin payload */
 #define ITEM_KEY_MAX 256u
 #define ITEM_DELAY_MAX_USEC (30ULL * 24 * 3600 * 1000000)
-#define ITEM_HISTORY_DEFAULT 4096u              /* finished items kept for show/wait */
 
 #define FREEZE_TIMEOUT_DEFAULT_USEC (20ULL * 1000000)
 #define REQUEUE_EXIT_STATUS 75                  /* EX_TEMPFAIL */
@@ -62,6 +63,7 @@ enum {
 struct core_error {
         int error;              /* negative errno, 0 when fine */
         char message[256];
+        const char *limit;      /* -EDQUOT: the name of the limit (user_limits.h), else NULL */
 };
 
 /* Sets @e (may be NULL) and returns @error, for "return core_error_set(...)". */
@@ -114,6 +116,7 @@ struct item {
         struct list_head inflight_entry;        /* wq->inflight: queued, not finished */
         struct list_head wq_entry;              /* wq->items: every unfinished item */
         struct list_head history_entry;
+        struct list_head user_history_entry;    /* its uid's history */
         struct item *hash_next;
         uint64_t seq;                   /* flush ordering within the queue */
         struct work_key *key;
@@ -134,6 +137,8 @@ struct item {
         gid_t gid;
         gid_t *groups;
         size_t n_groups;
+        uint64_t queued_bytes;          /* charged to its uid's queued-bytes while unfinished */
+        uint64_t history_bytes;         /* charged to its uid's history-bytes once finished */
 
         /* While it runs. */
         struct exec_proc *proc;
@@ -207,7 +212,7 @@ struct core_config {
         enum sleepwatch_mode sleep_mode;
         bool user_mode;
         char **plugin_dirs;             /* NULL-terminated */
-        unsigned history_max;
+        struct limits limits;           /* all zero: the defaults */
         uint64_t freeze_timeout_usec;
         struct cgroup_root *cgroups;    /* borrowed; NULL: items contained by process group only */
 };
@@ -227,6 +232,7 @@ struct core {
         size_t nr_items;
         struct list_head history;       /* finished, oldest first */
         unsigned nr_history;
+        struct user_table users;        /* what each uid holds (user_limits.h) */
         struct list_head freezers;      /* waiting for frozen queues to go idle */
         struct event *freeze_timer;
         bool shutting_down;
@@ -237,6 +243,12 @@ int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_c
 struct core *core_free(struct core *c);
 
 bool caller_is_privileged(const struct core_caller *caller);
+
+/* A front end's connection of @caller: refused with -EDQUOT past the
+ * per-user limit 'connections'.  Every successful connect is paired with one
+ * core_user_disconnect() of the same uid. */
+int core_user_connect(struct core *c, const struct core_caller *caller, struct core_error *e);
+void core_user_disconnect(struct core *c, uid_t uid);
 
 /* Workqueues */
 struct workqueue *core_find_workqueue(struct core *c, const char *name);

@@ -38,6 +38,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/keyctl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -643,6 +644,26 @@ static void child_reset_signal(int sig) {
         (void) syscall(SYS_rt_sigaction, sig, zero, NULL, (size_t) (_NSIG / 8));
 }
 
+/* What the item would otherwise inherit from the daemon rather than get as
+ * any process of its user: the NOFILE soft limit main.c raised (back to the
+ * kernel's default, select()-safe 1024), and the daemon's session keyring,
+ * whose keys a possessor may read whatever its uid (a new empty one,
+ * charged to the daemon's key quota, not the user's: joined before the
+ * credentials change).  Without keyctl (a container's seccomp) there is no
+ * keyring to reach either. */
+static void child_reset_inherited(int error_fd) {
+        struct rlimit rl;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > 1024) {
+                rl.rlim_cur = rl.rlim_max < 1024 ? rl.rlim_max : 1024;
+                if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+                        child_fail(error_fd, errno);
+        }
+        if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS && errno != EPERM &&
+            errno != EACCES)
+                child_fail(error_fd, errno);
+}
+
 _Noreturn static void exec_child(const struct exec_child *c) {
         sigset_t none;
         int error_fd, go_fd, in, out, err;
@@ -715,6 +736,8 @@ _Noreturn static void exec_child(const struct exec_child *c) {
          * unprivileged daemon asked for more than it may give keeps its own. */
         if (setpriority(PRIO_PROCESS, 0, c->nice) < 0 && errno != EACCES && errno != EPERM)
                 child_fail(error_fd, errno);
+
+        child_reset_inherited(error_fd);
 
         if (c->drop) {
                 if (setgroups(c->n_groups, c->groups) < 0)

@@ -12,6 +12,8 @@
  *     with setsid()),
  *   - is pinned to @cpu when cpu >= 0 (sched_setaffinity),
  *   - gets nice @nice (only lowered below 0 while still privileged),
+ *   - gets the kernel's default RLIMIT_NOFILE soft limit (1024) back and a
+ *     new, empty session keyring: nothing of the daemon's,
  *   - drops to the submitter: setgroups(groups), setresgid(gid), setresuid(uid)
  *     (skipped when the daemon already runs as exactly that user),
  *   - chdir(cwd) as that user,

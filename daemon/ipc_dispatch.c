@@ -29,7 +29,13 @@ static struct core *client_core(struct ipc_client *c) {
 }
 
 static void send_core_error(struct ipc_client *c, uint64_t id, const struct core_error *e) {
-        ipc_client_send_error(c, id, e->error, e->message[0] ? e->message : "request failed", false);
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+
+        resp.id = id;
+        resp.error = errno_to_protocol_error(e->error);
+        resp.message = (char *) (e->message[0] ? e->message : "request failed");
+        resp.limit = (char *) e->limit;
+        (void) ipc_client_send(c, &resp);
 }
 
 static void send_done(struct ipc_client *c, uint64_t id) {

@@ -4,6 +4,7 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,10 @@ const char *ipc_server_path(struct ipc_server *s) {
 static void ipc_client_update_events(struct ipc_client *c) {
         size_t pending = evbuffer_get_length(c->out);
 
+        /* Half-closed: done once nothing it asked for is still waiting. */
+        if (c->eof && c->nr_calls == 0)
+                c->closing = true;
+
         /* Write interest only while output is queued; stop reading from a
          * client that does not read its replies, or that is being closed.
          * A closing client with nothing (left) to send is freed by the write
@@ -57,7 +62,7 @@ static void ipc_client_update_events(struct ipc_client *c) {
                 event_active(c->write_event, EV_WRITE, 0);
         else
                 event_del(c->write_event);
-        if (c->closing || pending > IPC_CLIENT_OUTPUT_MAX / 2)
+        if (c->closing || c->eof || pending > IPC_CLIENT_OUTPUT_MAX / 2)
                 event_del(c->read_event);
         else
                 event_add(c->read_event, NULL);
@@ -153,7 +158,7 @@ static int ipc_client_greet(struct ipc_client *c, Cmwq__Request *req) {
 
 /* Decodes every whole frame in the input buffer.  Returns -errno once the
  * connection is to be dropped. */
-static int ipc_client_process_input(struct ipc_client *c) {
+static int ipc_client_process_input(struct ipc_client *c, bool *ret_progress) {
         while (!c->closing) {
                 size_t avail = evbuffer_get_length(c->in), frame_len;
                 uint32_t payload_len;
@@ -177,6 +182,7 @@ static int ipc_client_process_input(struct ipc_client *c) {
 
                 req = cmwq__request__unpack(NULL, payload_len, data + CMWQ_FRAME_HEADER_SIZE);
                 evbuffer_drain(c->in, frame_len);
+                *ret_progress = true;
                 if (!req) {
                         ipc_client_send_error(c, 0, -EBADMSG, "malformed request", true);
                         return -EBADMSG;
@@ -198,13 +204,53 @@ static int ipc_client_process_input(struct ipc_client *c) {
         return 0;
 }
 
+static void ipc_client_arm_deadline(struct ipc_client *c) {
+        struct timeval tv = timeval_from_usec(c->server->core->config.limits.value[LIMIT_HELLO_TIMEOUT] * USEC_PER_SEC);
+
+        evtimer_add(c->deadline, &tv);
+}
+
+static void ipc_client_deadline(evutil_socket_t fd, short what, void *userdata) {
+        struct ipc_client *c = userdata;
+
+        /* Input waits because we stopped reading (its replies are not
+         * read): that stall is not the client's slow frame. */
+        if (c->greeted && evbuffer_get_length(c->out) > IPC_CLIENT_OUTPUT_MAX / 2) {
+                ipc_client_arm_deadline(c);
+                return;
+        }
+        log_info("Dropping client pid %d uid %u: %s within %" PRIu64 " s", (int) c->caller.pid,
+                 (unsigned) c->caller.uid, c->greeted ? "a started request was not completed" : "no Hello",
+                 c->server->core->config.limits.value[LIMIT_HELLO_TIMEOUT]);
+        ipc_client_free(c);
+}
+
+/* The peer shut down its sending side (EOF): if it is gone altogether there
+ * is nobody to answer.  A full close shows as POLLHUP on a Unix socket; a
+ * half-close does not.  (A half-closed client that closes for good later is
+ * noticed when its reply cannot be written.) */
+static bool ipc_client_peer_gone(int fd) {
+        struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+        return poll(&p, 1, 0) != 1 || (p.revents & (POLLHUP | POLLERR));
+}
+
 static void ipc_client_readable(evutil_socket_t fd, short what, void *userdata) {
         struct ipc_client *c = userdata;
+        bool progress = false;
         int n;
 
         n = evbuffer_read(c->in, fd, IPC_READ_CHUNK);
         if (n == 0) {
-                ipc_client_free(c);
+                if (ipc_client_peer_gone(fd)) {
+                        ipc_client_free(c);
+                        return;
+                }
+                /* A frame cut short by the EOF can never complete. */
+                c->eof = true;
+                evbuffer_drain(c->in, evbuffer_get_length(c->in));
+                evtimer_del(c->deadline);
+                ipc_client_update_events(c);
                 return;
         }
         if (n < 0) {
@@ -214,7 +260,14 @@ static void ipc_client_readable(evutil_socket_t fd, short what, void *userdata) 
                 ipc_client_free(c);
                 return;
         }
-        (void) ipc_client_process_input(c);
+        (void) ipc_client_process_input(c, &progress);
+
+        /* The deadline runs from connect until Hello, and from the start of
+         * any frame until its end; whole frames keep a busy client alive. */
+        if (c->greeted && evbuffer_get_length(c->in) == 0)
+                evtimer_del(c->deadline);
+        else if (c->greeted && (progress || !evtimer_pending(c->deadline, NULL)))
+                ipc_client_arm_deadline(c);
         ipc_client_update_events(c);
 }
 
@@ -242,6 +295,10 @@ static void ipc_client_free(struct ipc_client *c) {
         ipc_client_cancel_calls(c);
         list_del_init(&c->entry);
         c->server->nr_clients--;
+        if (c->counted)
+                core_user_disconnect(c->server->core, c->caller.uid);
+        if (c->deadline)
+                event_free(c->deadline);
         if (c->read_event)
                 event_free(c->read_event);
         if (c->write_event)
@@ -295,6 +352,7 @@ static void ipc_server_resume_accept(evutil_socket_t fd, short what, void *userd
 
 static void ipc_server_accept(evutil_socket_t fd, short what, void *userdata) {
         struct ipc_server *s = userdata;
+        struct core_error e = {};
         struct ipc_client *c;
         int cfd, r;
 
@@ -337,16 +395,24 @@ static void ipc_server_accept(evutil_socket_t fd, short what, void *userdata) {
         c->out = evbuffer_new();
         c->read_event = event_new(s->base, cfd, EV_READ | EV_PERSIST, ipc_client_readable, c);
         c->write_event = event_new(s->base, cfd, EV_WRITE | EV_PERSIST, ipc_client_writable, c);
-        if (!c->in || !c->out || !c->read_event || !c->write_event) {
+        c->deadline = evtimer_new(s->base, ipc_client_deadline, c);
+        if (!c->in || !c->out || !c->read_event || !c->write_event || !c->deadline) {
                 ipc_client_free(c);
                 return;
         }
+        ipc_client_arm_deadline(c);
 
         /* A user's own instance serves that user alone. */
         if (s->user_mode && c->caller.uid != getuid()) {
                 ipc_client_send_error(c, 0, -EPERM, "this is another user's cmwqd instance", true);
                 return;
         }
+        r = core_user_connect(s->core, &c->caller, &e);
+        if (r < 0) {
+                ipc_client_send_error(c, 0, r, e.message, true);
+                return;
+        }
+        c->counted = true;
         log_debug("Client connected: pid %d uid %u", (int) c->caller.pid, (unsigned) c->caller.uid);
         ipc_client_update_events(c);
 }

@@ -7,6 +7,12 @@
  * each request to ipc_dispatch.c.  A malformed, oversized or out-of-order
  * message ends that client's connection with an error reply; the daemon
  * keeps serving everyone else.
+ *
+ * A client must send Hello, and finish any frame it starts, within the
+ * hello-timeout (user_limits.h); one that connects and stalls is dropped,
+ * so that idle connections cannot pin slots.  A client that shuts down its
+ * sending side still gets the replies to everything it sent, including
+ * those that wait; the connection closes after the last one.
  */
 
 #include <stdbool.h>
@@ -42,6 +48,9 @@ struct ipc_client {
         gid_t *groups;
         bool greeted;           /* Hello received */
         bool closing;           /* close once the output is flushed */
+        bool eof;               /* the client shut down its sending side */
+        bool counted;           /* holds one of its uid's 'connections' */
+        struct event *deadline; /* Hello, or a started frame, not complete in time */
         struct list_head calls; /* struct ipc_call: requests still waiting */
         unsigned nr_calls;
 };

@@ -112,9 +112,58 @@ static void item_waiters_complete(struct item *i, int r) {
         }
 }
 
+static uint64_t strv_bytes(char *const *l) {
+        uint64_t n = 0;
+
+        for (; l && *l; l++)
+                n += strlen(*l) + 1;
+        return n;
+}
+
+static void item_history_evict(struct item *old) {
+        struct core *c = old->core;
+        struct user_usage *u = user_usage_get(&c->users, old->uid);
+
+        list_del_init(&old->history_entry);
+        c->nr_history--;
+        if (u) {
+                list_del_init(&old->user_history_entry);
+                u->nr_history--;
+                u->history_bytes -= old->history_bytes;
+                user_usage_put(&c->users, u);
+        }
+        core_item_unhash(c, old);
+        item_free(old);
+}
+
+/* Each uid's history is bounded on its own (limits history and
+ * history-bytes), so that one user's stream of finished work never pushes
+ * another user's results out.  The newest item always stays: its waiters
+ * are about to read it. */
+static void item_history_add(struct item *i) {
+        struct core *c = i->core;
+        const struct limits *l = &c->config.limits;
+        struct user_usage *u;
+
+        /* Its usage exists: the item was charged to it at submission. */
+        u = user_usage_get(&c->users, i->uid);
+        u->nr_items--;
+        u->queued_bytes -= i->queued_bytes;
+        i->queued_bytes = 0;
+
+        i->history_bytes = sizeof(*i) + strv_bytes(i->argv) + i->out_len + i->err_len;
+        list_add_tail(&i->history_entry, &c->history);
+        c->nr_history++;
+        list_add_tail(&i->user_history_entry, &u->history);
+        u->nr_history++;
+        u->history_bytes += i->history_bytes;
+        while (u->nr_history > l->value[LIMIT_HISTORY] ||
+               (u->nr_history > 1 && u->history_bytes > l->value[LIMIT_HISTORY_BYTES]))
+                item_history_evict(list_first_entry(&u->history, struct item, user_history_entry));
+}
+
 /* The item has ended for good: it leaves its queue and joins the history. */
 void item_retire(struct item *i, enum item_state state) {
-        struct core *c = i->core;
         struct workqueue *wq = i->wq;
 
         i->state = state;
@@ -138,17 +187,7 @@ void item_retire(struct item *i, enum item_state state) {
         free(i->payload);
         i->payload = NULL;
 
-        list_add_tail(&i->history_entry, &c->history);
-        c->nr_history++;
-        while (c->nr_history > c->config.history_max) {
-                struct item *old = list_first_entry(&c->history, struct item, history_entry);
-
-                list_del_init(&old->history_entry);
-                c->nr_history--;
-                core_item_unhash(c, old);
-                item_free(old);
-        }
-
+        item_history_add(i);
         item_waiters_complete(i, 0);
 }
 
@@ -292,6 +331,7 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
                  * but never at more priority than the submitter could get. */
                 .nice = pool->highpri && i->uid == 0 && geteuid() == 0 ? -20 : 0,
                 .timeout_usec = i->timeout_usec,
+                .output_limit = c->config.limits.value[LIMIT_OUTPUT_BYTES],
                 .cgroups = c->config.cgroups,
         };
 
@@ -388,7 +428,10 @@ static int copy_strv(char *const *src, size_t n, char ***ret) {
         return 0;
 }
 
-static int submit_args_validate(const struct submit_args *a, struct core_error *e) {
+/* Checks @a against the fixed and the per-item limits; *ret_bytes is what
+ * the item will hold in memory while queued (argv, env, cwd, payload). */
+static int submit_args_validate(const struct submit_args *a, const struct limits *l, uint64_t *ret_bytes,
+                                struct core_error *e) {
         size_t bytes = 0;
 
         if (a->argc == 0 || !a->argv[0][0])
@@ -409,20 +452,21 @@ static int submit_args_validate(const struct submit_args *a, struct core_error *
         }
         if (a->cwd)
                 bytes += strlen(a->cwd);
-        if (bytes > ITEM_STRINGS_BYTES_MAX)
-                return core_error_set(e, -E2BIG, "arguments and environment take %zu bytes, the limit is %u", bytes,
-                                      ITEM_STRINGS_BYTES_MAX);
+        if (bytes > l->value[LIMIT_ITEM_ARGS_BYTES])
+                return limit_refuse_item(l, LIMIT_ITEM_ARGS_BYTES, e, "arguments and environment take",
+                                         bytes);
         if (a->cwd && a->cwd[0] && a->cwd[0] != '/')
                 return core_error_set(e, -EINVAL, "working directory '%.200s' is not absolute", a->cwd);
-        if (a->payload_len > ITEM_PAYLOAD_MAX)
-                return core_error_set(e, -E2BIG, "stdin payload of %zu bytes is over the limit of %u", a->payload_len,
-                                      ITEM_PAYLOAD_MAX);
+        if (a->payload_len > l->value[LIMIT_ITEM_PAYLOAD_BYTES])
+                return limit_refuse_item(l, LIMIT_ITEM_PAYLOAD_BYTES, e, "the stdin payload takes",
+                                         a->payload_len);
         if (a->key && (!a->key[0] || strlen(a->key) > ITEM_KEY_MAX))
                 return core_error_set(e, -EINVAL, "a work key must be 1-%u bytes", ITEM_KEY_MAX);
         if (a->delay_usec > ITEM_DELAY_MAX_USEC)
                 return core_error_set(e, -EINVAL, "delay is over the limit of 30 days");
         if (a->timeout_usec > ITEM_DELAY_MAX_USEC)
                 return core_error_set(e, -EINVAL, "timeout is over the limit of 30 days");
+        *ret_bytes = bytes + a->payload_len;
         return 0;
 }
 
@@ -431,8 +475,11 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
                 struct core_error *e) {
         _cleanup_(freep) char *program = NULL;
         struct workqueue *wq;
+        const struct limits *l = &c->config.limits;
         struct work_key *key = NULL;
+        struct user_usage *u;
         struct item *i;
+        uint64_t bytes = 0;
         int cpu = a->cpu, r;
 
         /* Whoever may see a queue may queue to it: its owner, root, and
@@ -443,7 +490,7 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
         if (wq->draining)
                 return core_error_set(e, -EBUSY, "workqueue '%s' is being %s; new work is refused", wq->name,
                                       wq->destroying ? "destroyed" : "drained");
-        r = submit_args_validate(a, e);
+        r = submit_args_validate(a, &c->config.limits, &bytes, e);
         if (r < 0)
                 return r;
 
@@ -479,9 +526,29 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
                 }
         }
 
-        i = calloc(1, sizeof(*i));
-        if (!i)
+        /* What the user holds already, before anything is copied. */
+        u = user_usage_get(&c->users, caller->uid);
+        if (!u)
                 return core_error_set(e, -ENOMEM, "out of memory");
+        bytes += sizeof(*i);
+        if (!caller_is_privileged(caller)) {
+                if (u->nr_items >= l->value[LIMIT_PENDING_ITEMS])
+                        r = limit_refuse(l, LIMIT_PENDING_ITEMS, caller->uid, e);
+                else if (u->queued_bytes + bytes > l->value[LIMIT_QUEUED_BYTES])
+                        r = limit_refuse(l, LIMIT_QUEUED_BYTES, caller->uid, e);
+                else
+                        r = 0;
+                if (r < 0) {
+                        user_usage_put(&c->users, u);
+                        return r;
+                }
+        }
+
+        i = calloc(1, sizeof(*i));
+        if (!i) {
+                user_usage_put(&c->users, u);
+                return core_error_set(e, -ENOMEM, "out of memory");
+        }
         i->core = c;
         i->wq = wq;
         i->cpu = cpu;
@@ -493,6 +560,7 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
         list_init(&i->inflight_entry);
         list_init(&i->wq_entry);
         list_init(&i->history_entry);
+        list_init(&i->user_history_entry);
         list_init(&i->waiters);
         i->work.ops = &item_work_ops;
         i->work.identity = i;
@@ -536,6 +604,9 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
         i->program = TAKE_PTR(program);
 
         i->id = c->next_id++;
+        i->queued_bytes = bytes;
+        u->nr_items++;
+        u->queued_bytes += bytes;
         core_item_hash(c, i);
         list_add_tail(&i->wq_entry, &wq->items);
         wq->nr_items++;
@@ -553,6 +624,7 @@ fail:
         if (i->key)
                 work_key_release(wq, i->key, i);
         item_free(i);
+        user_usage_put(&c->users, u);
         return core_error_set(e, r, "out of memory");
 }
 
@@ -561,8 +633,9 @@ int core_item_get(struct core *c, const struct core_caller *caller, uint64_t id,
         struct item *i = core_item_lookup(c, id);
 
         if (!i)
-                return core_error_set(e, -ENOENT, "no work item %" PRIu64 " (finished items are kept for the last %u)",
-                                      id, c->config.history_max);
+                return core_error_set(e, -ENOENT,
+                                      "no work item %" PRIu64 " (finished items are kept for the last %" PRIu64 " per user)",
+                                      id, c->config.limits.value[LIMIT_HISTORY]);
         if (i->uid != caller->uid && !caller_is_privileged(caller))
                 return core_error_set(e, -EPERM, "work item %" PRIu64 " belongs to another user", id);
         *ret = i;

@@ -32,6 +32,7 @@ struct options {
         int log_level;
         char **plugin_dirs;             /* from --plugin-dir; NULL: the defaults */
         size_t n_plugin_dirs;
+        struct limits limits;
 };
 
 static void help(void) {
@@ -47,6 +48,11 @@ static void help(void) {
                "                              (default: perf, falling back to proc)\n"
                "  -p, --plugin-dir DIR        look up plugins in DIR (repeatable; replaces\n"
                "                              the default directories)\n"
+               "  -L, --limit NAME=VALUE      set a limit (repeatable): workqueues, pending-items,\n"
+               "                              queued-bytes, connections (per user), item-args-bytes,\n"
+               "                              item-payload-bytes, output-bytes (per item), history,\n"
+               "                              history-bytes (per user), hello-timeout (seconds);\n"
+               "                              see LIMITS in cmwqd(8) for the defaults\n"
                "  -l, --log-level LEVEL       debug, info, notice, warning or error (default: info)\n"
                "  -h, --help                  show this help and exit\n"
                "  -V, --version               show the version and exit\n"
@@ -61,6 +67,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
                 { "socket", required_argument, NULL, 's' },
                 { "sleep-detector", required_argument, NULL, 'd' },
                 { "plugin-dir", required_argument, NULL, 'p' },
+                { "limit", required_argument, NULL, 'L' },
                 { "log-level", required_argument, NULL, 'l' },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
@@ -68,7 +75,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
         };
         int c, r;
 
-        while ((c = getopt_long(argc, argv, "us:d:p:l:hV", longopts, NULL)) >= 0)
+        while ((c = getopt_long(argc, argv, "us:d:p:L:l:hV", longopts, NULL)) >= 0)
                 switch (c) {
                 case 'u':
                         o->user_mode = true;
@@ -93,6 +100,15 @@ static int parse_options(int argc, char **argv, struct options *o) {
                         o->plugin_dirs = l;
                         l[o->n_plugin_dirs++] = optarg;
                         l[o->n_plugin_dirs] = NULL;
+                        break;
+                }
+                case 'L': {
+                        char err[160];
+
+                        if (limits_parse(&o->limits, optarg, err, sizeof(err)) < 0) {
+                                fprintf(stderr, "cmwqd: %s\n", err);
+                                return -EINVAL;
+                        }
                         break;
                 }
                 case 'l':
@@ -169,6 +185,7 @@ int main(int argc, char **argv) {
         const char *socket_path;
         int r, ret = EXIT_FAILURE;
 
+        limits_init_default(&o.limits);
         r = parse_options(argc, argv, &o);
         if (r <= 0) {
                 free(o.plugin_dirs);
@@ -252,6 +269,7 @@ int main(int argc, char **argv) {
                 .sleep_mode = sleepwatch_get_mode(sw),
                 .user_mode = o.user_mode,
                 .plugin_dirs = o.plugin_dirs ? o.plugin_dirs : dirs,
+                .limits = o.limits,
                 .cgroups = cgroups,
         };
         r = core_new(base, sw, &config, &core);

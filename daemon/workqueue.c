@@ -75,6 +75,7 @@ static int workqueue_lookup_owned(struct core *c, const struct core_caller *call
 int core_workqueue_create(struct core *c, const struct core_caller *caller, const char *name,
                           unsigned flags, unsigned max_active, struct core_error *e) {
         struct workqueue *wq = NULL;
+        struct user_usage *u;
 
         if (!workqueue_name_valid(name))
                 return core_error_set(e, -EINVAL,
@@ -98,9 +99,19 @@ int core_workqueue_create(struct core *c, const struct core_caller *caller, cons
         if (max_active == 0)
                 max_active = WQ_DFL_ACTIVE;
 
-        wq = calloc(1, sizeof(*wq));
-        if (!wq)
+        u = user_usage_get(&c->users, caller->uid);
+        if (!u)
                 return core_error_set(e, -ENOMEM, "out of memory");
+        if (!caller_is_privileged(caller) && u->nr_workqueues >= c->config.limits.value[LIMIT_WORKQUEUES]) {
+                user_usage_put(&c->users, u);
+                return limit_refuse(&c->config.limits, LIMIT_WORKQUEUES, caller->uid, e);
+        }
+
+        wq = calloc(1, sizeof(*wq));
+        if (!wq) {
+                user_usage_put(&c->users, u);
+                return core_error_set(e, -ENOMEM, "out of memory");
+        }
         wq->core = c;
         wq->flags = flags;
         wq->max_active = max_active;
@@ -116,6 +127,7 @@ int core_workqueue_create(struct core *c, const struct core_caller *caller, cons
                 free(wq->name);
                 free(wq->pwqs);
                 free(wq);
+                user_usage_put(&c->users, u);
                 return core_error_set(e, -ENOMEM, "out of memory");
         }
         for (size_t n = 0; n < wq->n_pwqs; n++) {
@@ -126,6 +138,7 @@ int core_workqueue_create(struct core *c, const struct core_caller *caller, cons
                 list_init(&pwq->inactive);
         }
         list_add_tail(&wq->entry, &c->workqueues);
+        u->nr_workqueues++;
         log_debug("Created workqueue %s (flags 0x%x, max_active %u, owner %u)", name, flags, max_active,
                   (unsigned) caller->uid);
         return 0;
@@ -141,6 +154,8 @@ static void waiters_complete(struct list_head *waiters, int r) {
 }
 
 void workqueue_free(struct workqueue *wq) {
+        struct user_usage *u;
+
         if (!wq)
                 return;
 
@@ -152,6 +167,11 @@ void workqueue_free(struct workqueue *wq) {
         waiters_complete(&wq->flushers, -ENOENT);
         waiters_complete(&wq->drainers, -ENOENT);
         list_del_init(&wq->entry);
+        u = user_usage_get(&wq->core->users, wq->owner);
+        if (u) {
+                u->nr_workqueues--;
+                user_usage_put(&wq->core->users, u);
+        }
         free(wq->pwqs);
         free(wq->name);
         free(wq);

@@ -381,8 +381,9 @@ START_TEST(test_frame_at_the_limit) {
 
         fd = greeted_connect();
         resp = call(fd, &req);
-        ck_assert_int_eq(resp->error, CMWQ__ERROR__INVALID_ARGUMENT);
-        ck_assert_msg(resp->message && strstr(resp->message, "limit"), "message: %s", resp->message);
+        ck_assert_int_eq(resp->error, CMWQ__ERROR__LIMIT_EXCEEDED);
+        ck_assert_msg(resp->message && strstr(resp->message, "limit 'item-args-bytes'"), "message: %s", resp->message);
+        ck_assert_msg(resp->limit && strcmp(resp->limit, "item-args-bytes") == 0, "limit: %s", resp->limit);
         cmwq__response__free_unpacked(resp, NULL);
         assert_usable(fd, "a frame of exactly the maximum size");
         close(fd);
@@ -591,7 +592,7 @@ START_TEST(test_submit_over_the_limits) {
         big[3 * 1024 * 1024] = 0;
         argv[1] = big;
         submit_init(&s, argv, 2);
-        submit_expect(fd, &s, CMWQ__ERROR__INVALID_ARGUMENT, "limit", "a 3 MiB argument");
+        submit_expect(fd, &s, CMWQ__ERROR__LIMIT_EXCEEDED, "item-args-bytes", "a 3 MiB argument");
 
         /* A 3 MiB environment entry, and a 3 MiB working directory. */
         big[0] = 'A';
@@ -599,16 +600,16 @@ START_TEST(test_submit_over_the_limits) {
         submit_init(&s, argv, 1);
         s.env = &big;
         s.n_env = 1;
-        submit_expect(fd, &s, CMWQ__ERROR__INVALID_ARGUMENT, "limit", "a 3 MiB environment entry");
+        submit_expect(fd, &s, CMWQ__ERROR__LIMIT_EXCEEDED, "item-args-bytes", "a 3 MiB environment entry");
         big[0] = '/';
         big[1] = 'a';
         submit_init(&s, argv, 1);
         s.cwd = big;
-        submit_expect(fd, &s, CMWQ__ERROR__INVALID_ARGUMENT, NULL, "a 3 MiB working directory");
+        submit_expect(fd, &s, CMWQ__ERROR__LIMIT_EXCEEDED, "item-args-bytes", "a 3 MiB working directory");
 
         /* A 3 MiB program name, and a 3 MiB key. */
         submit_init(&s, &big, 1);
-        submit_expect(fd, &s, CMWQ__ERROR__INVALID_ARGUMENT, NULL, "a 3 MiB program");
+        submit_expect(fd, &s, CMWQ__ERROR__LIMIT_EXCEEDED, "item-args-bytes", "a 3 MiB program");
         submit_init(&s, argv, 1);
         s.key = big;
         submit_expect(fd, &s, CMWQ__ERROR__INVALID_ARGUMENT, "key", "a 3 MiB key");
@@ -618,7 +619,7 @@ START_TEST(test_submit_over_the_limits) {
         s.has_stdin_payload = true;
         s.stdin_payload.data = (uint8_t *) big;
         s.stdin_payload.len = 3 * 1024 * 1024;
-        submit_expect(fd, &s, CMWQ__ERROR__INVALID_ARGUMENT, "payload", "a 3 MiB payload");
+        submit_expect(fd, &s, CMWQ__ERROR__LIMIT_EXCEEDED, "item-payload-bytes", "a 3 MiB payload");
 
         /* A 3 MiB workqueue name. */
         submit_init(&s, argv, 1);
