@@ -259,7 +259,9 @@ static int ctx_connect(Context *ctx) {
                 if (m) {
                         fprintf(stderr, "cmwqctl: cmwqd at %s refused the connection: ", ctx->socket_path);
                         print_daemon_message("", m);
-                        return CTL_EXIT_CONNECT;
+                        /* Over a per-user limit: refused like any request. */
+                        return r == conn_error_to_errno(CMWQ__ERROR__LIMIT_EXCEEDED) ? CTL_EXIT_REFUSED
+                                                                                       : CTL_EXIT_CONNECT;
                 }
                 return fail(CTL_EXIT_CONNECT, "cannot connect to cmwqd at %s: %s",
                             ctx->socket_path, strerror(-r));

@@ -154,7 +154,7 @@ int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_c
                         core_free(c);
                         return r;
                 }
-                core_find_workqueue(c, builtin_workqueues[i].name)->builtin = true;
+                core_find_workqueue(c, owner.uid, builtin_workqueues[i].name)->builtin = true;
         }
 
         *ret = c;

@@ -251,7 +251,11 @@ int core_user_connect(struct core *c, const struct core_caller *caller, struct c
 void core_user_disconnect(struct core *c, uid_t uid);
 
 /* Workqueues */
-struct workqueue *core_find_workqueue(struct core *c, const char *name);
+/* The queue @owner has under @name (exactly; see workqueue.c on names). */
+struct workqueue *core_find_workqueue(struct core *c, uid_t owner, const char *name);
+/* The queue @caller means by @name: -ENOENT when it has none it may see. */
+int core_workqueue_lookup(struct core *c, const struct core_caller *caller, const char *name,
+                          struct workqueue **ret, struct core_error *e);
 bool workqueue_visible_to(const struct workqueue *wq, const struct core_caller *caller);
 int core_workqueue_create(struct core *c, const struct core_caller *caller, const char *name,
                           unsigned flags, unsigned max_active, struct core_error *e);

@@ -133,6 +133,12 @@ static int ipc_client_greet(struct ipc_client *c, Cmwq__Request *req) {
         Cmwq__HelloReply hello = CMWQ__HELLO_REPLY__INIT;
         char msg[128];
 
+        if (c->refusal < 0) {
+                /* As the answer to its Hello, so that the client reads it
+                 * rather than finds the connection closed under its write. */
+                ipc_client_send_error(c, req->id, c->refusal, c->refusal_message, true);
+                return c->refusal;
+        }
         if (req->body_case != CMWQ__REQUEST__BODY_HELLO) {
                 ipc_client_send_error(c, req->id, -EPROTO, "the first request must be Hello", true);
                 return -EPROTO;
@@ -310,6 +316,7 @@ static void ipc_client_free(struct ipc_client *c) {
         if (c->fd >= 0)
                 close(c->fd);
         free(c->groups);
+        free(c->refusal_message);
         free(c);
 }
 
@@ -409,10 +416,15 @@ static void ipc_server_accept(evutil_socket_t fd, short what, void *userdata) {
         }
         r = core_user_connect(s->core, &c->caller, &e);
         if (r < 0) {
-                ipc_client_send_error(c, 0, r, e.message, true);
-                return;
-        }
-        c->counted = true;
+                log_info("Refusing client pid %d: %s", (int) c->caller.pid, e.message);
+                c->refusal = r;
+                c->refusal_message = strdup(e.message);
+                if (!c->refusal_message) {
+                        ipc_client_free(c);
+                        return;
+                }
+        } else
+                c->counted = true;
         log_debug("Client connected: pid %d uid %u", (int) c->caller.pid, (unsigned) c->caller.uid);
         ipc_client_update_events(c);
 }

@@ -51,6 +51,8 @@ struct ipc_client {
         bool eof;               /* the client shut down its sending side */
         bool counted;           /* holds one of its uid's 'connections' */
         struct event *deadline; /* Hello, or a started frame, not complete in time */
+        int refusal;            /* answer Hello with this error and close (negative errno) */
+        char *refusal_message;
         struct list_head calls; /* struct ipc_call: requests still waiting */
         unsigned nr_calls;
 };

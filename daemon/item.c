@@ -484,9 +484,9 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
 
         /* Whoever may see a queue may queue to it: its owner, root, and
          * everybody for the shared built-in queues. */
-        wq = core_find_workqueue(c, a->workqueue);
-        if (!wq || !workqueue_visible_to(wq, caller))
-                return core_error_set(e, -ENOENT, "no workqueue named '%s'", a->workqueue);
+        r = core_workqueue_lookup(c, caller, a->workqueue, &wq, e);
+        if (r < 0)
+                return r;
         if (wq->draining)
                 return core_error_set(e, -EBUSY, "workqueue '%s' is being %s; new work is refused", wq->name,
                                       wq->destroying ? "destroyed" : "drained");

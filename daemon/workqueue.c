@@ -17,11 +17,29 @@
 #include "log.h"
 #include "util.h"
 
-struct workqueue *core_find_workqueue(struct core *c, const char *name) {
+/*
+ * Workqueue names are per owner: each uid has a namespace of its own, so
+ * that nobody can take a name another user wants, and nobody learns from a
+ * refused create which names others use.  The built-in queues' names are
+ * reserved in every namespace.  Root (the privileged caller) finds its own
+ * queues, the built-ins, and any user's queue by its bare name when only
+ * one user has that name; "UID/NAME" names one exactly ('/' is never part
+ * of a name).
+ */
+struct workqueue *core_find_workqueue(struct core *c, uid_t owner, const char *name) {
         struct workqueue *wq = NULL;
 
         list_for_each_entry(wq, &c->workqueues, entry)
-                if (strcmp(wq->name, name) == 0)
+                if (wq->owner == owner && strcmp(wq->name, name) == 0)
+                        return wq;
+        return NULL;
+}
+
+static struct workqueue *find_builtin(struct core *c, const char *name) {
+        struct workqueue *wq = NULL;
+
+        list_for_each_entry(wq, &c->workqueues, entry)
+                if (wq->builtin && strcmp(wq->name, name) == 0)
                         return wq;
         return NULL;
 }
@@ -45,13 +63,54 @@ static int workqueue_name_valid(const char *name) {
         return true;
 }
 
-/* Finds @name for @caller: -ENOENT also for queues the caller may not see,
- * so that another user's queue names do not leak. */
-static int workqueue_lookup(struct core *c, const struct core_caller *caller, const char *name,
-                            struct workqueue **ret, struct core_error *e) {
-        struct workqueue *wq = core_find_workqueue(c, name);
+/* "UID/NAME": true and the parts when @name has that form. */
+static bool split_qualified(const char *name, uid_t *ret_uid, const char **ret_name) {
+        const char *slash = strchr(name, '/');
+        unsigned long v;
+        char *end;
 
-        if (!wq || !workqueue_visible_to(wq, caller))
+        if (!slash || slash == name || !isdigit((unsigned char) name[0]))
+                return false;
+        errno = 0;
+        v = strtoul(name, &end, 10);
+        if (errno || end != slash || v >= (uid_t) -1)
+                return false;
+        *ret_uid = (uid_t) v;
+        *ret_name = slash + 1;
+        return true;
+}
+
+/* Finds @name for @caller (see above): -ENOENT also for queues the caller
+ * may not see, so that another user's queue names do not leak. */
+int core_workqueue_lookup(struct core *c, const struct core_caller *caller, const char *name,
+                          struct workqueue **ret, struct core_error *e) {
+        bool privileged = caller_is_privileged(caller);
+        struct workqueue *wq = NULL, *w;
+        const char *bare;
+        uid_t owner;
+
+        if (split_qualified(name, &owner, &bare)) {
+                if (privileged || owner == caller->uid)
+                        wq = core_find_workqueue(c, owner, bare);
+        } else {
+                wq = core_find_workqueue(c, caller->uid, name);
+                if (!wq)
+                        wq = find_builtin(c, name);
+                if (!wq && privileged) {
+                        unsigned n = 0;
+
+                        list_for_each_entry(w, &c->workqueues, entry)
+                                if (strcmp(w->name, name) == 0) {
+                                        wq = w;
+                                        n++;
+                                }
+                        if (n > 1)
+                                return core_error_set(e, -EINVAL,
+                                                      "several users have a workqueue named '%s'; name one as UID/%s",
+                                                      name, name);
+                }
+        }
+        if (!wq)
                 return core_error_set(e, -ENOENT, "no workqueue named '%s'", name);
         *ret = wq;
         return 0;
@@ -62,7 +121,7 @@ static int workqueue_lookup_owned(struct core *c, const struct core_caller *call
         struct workqueue *wq = NULL;
         int r;
 
-        r = workqueue_lookup(c, caller, name, &wq, e);
+        r = core_workqueue_lookup(c, caller, name, &wq, e);
         if (r < 0)
                 return r;
         if (!workqueue_owned_by(wq, caller))
@@ -88,7 +147,9 @@ int core_workqueue_create(struct core *c, const struct core_caller *caller, cons
                                       WQ_MAX_ACTIVE);
         if ((flags & WQ_ORDERED) && max_active > 1)
                 return core_error_set(e, -EINVAL, "an ordered workqueue runs one item at a time (max_active 1)");
-        if (core_find_workqueue(c, name))
+        if (find_builtin(c, name))
+                return core_error_set(e, -EEXIST, "workqueue '%s' already exists (built in)", name);
+        if (core_find_workqueue(c, caller->uid, name))
                 return core_error_set(e, -EEXIST, "workqueue '%s' already exists", name);
 
         /* ORDERED is unbound with max_active 1, as alloc_ordered_workqueue(). */
@@ -331,7 +392,7 @@ int core_workqueue_flush(struct core *c, const struct core_caller *caller, const
         struct workqueue *wq = NULL;
         int r;
 
-        r = workqueue_lookup(c, caller, name, &wq, e);
+        r = core_workqueue_lookup(c, caller, name, &wq, e);
         if (r < 0)
                 return r;
 
@@ -430,7 +491,7 @@ static int freezer_apply(struct core *c, const struct core_caller *caller, const
                 return core_error_set(e, -EPERM, "only root may %s workqueues", verb);
 
         if (name) {
-                r = workqueue_lookup(c, caller, name, &wq, e);
+                r = core_workqueue_lookup(c, caller, name, &wq, e);
                 if (r < 0)
                         return r;
                 if (!(wq->flags & WQ_FREEZABLE))

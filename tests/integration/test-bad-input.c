@@ -8,6 +8,7 @@
  * connection.  Also cmwqctl's own bad command lines.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -1064,6 +1065,197 @@ START_TEST(test_cmwqctl_bad_command_lines) {
 }
 END_TEST
 
+
+/* ---- Connections that stall, half-close, or come in too many. ---- */
+
+/* A daemon whose clients must say Hello (and finish a started frame) within
+ * 1 s, and where one unprivileged uid may hold 3 connections. */
+static void setup_deadline(void) {
+        cmwqd_start(&d, (const char *const[]) { "--limit", "hello-timeout=1", "--limit", "connections=3", NULL });
+}
+
+static int count_fds(pid_t pid) {
+        char path[64];
+        DIR *dir;
+        int n = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/fd", (int) pid);
+        dir = opendir(path);
+        ck_assert_ptr_nonnull(dir);
+        while (readdir(dir))
+                n++;
+        closedir(dir);
+        return n - 2;
+}
+
+/* Waits (up to 10 s, the daemon's deadline is 1 s) for cmwqd to end the
+ * connection: EOF, with nothing or an error reply first. */
+static void assert_dropped(int fd, const char *what) {
+        int64_t deadline = now_ms() + 10000;
+        char buf[4096];
+
+        for (;;) {
+                struct pollfd pfd = { .fd = fd, .events = POLLIN };
+                int64_t left = deadline - now_ms();
+                ssize_t n;
+
+                ck_assert_msg(left > 0 && poll(&pfd, 1, (int) left) > 0, "%s: still connected after 10 s", what);
+                n = read(fd, buf, sizeof(buf));
+                if (n == 0 || (n < 0 && errno == ECONNRESET))
+                        break;
+                ck_assert_msg(n > 0 || errno == EINTR, "%s: read: %s", what, strerror(errno));
+        }
+        close(fd);
+}
+
+START_TEST(test_silent_and_stalled_clients_are_dropped) {
+        int fds_before, fd, busy;
+        uint8_t partial[2] = { 10, 0 };
+
+        fds_before = count_fds(d.pid);
+
+        /* Connects and says nothing. */
+        fd = raw_connect();
+        assert_dropped(fd, "a client that sends nothing");
+        ck_assert_msg(log_contains("no Hello within 1 s"), "log:\n%s", read_file(d.log));
+
+        /* Half a Hello frame, then nothing. */
+        fd = raw_connect();
+        ck_assert(raw_send(fd, partial, sizeof(partial)));
+        assert_dropped(fd, "half a Hello frame");
+
+        /* Greeted, then half of a request frame. */
+        fd = greeted_connect();
+        ck_assert(raw_send(fd, partial, sizeof(partial)));
+        assert_dropped(fd, "half a request frame after Hello");
+        ck_assert_msg(log_contains("a started request was not completed"), "log:\n%s", read_file(d.log));
+
+        /* A greeted client that is merely quiet stays: it may be waiting. */
+        busy = greeted_connect();
+        struct pollfd pfd = { .fd = busy, .events = POLLIN };
+        ck_assert_msg(poll(&pfd, 1, 2500) == 0, "an idle greeted client was dropped");
+        assert_usable(busy, "2.5 s of silence after Hello");
+        close(busy);
+
+        /* Every connection's fd is closed again. */
+        for (int waited = 0; count_fds(d.pid) != fds_before && waited < 5000; waited += 50)
+                usleep(50000);
+        ck_assert_int_eq(count_fds(d.pid), fds_before);
+        assert_serving("stalled clients");
+}
+END_TEST
+
+/* A client that sends its requests and then shuts down its sending side
+ * still gets every reply, also those that wait for an item. */
+START_TEST(test_half_closed_client_gets_its_replies) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__Submit s = CMWQ__SUBMIT__INIT;
+        Cmwq__Empty empty = CMWQ__EMPTY__INIT;
+        char *argv[] = { (char *) "/bin/sh", (char *) "-c", (char *) "sleep 0.5; echo waited-for", NULL };
+        Cmwq__Response *resp;
+        uint64_t submit_id, list_id;
+        int fd = greeted_connect();
+
+        s.workqueue = (char *) "system";
+        s.n_argv = 3;
+        s.argv = argv;
+        s.has_wait = true;
+        s.wait = true;
+        req.body_case = CMWQ__REQUEST__BODY_SUBMIT;
+        req.submit = &s;
+        req.id = submit_id = next_id++;
+        ck_assert(send_request(fd, &req));
+        req.body_case = CMWQ__REQUEST__BODY_LIST;
+        req.list = &empty;
+        req.id = list_id = next_id++;
+        ck_assert(send_request(fd, &req));
+        ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
+
+        resp = recv_response(fd);
+        ck_assert_msg(resp, "no reply to list after the half-close");
+        ck_assert_uint_eq(resp->id, list_id);
+        ck_assert_int_eq(resp->body_case, CMWQ__RESPONSE__BODY_LIST);
+        cmwq__response__free_unpacked(resp, NULL);
+        resp = recv_response(fd);
+        ck_assert_msg(resp, "no reply to submit --wait after the half-close");
+        ck_assert_uint_eq(resp->id, submit_id);
+        ck_assert_int_eq(resp->error, CMWQ__ERROR__OK);
+        ck_assert_int_eq(resp->body_case, CMWQ__RESPONSE__BODY_SUBMIT);
+        ck_assert_ptr_nonnull(resp->submit->item);
+        ck_assert_uint_eq(resp->submit->item->stdout_data.len, strlen("waited-for\n"));
+        ck_assert(memcmp(resp->submit->item->stdout_data.data, "waited-for\n", strlen("waited-for\n")) == 0);
+        cmwq__response__free_unpacked(resp, NULL);
+        /* Then the daemon closes. */
+        assert_closed(fd, "a half-closed client after its last reply");
+        close(fd);
+        assert_serving("a half-closed client");
+}
+END_TEST
+
+/* Connects as uid 65534 (the effective uid is what SO_PEERCRED reports). */
+static int connect_as_nobody(void) {
+        int fd;
+
+        ck_assert_int_eq(setresuid((uid_t) -1, 65534, (uid_t) -1), 0);
+        fd = raw_connect();
+        ck_assert_int_eq(setresuid((uid_t) -1, 0, (uid_t) -1), 0);
+        return fd;
+}
+
+START_TEST(test_connections_per_user) {
+        Cmwq__Response *resp;
+        struct ctl_result r;
+        int fds[3], extra;
+
+        for (int k = 0; k < 3; k++) {
+                fds[k] = connect_as_nobody();
+                ck_assert(send_hello(fds[k], CMWQ_PROTOCOL_VERSION));
+                resp = recv_response(fds[k]);
+                ck_assert_msg(resp && resp->error == CMWQ__ERROR__OK, "connection %d of 3 refused", k + 1);
+                cmwq__response__free_unpacked(resp, NULL);
+        }
+
+        /* The fourth: refused with the limit named, over the protocol ... */
+        extra = connect_as_nobody();
+        (void) send_hello(extra, CMWQ_PROTOCOL_VERSION);
+        resp = recv_response(extra);
+        ck_assert_msg(resp, "a fourth connection was closed without a word");
+        ck_assert_int_eq(resp->error, CMWQ__ERROR__LIMIT_EXCEEDED);
+        ck_assert_str_eq(resp->message, "per-user limit 'connections' (3) reached for uid 65534");
+        cmwq__response__free_unpacked(resp, NULL);
+        assert_closed(extra, "a connection over the limit");
+        close(extra);
+
+        /* ... and by cmwqctl, in one line, exit 1. */
+        CTL_AS(&d, 65534, &r, "list");
+        ck_assert_msg(r.status == 1, "exit %d, stderr %s", r.status, r.err);
+        ck_assert_msg(strstr(r.err, "per-user limit 'connections' (3) reached for uid 65534") &&
+                              strchr(r.err, '\n') == r.err + strlen(r.err) - 1,
+                      "stderr: '%s'", r.err);
+        ctl_result_free(&r);
+
+        /* Other users and root are not affected. */
+        CTL_AS(&d, 65533, &r, "list");
+        ck_assert_msg(r.status == 0, "uid 65533: exit %d, %s", r.status, r.err);
+        ctl_result_free(&r);
+        free(CTL_OK(&d, "list"));
+
+        /* One closed: the slot is free again. */
+        close(fds[0]);
+        for (int waited = 0;; waited += 50) {
+                CTL_AS(&d, 65534, &r, "list");
+                if (r.status == 0)
+                        break;
+                ctl_result_free(&r);
+                ck_assert_msg(waited < 5000, "the closed connection's slot was not given back");
+                usleep(50000);
+        }
+        ctl_result_free(&r);
+        close(fds[1]);
+        close(fds[2]);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("bad-input");
         TCase *tc = tcase_create("bad-input");
@@ -1089,6 +1281,14 @@ int main(void) {
         tcase_add_test(tc, test_too_many_waiting_requests);
         tcase_add_test(tc, test_clients_that_vanish);
         tcase_add_test(tc, test_cmwqctl_bad_command_lines);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("connections");
+        tcase_add_checked_fixture(tc, setup_deadline, teardown);
+        tcase_set_timeout(tc, 90);
+        tcase_add_test(tc, test_silent_and_stalled_clients_are_dropped);
+        tcase_add_test(tc, test_half_closed_client_gets_its_replies);
+        tcase_add_test(tc, test_connections_per_user);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
