@@ -9,11 +9,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/keyctl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -362,9 +365,32 @@ START_TEST(test_other_user_cannot_touch_a_queue_or_its_items) {
         CTL_AS(&d, OTHER_UID, &r, "set-max-active", "private-q", "1");
         assert_refused(&r, "set-max-active", "private-q");
         ctl_result_free(&r);
-        /* Creating one of the same name does not take it over. */
-        CTL_AS(&d, OTHER_UID, &r, "create", "private-q");
-        assert_refused(&r, "create", "private-q");
+        /* Names are per user: the other user's "private-q" is a queue of
+         * its own, which neither takes the name over nor tells that it was
+         * in use. */
+        free(CTL_AS_OK(OTHER_UID, "create", "private-q"));
+        out = CTL_AS_OK(OTHER_UID, "submit", "private-q", "--wait", "--", "/bin/sh", "-c", "id -u");
+        ck_assert_str_eq(out, "65533");
+        free(out);
+        out = CTL_AS_OK(OTHER_UID, "--json", "list");
+        ck_assert_msg(strstr(out, "\"name\":\"private-q\",") && !strstr(out, "\"max_active\":4,") &&
+                              !strstr(out, "\"owner_uid\":65534"),
+                      "the other user's list: %s", out);
+        free(out);
+        /* Root: the bare name is ambiguous now; UID/NAME says which. */
+        CTL(&d, &r, "flush", "private-q");
+        ck_assert_msg(r.status == 1 && strstr(r.err, "several users have a workqueue named 'private-q'"),
+                      "root's flush of an ambiguous name: exit %d, %s", r.status, r.err);
+        ctl_result_free(&r);
+        free(CTL_OK(&d, "flush", "65533/private-q"));
+        free(CTL_AS_OK(OTHER_UID, "destroy", "private-q"));
+        /* A user cannot reach another's queue by UID/NAME either. */
+        CTL_AS(&d, OTHER_UID, &r, "submit", "65534/private-q", "--", "/bin/true");
+        assert_refused(&r, "submit UID/NAME", "no workqueue named");
+        ctl_result_free(&r);
+        /* Nor take a built-in's name. */
+        CTL_AS(&d, OTHER_UID, &r, "create", "system");
+        assert_refused(&r, "create system", "already exists");
         ctl_result_free(&r);
 
         /* Nor the items, running, delayed or finished. */
@@ -495,6 +521,205 @@ START_TEST(test_work_keys_on_shared_queues_are_per_user) {
 }
 END_TEST
 
+
+/* Runs cmwqctl as @uid with its working directory @dir (entered as root
+ * first: the user itself could not). */
+static void ctl_as_in(uid_t uid, const char *dir, const char *const *args, struct ctl_result *r) {
+        const char *argv[32];
+        int out[2], err[2], n = 0, status;
+        pid_t pid;
+
+        argv[n++] = d.ctl;
+        argv[n++] = "--socket";
+        argv[n++] = d.socket;
+        for (; *args && n < 31; args++)
+                argv[n++] = *args;
+        argv[n] = NULL;
+        ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
+        ck_assert_int_eq(pipe2(err, O_CLOEXEC), 0);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                dup2(out[1], STDOUT_FILENO);
+                dup2(err[1], STDERR_FILENO);
+                if (chdir(dir) < 0 || setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 ||
+                    setresuid(uid, uid, uid) < 0)
+                        _exit(126);
+                execv(argv[0], (char *const *) argv);
+                _exit(127);
+        }
+        close(out[1]);
+        close(err[1]);
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        r->status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        {
+                char path[64];
+
+                snprintf(path, sizeof(path), "/proc/self/fd/%d", out[0]);
+                r->out = read_file(path);
+                snprintf(path, sizeof(path), "/proc/self/fd/%d", err[0]);
+                r->err = read_file(path);
+        }
+        close(out[0]);
+        close(err[0]);
+}
+
+/* The item's working directory is entered as the user: a directory the
+ * user cannot enter (the daemon could) is not where the item runs. */
+START_TEST(test_cwd_the_user_cannot_enter) {
+        char dir[400], file[500];
+        struct ctl_result r;
+
+        test_path(&d, "root-only-dir", dir, sizeof(dir));
+        ck_assert_int_eq(mkdir(dir, 0700), 0);
+        snprintf(file, sizeof(file), "%s/SECRET-file", dir);
+        write_file(file, "SECRET\n", 0644);
+
+        ctl_as_in(USER_UID, dir, (const char *const[]) { "submit", "system", "--wait", "--", "/bin/ls", "-a", NULL },
+                  &r);
+        ck_assert_msg(r.status == 127, "exit %d (want 127: the item did not start), stdout '%s', stderr '%s'",
+                      r.status, r.out, r.err);
+        ck_assert_msg(strstr(r.err, "Permission denied"), "stderr: %s", r.err);
+        ck_assert_msg(!strstr(r.out, "SECRET"), "the item listed a directory its user cannot enter: %s", r.out);
+        ctl_result_free(&r);
+
+        /* Root's item does run there: the test is meaningful. */
+        ctl_as_in(0, dir, (const char *const[]) { "submit", "system", "--wait", "--", "/bin/ls", NULL }, &r);
+        ck_assert_msg(r.status == 0 && strstr(r.out, "SECRET-file"), "root: exit %d, %s%s", r.status, r.out, r.err);
+        ctl_result_free(&r);
+}
+END_TEST
+
+/* Plugins are looked up by the daemon (as root) but executed as the user:
+ * no name reaches a file the user could not run, and no name leaves the
+ * plugin directories. */
+START_TEST(test_plugin_path_tricks) {
+        struct cmwqd p;
+        char plugins[400], path[500], target[500];
+        struct ctl_result r;
+
+        /* A second daemon with a plugin directory of root's. */
+        test_path(&d, "plugins", plugins, sizeof(plugins));
+        ck_assert_int_eq(mkdir(plugins, 0755), 0);
+        snprintf(path, sizeof(path), "%s/open", plugins);
+        write_file(path, "#!/bin/sh\nid -u\n", 0755);
+        snprintf(path, sizeof(path), "%s/root-only", plugins);
+        write_file(path, "#!/bin/sh\necho SECRET-root-ran\n", 0700);
+        test_path(&d, "outside-script", target, sizeof(target));
+        write_file(target, "#!/bin/sh\necho SECRET-outside-ran\n", 0700);
+        snprintf(path, sizeof(path), "%s/link", plugins);
+        ck_assert_int_eq(symlink(target, path), 0);
+        cmwqd_start(&p, (const char *const[]) { "--plugin-dir", plugins, NULL });
+
+        CTL_AS(&p, USER_UID, &r, "submit", "system", "--wait", "--", "open");
+        ck_assert_msg(r.status == 0 && strcmp(r.out, "65534\n") == 0, "a plugin: exit %d, '%s' '%s'", r.status, r.out,
+                      r.err);
+        ctl_result_free(&r);
+
+        const char *denied[] = { "root-only", "link" };
+        for (size_t k = 0; k < 2; k++) {
+                CTL_AS(&p, USER_UID, &r, "submit", "system", "--wait", "--", denied[k]);
+                ck_assert_msg(r.status == 127 && strstr(r.err, "Permission denied") && !strstr(r.out, "SECRET"),
+                              "plugin %s: exit %d, stdout '%s', stderr '%s'", denied[k], r.status, r.out, r.err);
+                ctl_result_free(&r);
+        }
+
+        /* Names that try to climb out of the plugin directories: cmwqctl
+         * makes a relative path absolute from its own directory, so a raw
+         * "../x" never reaches the daemon through it; "..": not a plugin
+         * (a directory), looked up in PATH, not found. */
+        CTL_AS(&p, USER_UID, &r, "submit", "system", "--wait", "--", "..");
+        ck_assert_msg(r.status != 0 && !strstr(r.out, "SECRET"), "'..': exit %d, '%s' '%s'", r.status, r.out, r.err);
+        ctl_result_free(&r);
+
+        cmwqd_stop(&p);
+}
+END_TEST
+
+/* Items get nothing the daemon holds for itself: not the NOFILE limit it
+ * raised, nor its session keyring (whose keys a possessor may read). */
+START_TEST(test_item_gets_no_daemon_rlimit_or_keyring) {
+        static const char description[] = "cmwq-test-SECRET-key";
+        char limits_path[64], *limits, *out, *keys;
+        struct rlimit nofile;
+        struct cmwqd k;
+        long serial;
+
+        /* A session keyring of the test's own, with a key in it, which the
+         * daemon started next inherits. */
+        serial = syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, "cmwq-test");
+        if (serial < 0 && (errno == ENOSYS || errno == EPERM || errno == EACCES)) {
+                /* Without keyctl, there is no keyring to leak. */
+                fprintf(stderr, "# keyctl unavailable here (%s): keyring part not checked\n", strerror(errno));
+        } else {
+                ck_assert_msg(serial >= 0, "keyctl: %s", strerror(errno));
+                ck_assert_msg(syscall(SYS_add_key, "user", description, "SECRET", 6, KEY_SPEC_SESSION_KEYRING) >= 0,
+                              "add_key: %s", strerror(errno));
+        }
+        cmwqd_start(&k, NULL);
+
+        /* The daemon's soft NOFILE limit is its hard one (main.c). */
+        ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &nofile), 0);
+        snprintf(limits_path, sizeof(limits_path), "/proc/%d/limits", (int) k.pid);
+        limits = read_file(limits_path);
+        {
+                const char *line = strstr(limits, "Max open files");
+                unsigned long soft = 0;
+
+                ck_assert_msg(line && sscanf(line, "Max open files %lu", &soft) == 1, "%s", limits);
+                if (nofile.rlim_max > 1024)
+                        ck_assert_msg(soft > 1024, "control: cmwqd's own soft NOFILE limit is %lu", soft);
+        }
+        free(limits);
+
+        {
+                struct ctl_result r;
+
+                CTL_AS(&k, USER_UID, &r, "submit", "system", "--wait", "--", "/bin/sh", "-c",
+                       "ulimit -Sn; cat /proc/keys");
+                ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
+                out = r.out;
+                free(r.err);
+        }
+        ck_assert_msg(!strstr(out, description), "the item sees the daemon's session keyring:\n%s", out);
+        ck_assert_msg(strncmp(out, "1024\n", 5) == 0 || (nofile.rlim_max < 1024 && atol(out) == (long) nofile.rlim_max),
+                      "the item's soft NOFILE limit: %s", out);
+        free(out);
+
+        /* The same key is visible to a process of that uid that does
+         * possess the keyring: the check above is meaningful. */
+        if (serial >= 0) {
+                int pipefd[2], status;
+                pid_t pid;
+
+                ck_assert_int_eq(pipe2(pipefd, O_CLOEXEC), 0);
+                pid = fork();
+                ck_assert_int_ge(pid, 0);
+                if (pid == 0) {
+                        dup2(pipefd[1], STDOUT_FILENO);
+                        if (setgroups(0, NULL) < 0 || setresgid(USER_UID, USER_UID, USER_UID) < 0 ||
+                            setresuid(USER_UID, USER_UID, USER_UID) < 0)
+                                _exit(126);
+                        execl("/bin/cat", "cat", "/proc/keys", (char *) NULL);
+                        _exit(127);
+                }
+                close(pipefd[1]);
+                {
+                        char path[64];
+
+                        snprintf(path, sizeof(path), "/proc/self/fd/%d", pipefd[0]);
+                        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+                        keys = read_file(path);
+                }
+                close(pipefd[0]);
+                ck_assert_msg(strstr(keys, description), "control: uid %d possessing the keyring does not see it:\n%s",
+                              USER_UID, keys);
+                free(keys);
+        }
+        cmwqd_stop(&k);
+}
+END_TEST
+
 /* The nice value (field 19 of /proc/PID/stat) of the item's process. */
 static long item_nice(const char *out) {
         const char *p = strrchr(out, ')');
@@ -582,6 +807,9 @@ int main(void) {
         tcase_add_test(tc, test_user_cannot_see_roots_items);
         tcase_add_test(tc, test_work_keys_on_shared_queues_are_per_user);
         tcase_add_test(tc, test_builtin_queues_are_shared_but_not_administered_by_users);
+        tcase_add_test(tc, test_cwd_the_user_cannot_enter);
+        tcase_add_test(tc, test_plugin_path_tricks);
+        tcase_add_test(tc, test_item_gets_no_daemon_rlimit_or_keyring);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
