@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Per-user limits (cmwqd --limit NAME=VALUE, cmwqd(8) LIMITS): one user
+ * flooding the daemon is refused with an error that names the limit, while
+ * other users and root go on being served; per-item sizes and the per-user
+ * history bound what the daemon keeps.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define USER_UID 65534
+#define OTHER_UID 65533
+
+static struct cmwqd d;
+
+static void setup(void) {
+        cmwqd_start(&d, (const char *const[]) {
+                "--limit", "pending-items=20", "--limit", "queued-bytes=256K", "--limit", "workqueues=2",
+                "--limit", "history=3", "--limit", "output-bytes=1000", "--limit", "item-args-bytes=64K", NULL });
+}
+
+static void teardown(void) {
+        cmwqd_stop(&d);
+}
+
+static char *ctl_as_ok(uid_t uid, const char *const *args) {
+        struct ctl_result r;
+        size_t n;
+
+        ctl_run(&d, uid, &r, args);
+        ck_assert_msg(r.status == 0, "cmwqctl %s ... as uid %d exited %d: %s", args[0], (int) uid, r.status, r.err);
+        free(r.err);
+        n = strlen(r.out);
+        if (n > 0 && r.out[n - 1] == '\n')
+                r.out[n - 1] = 0;
+        return r.out;
+}
+#define CTL_AS_OK(uid, ...) ctl_as_ok(uid, (const char *const[]) { __VA_ARGS__, NULL })
+
+/* Refused over a limit: exit 1, exactly the one line @line on stderr,
+ * nothing on stdout. */
+static void assert_limit(const struct ctl_result *r, const char *line, const char *what) {
+        char want[256];
+
+        snprintf(want, sizeof(want), "cmwqctl: %s\n", line);
+        ck_assert_msg(r->status == 1, "%s: exit %d (want 1), stderr '%s'", what, r->status, r->err);
+        ck_assert_msg(strcmp(r->err, want) == 0, "%s: stderr '%s', want '%s'", what, r->err, want);
+        ck_assert_msg(r->out[0] == 0, "%s: stdout '%s'", what, r->out);
+}
+
+static void write_bytes(const char *path, size_t n) {
+        char *buf = malloc(n);
+        int fd;
+
+        ck_assert_ptr_nonnull(buf);
+        memset(buf, 'p', n);
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, buf, n), (ssize_t) n);
+        close(fd);
+        free(buf);
+}
+
+START_TEST(test_flood_from_one_user) {
+        struct ctl_result r;
+        char *ids[20], *out;
+        int n;
+
+        /* uid 65534 queues work that stays pending until it is refused. */
+        for (n = 0; n < 40; n++) {
+                CTL_AS(&d, USER_UID, &r, "submit", "system", "--delay", "600", "--", "/bin/true");
+                if (r.status != 0)
+                        break;
+                ck_assert_int_lt(n, 20);
+                ids[n] = strndup(r.out, strcspn(r.out, "\n"));
+                ctl_result_free(&r);
+        }
+        ck_assert_int_eq(n, 20);
+        assert_limit(&r, "per-user limit 'pending-items' (20) reached for uid 65534", "the 21st item");
+        ctl_result_free(&r);
+        /* Also on a queue of its own, and with --wait. */
+        free(CTL_AS_OK(USER_UID, "create", "mine"));
+        CTL_AS(&d, USER_UID, &r, "submit", "mine", "--wait", "--", "/bin/true");
+        assert_limit(&r, "per-user limit 'pending-items' (20) reached for uid 65534", "submit --wait");
+        ctl_result_free(&r);
+
+        /* Everybody else is served, and gets results. */
+        out = CTL_AS_OK(OTHER_UID, "submit", "system", "--wait", "--", "/bin/sh", "-c", "echo served $(id -u)");
+        ck_assert_str_eq(out, "served 65533");
+        free(out);
+        out = CTL_OK(&d, "submit", "system", "--wait", "--", "/bin/sh", "-c", "echo served $(id -u)");
+        ck_assert_str_eq(out, "served 0");
+        free(out);
+        /* Root has no per-user item limit. */
+        for (int k = 0; k < 25; k++)
+                free(CTL_OK(&d, "submit", "system", "--delay", "600", "--", "/bin/true"));
+
+        /* One finished (cancelled): room for one more, not two. */
+        free(CTL_AS_OK(USER_UID, "cancel", ids[0]));
+        free(CTL_AS_OK(USER_UID, "submit", "system", "--delay", "600", "--", "/bin/true"));
+        CTL_AS(&d, USER_UID, &r, "submit", "system", "--", "/bin/true");
+        assert_limit(&r, "per-user limit 'pending-items' (20) reached for uid 65534", "after one cancel");
+        ctl_result_free(&r);
+        for (int k = 0; k < 20; k++)
+                free(ids[k]);
+}
+END_TEST
+
+START_TEST(test_queued_bytes_per_user) {
+        char payload[400];
+        struct ctl_result r;
+        int n;
+
+        /* 100 KiB payloads against 256 KiB: two fit, the third does not. */
+        test_path(&d, "payload", payload, sizeof(payload));
+        write_bytes(payload, 100 * 1024);
+        for (n = 0; n < 5; n++) {
+                CTL_AS(&d, USER_UID, &r, "submit", "system", "--delay", "600", "--stdin", payload, "--", "/bin/cat");
+                if (r.status != 0)
+                        break;
+                ctl_result_free(&r);
+        }
+        ck_assert_int_eq(n, 2);
+        assert_limit(&r, "per-user limit 'queued-bytes' (262144) reached for uid 65534", "the third payload");
+        ctl_result_free(&r);
+
+        /* Another user's bytes are its own. */
+        CTL_AS(&d, OTHER_UID, &r, "submit", "system", "--stdin", payload, "--wait", "--", "/usr/bin/wc", "-c");
+        ck_assert_msg(r.status == 0 && strcmp(r.out, "102400\n") == 0, "uid 65533: exit %d, '%s' '%s'", r.status, r.out,
+                      r.err);
+        ctl_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_workqueues_per_user) {
+        struct ctl_result r;
+
+        free(CTL_AS_OK(USER_UID, "create", "q1"));
+        free(CTL_AS_OK(USER_UID, "create", "q2"));
+        CTL_AS(&d, USER_UID, &r, "create", "q3");
+        assert_limit(&r, "per-user limit 'workqueues' (2) reached for uid 65534", "a third queue");
+        ctl_result_free(&r);
+
+        /* Others are not affected, root has no such limit. */
+        free(CTL_AS_OK(OTHER_UID, "create", "q1"));
+        for (int k = 0; k < 3; k++) {
+                char name[16];
+
+                snprintf(name, sizeof(name), "root%d", k);
+                free(CTL_OK(&d, "create", name));
+        }
+
+        /* A destroyed queue gives its slot back. */
+        free(CTL_AS_OK(USER_UID, "destroy", "q1"));
+        free(CTL_AS_OK(USER_UID, "create", "q3"));
+}
+END_TEST
+
+START_TEST(test_item_sizes_and_output) {
+        struct ctl_result r;
+        char *big, *out;
+
+        big = malloc(70 * 1024);
+        ck_assert_ptr_nonnull(big);
+        memset(big, 'a', 70 * 1024 - 1);
+        big[70 * 1024 - 1] = 0;
+        CTL_AS(&d, USER_UID, &r, "submit", "system", "--", "/bin/echo", big);
+        ck_assert_msg(r.status == 1 && strstr(r.err, "over the limit 'item-args-bytes' (65536)") &&
+                              strchr(r.err, '\n') == r.err + strlen(r.err) - 1,
+                      "a 70 KiB argument: exit %d, '%s'", r.status, r.err);
+        ctl_result_free(&r);
+        free(big);
+
+        /* Output kept: output-bytes per stream, flagged truncated. */
+        out = CTL_AS_OK(USER_UID, "submit", "system", "--wait", "--", "/bin/sh", "-c",
+                        "head -c 5000 /dev/zero | tr '\\0' o");
+        ck_assert_uint_eq(strlen(out), 1000);
+        free(out);
+        CTL_AS(&d, USER_UID, &r, "--json", "submit", "system", "--wait", "--", "/bin/sh", "-c",
+               "head -c 5000 /dev/zero | tr '\\0' o");
+        ck_assert_msg(r.status == 0 && strstr(r.out, "\"stdout_truncated\":true"), "--json: %s", r.out);
+        ctl_result_free(&r);
+}
+END_TEST
+
+/* Each user's history is its own: one user's stream of finished items does
+ * not push another user's results out. */
+START_TEST(test_history_per_user) {
+        char *theirs, *first = NULL, *out;
+        struct ctl_result r;
+
+        theirs = CTL_AS_OK(OTHER_UID, "submit", "system", "--", "/bin/echo", "kept");
+        free(CTL_AS_OK(OTHER_UID, "wait", theirs));
+        for (int k = 0; k < 6; k++) {
+                char *id = CTL_AS_OK(USER_UID, "submit", "system", "--", "/bin/true");
+
+                free(CTL_AS_OK(USER_UID, "wait", id));
+                if (k == 0)
+                        first = id;
+                else
+                        free(id);
+        }
+        out = CTL_AS_OK(OTHER_UID, "wait", theirs);
+        ck_assert_str_eq(out, "kept");
+        free(out);
+        CTL_AS(&d, USER_UID, &r, "show", first);
+        ck_assert_msg(r.status == 1 && strstr(r.err, "kept for the last 3 per user"), "exit %d, %s", r.status, r.err);
+        ctl_result_free(&r);
+        free(theirs);
+        free(first);
+}
+END_TEST
+
+/* cmwqd --limit: bad names and values are usage errors (exit 2). */
+static int run_cmwqd(const char *const *args, char **ret_err) {
+        const char *argv[16];
+        int pipefd[2], n = 0, status;
+        char path[64];
+        pid_t pid;
+
+        argv[n++] = getenv("CMWQD");
+        for (; *args && n < 15; args++)
+                argv[n++] = *args;
+        argv[n] = NULL;
+        ck_assert_int_eq(pipe2(pipefd, O_CLOEXEC), 0);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                dup2(pipefd[1], STDERR_FILENO);
+                dup2(pipefd[1], STDOUT_FILENO);
+                execv(argv[0], (char *const *) argv);
+                _exit(127);
+        }
+        close(pipefd[1]);
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", pipefd[0]);
+        *ret_err = read_file(path);
+        close(pipefd[0]);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+START_TEST(test_limit_option_errors) {
+        static const struct {
+                const char *arg;
+                const char *says;
+        } cases[] = {
+                { "bogus=1", "unknown limit 'bogus'" },
+                { "pending-items", "needs NAME=VALUE" },
+                { "pending-items=0", "invalid value '0' for limit 'pending-items'" },
+                { "pending-items=-1", "invalid value '-1'" },
+                { "pending-items=12x", "invalid value '12x'" },
+                { "pending-items=1K", "invalid value '1K'" },
+                { "output-bytes=2G", "invalid value '2G' for limit 'output-bytes'" },
+        };
+        char *err;
+
+        for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+                int status = run_cmwqd((const char *const[]) { "--limit", cases[k].arg, "--socket", "/nonexistent/s",
+                                                               NULL },
+                                       &err);
+                ck_assert_msg(status == 2 && strstr(err, cases[k].says), "--limit %s: exit %d, '%s'", cases[k].arg,
+                              status, err);
+                free(err);
+        }
+        ck_assert_int_eq(run_cmwqd((const char *const[]) { "--help", NULL }, &err), 0);
+        ck_assert_msg(strstr(err, "--limit NAME=VALUE"), "--help: %s", err);
+        free(err);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("limits");
+        TCase *tc = tcase_create("limits");
+        SRunner *sr;
+        int failed;
+
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_flood_from_one_user);
+        tcase_add_test(tc, test_queued_bytes_per_user);
+        tcase_add_test(tc, test_workqueues_per_user);
+        tcase_add_test(tc, test_item_sizes_and_output);
+        tcase_add_test(tc, test_history_per_user);
+        tcase_add_test(tc, test_limit_option_errors);
+        suite_add_tcase(s, tc);
+
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? 0 : 1;
+}
