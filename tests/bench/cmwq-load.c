@@ -1,0 +1,441 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * cmwq load: many concurrent clients against a running cmwqd (started by
+ * tests/bench/run.sh, or by the integration test test-load).
+ *
+ *   cmwq-load clients SOCKET PID CLIENTS ITEMS DIR [ROUNDS [QUEUE]]
+ *       CLIENTS threads, each with a connection of its own, all connected
+ *       at once; each submits ITEMS items to QUEUE (default "system") and
+ *       flushes it.  Each item appends its tag ("cC-iI") to one file in DIR
+ *       (with O_APPEND, one write per line).  Afterwards every tag must be
+ *       in the file exactly once, and cmwqd (PID) must hold as many fds as
+ *       before.  Its RSS is printed before and after each round.  Exit 0
+ *       when nothing was lost, duplicated or leaked, 1 otherwise.
+ *   cmwq-load pending SOCKET PID N
+ *       Freezes system_freezable and submits N /bin/true items to it
+ *       (pipelined, on one connection), so that they all stay pending;
+ *       prints cmwqd's RSS and peak RSS and the bytes per pending item.
+ *       The items are left pending: stop the daemon afterwards.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "frame.h"
+
+static __attribute__((noreturn, format(printf, 1, 2))) void die(const char *fmt, ...) {
+        va_list ap;
+
+        fputs("cmwq-load: ", stderr);
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fputc('\n', stderr);
+        exit(2);
+}
+
+static double now_s(void) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double) ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int count_fds(pid_t pid) {
+        char path[64];
+        struct dirent *de;
+        DIR *dir;
+        int n = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/fd", (int) pid);
+        dir = opendir(path);
+        if (!dir)
+                die("cannot open %s: %m", path);
+        while ((de = readdir(dir)))
+                if (de->d_name[0] != '.')
+                        n++;
+        closedir(dir);
+        return n;
+}
+
+/* A "Vm...:" field of /proc/PID/status, in KiB. */
+static long status_kib(pid_t pid, const char *field) {
+        char path[64], line[256];
+        size_t n = strlen(field);
+        long v = -1;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int) pid);
+        f = fopen(path, "re");
+        if (!f)
+                die("cannot open %s: %m", path);
+        while (fgets(line, sizeof(line), f))
+                if (strncmp(line, field, n) == 0 && line[n] == ':') {
+                        v = atol(line + n + 1);
+                        break;
+                }
+        fclose(f);
+        return v;
+}
+
+static struct conn *connect_daemon(const char *path) {
+        struct conn *c;
+        int r;
+
+        if (conn_new(&c) < 0)
+                die("out of memory");
+        r = conn_connect(c, path, "cmwq-load");
+        if (r < 0) {
+                fprintf(stderr, "cmwq-load: cannot connect to %s: %s%s%s\n", path, strerror(-r),
+                        conn_last_error(c) ? ": " : "", conn_last_error(c) ? conn_last_error(c) : "");
+                conn_close(c);
+                return NULL;
+        }
+        return c;
+}
+
+/* ---- clients ---- */
+
+static const char *opt_socket, *opt_queue = "system";
+static char log_path[4096];
+static int opt_items;
+static pthread_barrier_t connected, go;
+static atomic_int failures;
+
+struct client {
+        pthread_t thread;
+        int index;
+};
+
+static bool call_ok(struct conn *c, Cmwq__Request *req, const char *what, int client) {
+        Cmwq__Response *resp = NULL;
+        int r = conn_call(c, req, &resp);
+
+        if (r < 0 || resp->error != CMWQ__ERROR__OK) {
+                fprintf(stderr, "cmwq-load: client %d: %s failed: %s\n", client, what,
+                        r < 0 ? strerror(-r) : resp->message ? resp->message : conn_error_to_string(resp->error));
+                if (resp)
+                        cmwq__response__free_unpacked(resp, NULL);
+                return false;
+        }
+        cmwq__response__free_unpacked(resp, NULL);
+        return true;
+}
+
+static void *client_run(void *userdata) {
+        static char *env[] = { (char *) "PATH=/usr/bin:/bin", NULL };
+        struct client *cl = userdata;
+        struct conn *c = connect_daemon(opt_socket);
+        bool ok = c != NULL;
+        char tag[32];
+
+        /* Every client holds its connection before any submits. */
+        pthread_barrier_wait(&connected);
+        pthread_barrier_wait(&go);
+        for (int i = 0; ok && i < opt_items; i++) {
+                char *argv[] = { (char *) "/bin/sh", (char *) "-c", (char *) "echo \"$0\" >> \"$1\"", tag, log_path,
+                                 NULL };
+                Cmwq__Request req = CMWQ__REQUEST__INIT;
+                Cmwq__Submit s = CMWQ__SUBMIT__INIT;
+
+                snprintf(tag, sizeof(tag), "c%d-i%d", cl->index, i);
+                s.workqueue = (char *) opt_queue;
+                s.n_argv = 5;
+                s.argv = argv;
+                s.n_env = 1;
+                s.env = env;
+                s.cwd = (char *) "/";
+                req.body_case = CMWQ__REQUEST__BODY_SUBMIT;
+                req.submit = &s;
+                ok = call_ok(c, &req, "submit", cl->index);
+        }
+        if (ok) {
+                Cmwq__Request req = CMWQ__REQUEST__INIT;
+                Cmwq__WorkqueueName name = CMWQ__WORKQUEUE_NAME__INIT;
+
+                name.name = (char *) opt_queue;
+                req.body_case = CMWQ__REQUEST__BODY_FLUSH;
+                req.flush = &name;
+                ok = call_ok(c, &req, "flush", cl->index);
+        }
+        if (!ok)
+                atomic_fetch_add(&failures, 1);
+        conn_close(c);
+        return NULL;
+}
+
+/* Every tag exactly once: returns the number of problems, printed. */
+static int verify_log(int clients, int items) {
+        uint8_t *seen = calloc((size_t) clients * items, 1);
+        char line[64];
+        int lost = 0, dup = 0, bad = 0;
+        FILE *f = fopen(log_path, "re");
+
+        if (!seen)
+                die("out of memory");
+        if (!f)
+                die("cannot open %s: %m", log_path);
+        while (fgets(line, sizeof(line), f)) {
+                int c, i;
+
+                if (sscanf(line, "c%d-i%d", &c, &i) != 2 || c < 0 || c >= clients || i < 0 || i >= items) {
+                        bad++;
+                        continue;
+                }
+                if (seen[(size_t) c * items + i]++)
+                        dup++;
+        }
+        fclose(f);
+        for (size_t k = 0; k < (size_t) clients * items; k++)
+                lost += !seen[k];
+        free(seen);
+        printf("  items: %d ran, lost %d, ran twice %d, garbled %d\n", clients * items - lost, lost, dup, bad);
+        return lost + dup + bad;
+}
+
+static int cmd_clients(int argc, char **argv) {
+        int clients, rounds = 1, problems = 0, fds0, fds_peak;
+        const char *dir;
+        pthread_attr_t attr;
+        long rss0;
+        pid_t pid;
+
+        if (argc < 7)
+                die("usage: cmwq-load clients SOCKET PID CLIENTS ITEMS DIR [ROUNDS [QUEUE]]");
+        opt_socket = argv[2];
+        pid = atoi(argv[3]);
+        clients = atoi(argv[4]);
+        opt_items = atoi(argv[5]);
+        dir = argv[6];
+        if (argc > 7)
+                rounds = atoi(argv[7]);
+        if (argc > 8)
+                opt_queue = argv[8];
+        if (pid <= 0 || clients <= 0 || opt_items <= 0 || rounds <= 0)
+                die("bad arguments");
+
+        fds0 = count_fds(pid);
+        rss0 = status_kib(pid, "VmRSS");
+        printf("cmwq-load: %d clients x %d items on '%s', %d round(s)\n", clients, opt_items, opt_queue, rounds);
+        printf("  cmwqd before: %d fds, RSS %ld KiB\n", fds0, rss0);
+
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 256 * 1024);
+        for (int round = 1; round <= rounds; round++) {
+                struct client *cl = calloc((size_t) clients, sizeof(*cl));
+                double t0, t1;
+                int fds = -1;
+
+                if (!cl)
+                        die("out of memory");
+                snprintf(log_path, sizeof(log_path), "%s/cmwq-load-round-%d.log", dir, round);
+                if (unlink(log_path) < 0 && errno != ENOENT)
+                        die("cannot remove %s: %m", log_path);
+                pthread_barrier_init(&connected, NULL, (unsigned) clients + 1);
+                pthread_barrier_init(&go, NULL, (unsigned) clients + 1);
+                atomic_store(&failures, 0);
+                for (int k = 0; k < clients; k++) {
+                        cl[k].index = k;
+                        if (pthread_create(&cl[k].thread, &attr, client_run, &cl[k]) != 0)
+                                die("cannot start client thread %d", k);
+                }
+                pthread_barrier_wait(&connected);
+                fds_peak = count_fds(pid);
+                t0 = now_s();
+                pthread_barrier_wait(&go);
+                for (int k = 0; k < clients; k++)
+                        pthread_join(cl[k].thread, NULL);
+                t1 = now_s();
+                pthread_barrier_destroy(&connected);
+                pthread_barrier_destroy(&go);
+                free(cl);
+
+                printf(" round %d: %.1f s, %.0f items/s; %d fds with all clients connected; %d client(s) failed\n",
+                       round, t1 - t0, clients * opt_items / (t1 - t0), fds_peak, atomic_load(&failures));
+                problems += atomic_load(&failures);
+                problems += verify_log(clients, opt_items);
+
+                /* The daemon closes a connection when it sees the EOF. */
+                for (int waited = 0; waited < 10000; waited += 20) {
+                        fds = count_fds(pid);
+                        if (fds == fds0)
+                                break;
+                        usleep(20000);
+                }
+                printf("  cmwqd after: %d fds (before: %d), RSS %ld KiB (before: %ld), peak %ld KiB\n", fds, fds0,
+                       status_kib(pid, "VmRSS"), rss0, status_kib(pid, "VmHWM"));
+                if (fds != fds0) {
+                        printf("  FD LEAK: %d fds more than before\n", fds - fds0);
+                        problems++;
+                }
+        }
+        printf("cmwq-load: %s\n", problems ? "FAILED" : "ok");
+        return problems ? 1 : 0;
+}
+
+/* ---- pending ---- */
+
+static void request_ok(struct conn *c, Cmwq__Request *req, const char *what) {
+        if (!call_ok(c, req, what, 0))
+                die("%s failed", what);
+}
+
+static int cmd_pending(int argc, char **argv) {
+        static char *env[] = { (char *) "PATH=/usr/bin:/bin", NULL };
+        static char *true_argv[] = { (char *) "/bin/true", NULL };
+        const size_t chunk = 4096;
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN), rss0, hwm0, rss1, hwm1;
+        size_t n, sent = 0, replied = 0, rlen = 0, rcap = 1 << 20;
+        uint8_t *rbuf = malloc(rcap), *buf = NULL;
+        size_t blen = 0, boff = 0, bcap = 0;
+        struct conn *c;
+        double t0;
+        pid_t pid;
+        int fd;
+
+        if (argc < 5)
+                die("usage: cmwq-load pending SOCKET PID N");
+        pid = atoi(argv[3]);
+        n = strtoull(argv[4], NULL, 10);
+        if (!rbuf || pid <= 0 || n == 0)
+                die("bad arguments");
+        c = connect_daemon(argv[2]);
+        if (!c)
+                return 2;
+        fd = conn_fd(c);
+
+        {
+                Cmwq__Request req = CMWQ__REQUEST__INIT;
+                Cmwq__FreezeRequest fr = CMWQ__FREEZE_REQUEST__INIT;
+
+                fr.name = (char *) "system_freezable";
+                req.body_case = CMWQ__REQUEST__BODY_FREEZE;
+                req.freeze = &fr;
+                request_ok(c, &req, "freeze system_freezable");
+        }
+        rss0 = status_kib(pid, "VmRSS");
+        hwm0 = status_kib(pid, "VmHWM");
+
+        t0 = now_s();
+        while (replied < n) {
+                struct pollfd p = { .fd = fd, .events = POLLIN };
+
+                /* Keep one chunk of requests in flight ahead of the replies. */
+                if (boff == blen && sent < n && sent - replied < 4 * chunk) {
+                        blen = boff = 0;
+                        for (size_t k = 0; k < chunk && sent < n; k++, sent++) {
+                                Cmwq__Request req = CMWQ__REQUEST__INIT;
+                                Cmwq__Submit s = CMWQ__SUBMIT__INIT;
+                                size_t sz;
+
+                                s.workqueue = (char *) "system_freezable";
+                                s.n_argv = 1;
+                                s.argv = true_argv;
+                                s.n_env = 1;
+                                s.env = env;
+                                s.cwd = (char *) "/";
+                                s.has_cpu = true;
+                                s.cpu = (int32_t) (sent % (size_t) ncpu);
+                                req.id = 1000 + sent;
+                                req.body_case = CMWQ__REQUEST__BODY_SUBMIT;
+                                req.submit = &s;
+                                sz = cmwq__request__get_packed_size(&req);
+                                if (blen + CMWQ_FRAME_HEADER_SIZE + sz > bcap) {
+                                        bcap = (bcap + sz + CMWQ_FRAME_HEADER_SIZE) * 2;
+                                        buf = realloc(buf, bcap);
+                                        if (!buf)
+                                                die("out of memory");
+                                }
+                                frame_header_encode(buf + blen, (uint32_t) sz);
+                                cmwq__request__pack(&req, buf + blen + CMWQ_FRAME_HEADER_SIZE);
+                                blen += CMWQ_FRAME_HEADER_SIZE + sz;
+                        }
+                }
+                if (boff < blen)
+                        p.events |= POLLOUT;
+                if (poll(&p, 1, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        die("poll: %m");
+                }
+                if ((p.revents & POLLOUT) && boff < blen) {
+                        ssize_t k = send(fd, buf + boff, blen - boff, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+                        if (k < 0 && errno != EAGAIN && errno != EINTR)
+                                die("send: %m");
+                        if (k > 0)
+                                boff += (size_t) k;
+                }
+                if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+                        ssize_t k = recv(fd, rbuf + rlen, rcap - rlen, MSG_DONTWAIT);
+                        size_t off = 0;
+
+                        if (k == 0)
+                                die("cmwqd closed the connection after %zu replies", replied);
+                        if (k < 0 && errno != EAGAIN && errno != EINTR)
+                                die("recv: %m");
+                        if (k > 0)
+                                rlen += (size_t) k;
+                        for (;;) {
+                                uint32_t plen;
+                                size_t flen;
+                                Cmwq__Response *resp;
+                                int r = frame_parse(rbuf + off, rlen - off, CMWQ_FRAME_MAX_PAYLOAD, &plen, &flen);
+
+                                if (r < 0)
+                                        die("bad frame from cmwqd");
+                                if (r == 0)
+                                        break;
+                                resp = cmwq__response__unpack(NULL, plen, rbuf + off + CMWQ_FRAME_HEADER_SIZE);
+                                if (!resp)
+                                        die("undecodable reply");
+                                if (resp->error != CMWQ__ERROR__OK)
+                                        die("submit %zu refused: %s", replied,
+                                            resp->message ? resp->message : conn_error_to_string(resp->error));
+                                cmwq__response__free_unpacked(resp, NULL);
+                                replied++;
+                                off += flen;
+                        }
+                        memmove(rbuf, rbuf + off, rlen - off);
+                        rlen -= off;
+                }
+        }
+        rss1 = status_kib(pid, "VmRSS");
+        hwm1 = status_kib(pid, "VmHWM");
+        printf("cmwq-load: %zu items pending on frozen system_freezable, submitted in %.1f s\n", n, now_s() - t0);
+        printf("  cmwqd RSS %ld KiB -> %ld KiB, peak (VmHWM) %ld KiB -> %ld KiB\n", rss0, rss1, hwm0, hwm1);
+        printf("  %.0f bytes per pending item (RSS growth / items)\n", (double) (rss1 - rss0) * 1024.0 / (double) n);
+        free(buf);
+        free(rbuf);
+        conn_close(c);
+        return 0;
+}
+
+int main(int argc, char **argv) {
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        if (argc >= 2 && strcmp(argv[1], "clients") == 0)
+                return cmd_clients(argc, argv);
+        if (argc >= 2 && strcmp(argv[1], "pending") == 0)
+                return cmd_pending(argc, argv);
+        fprintf(stderr, "usage: cmwq-load clients SOCKET PID CLIENTS ITEMS DIR [ROUNDS [QUEUE]]\n"
+                        "       cmwq-load pending SOCKET PID N\n");
+        return 2;
+}
