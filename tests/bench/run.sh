@@ -16,6 +16,9 @@
 #   CMWQ_BENCH_LOAD=1000       items run before the second RSS reading
 #   CMWQ_BENCH_PROFILE=1       also profile cmwqd during a throughput batch
 #                              (perf stat, perf record, strace -c)
+#   CMWQ_BENCH_CLIENTS=1000    load: concurrent clients (own connection each)
+#   CMWQ_BENCH_CLIENT_ITEMS=100  load: items each client submits before its flush
+#   CMWQ_BENCH_PENDING=1000000 load: items kept pending for the memory figure
 set -eu
 
 if [ $# -lt 1 ] || [ ! -x "$1/cmwqd" ]; then
@@ -27,7 +30,8 @@ CMWQD=$BUILD/cmwqd
 CTL=$BUILD/cmwqctl
 BENCH=$BUILD/tests/bench/cmwq-bench
 BLOCKER=$BUILD/tests/bench/blocker
-for f in "$CMWQD" "$CTL" "$BENCH" "$BLOCKER"; do
+LOADTOOL=$BUILD/tests/bench/cmwq-load
+for f in "$CMWQD" "$CTL" "$BENCH" "$BLOCKER" "$LOADTOOL"; do
         [ -x "$f" ] || { echo "$0: $f is not built (make bench builds it)" >&2; exit 2; }
 done
 if [ "$(id -u)" != 0 ]; then
@@ -41,6 +45,9 @@ REPS=${CMWQ_BENCH_REPS:-200}
 IDLE=${CMWQ_BENCH_IDLE_SECONDS:-10}
 LOAD=${CMWQ_BENCH_LOAD:-1000}
 PROFILE=${CMWQ_BENCH_PROFILE:-0}
+CLIENTS=${CMWQ_BENCH_CLIENTS:-1000}
+CLIENT_ITEMS=${CMWQ_BENCH_CLIENT_ITEMS:-100}
+PENDING=${CMWQ_BENCH_PENDING:-1000000}
 NCPU=$(nproc)
 
 TMP=$(mktemp -d /tmp/cmwq-bench-XXXXXX)
@@ -131,7 +138,7 @@ for det in perf proc; do
         rss0=$(status_field "$DAEMON_PID" VmRSS)
         "$BENCH" throughput "$DAEMON_SOCK" "$N" "$ROUNDS" system system:rr system_unbound
         echo "  cmwqd VmRSS: $rss0 KiB before the batches, $(status_field "$DAEMON_PID" VmRSS) KiB after" \
-                "($((ROUNDS * 3 * N)) items; it keeps the last 4096 finished ones)"
+                "($((ROUNDS * 3 * N)) items; it keeps the last 1000 finished ones per user)"
         if [ "$PROFILE" = 1 ] && [ "$det" = perf ]; then
                 pid=$DAEMON_PID
                 echo " [profile of cmwqd alone (not its children) during system_unbound batches of $N]"
@@ -259,5 +266,20 @@ sleep 2
 idle_window
 stop_daemon "$PID_PERF" idle-perf
 stop_daemon "$PID_PROC" idle-proc
+
+# ---------------------------------------------------------------------------
+hr
+echo "4. load: $CLIENTS concurrent clients x $CLIENT_ITEMS items each + flush, on system_unbound; every item"
+echo "   must run exactly once and cmwqd's fds come back; then $PENDING items kept pending (frozen queue)"
+start_daemon load perf
+"$LOADTOOL" clients "$DAEMON_SOCK" "$DAEMON_PID" "$CLIENTS" "$CLIENT_ITEMS" "$TMP" 1 system_unbound | sed 's/^/  /'
+if [ "${PIPESTATUS[0]}" != 0 ]; then
+        echo "$0: items were lost, ran twice, or cmwqd kept fds (see above)" >&2
+        exit 1
+fi
+stop_daemon "$DAEMON_PID" load
+start_daemon pending perf
+"$LOADTOOL" pending "$DAEMON_SOCK" "$DAEMON_PID" "$PENDING" | sed 's/^/  /'
+stop_daemon "$DAEMON_PID" pending
 hr
 echo "all daemons stopped cleanly"
