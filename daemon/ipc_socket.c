@@ -68,6 +68,27 @@ static void ipc_client_update_events(struct ipc_client *c) {
                 event_add(c->read_event, NULL);
 }
 
+/* Counts the replies queued for @c to its uid (limit 'reply-bytes'). */
+static void ipc_client_account_output(struct ipc_client *c) {
+        size_t now = evbuffer_get_length(c->out);
+
+        if (!c->usage)
+                return;
+        c->usage->reply_bytes = c->usage->reply_bytes - c->out_charged + now;
+        c->out_charged = now;
+}
+
+/* Drops a client whose replies pile up unread: nothing more is queued for
+ * it, and what is queued goes. */
+static int ipc_client_drop_unread(struct ipc_client *c, const char *why) {
+        log_warning("Client pid %d uid %u %s; dropping it", (int) c->caller.pid, (unsigned) c->caller.uid, why);
+        c->closing = true;
+        evbuffer_drain(c->out, evbuffer_get_length(c->out));
+        ipc_client_account_output(c);
+        ipc_client_update_events(c);
+        return -ENOBUFS;
+}
+
 int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp) {
         size_t len = cmwq__response__get_packed_size(resp);
         struct evbuffer_iovec vec;
@@ -89,12 +110,15 @@ int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp) {
                 (void) ipc_client_send(c, &too_large);
                 return -EMSGSIZE;
         }
-        if (evbuffer_get_length(c->out) + len > IPC_CLIENT_OUTPUT_MAX) {
-                log_warning("Client pid %d does not read its replies; dropping it", (int) c->caller.pid);
-                c->closing = true;
-                evbuffer_drain(c->out, evbuffer_get_length(c->out));
-                ipc_client_update_events(c);
-                return -ENOBUFS;
+        if (evbuffer_get_length(c->out) + len > IPC_CLIENT_OUTPUT_MAX)
+                return ipc_client_drop_unread(c, "does not read its replies");
+        /* Per user too: many connections that each stay under the bound
+         * above would otherwise add up. */
+        if (c->usage && !caller_is_privileged(&c->caller)) {
+                const struct limits *l = &c->server->core->config.limits;
+
+                if (c->usage->reply_bytes + len + CMWQ_FRAME_HEADER_SIZE > l->value[LIMIT_REPLY_BYTES])
+                        return ipc_client_drop_unread(c, "is over the per-user limit 'reply-bytes' of unread replies");
         }
 
         frame_header_encode(hdr, (uint32_t) len);
@@ -108,6 +132,7 @@ int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp) {
                 if (evbuffer_commit_space(c->out, &vec, 1) < 0)
                         return -ENOMEM;
         }
+        ipc_client_account_output(c);
         ipc_client_update_events(c);
         return 0;
 }
@@ -283,6 +308,7 @@ static void ipc_client_writable(evutil_socket_t fd, short what, void *userdata) 
 
         if (evbuffer_get_length(c->out) > 0) {
                 n = evbuffer_write(c->out, fd);
+                ipc_client_account_output(c);
                 if (n < 0 && errno != EAGAIN && errno != EINTR) {
                         ipc_client_free(c);
                         return;
@@ -301,6 +327,8 @@ static void ipc_client_free(struct ipc_client *c) {
         ipc_client_cancel_calls(c);
         list_del_init(&c->entry);
         c->server->nr_clients--;
+        if (c->usage)
+                c->usage->reply_bytes -= c->out_charged;
         if (c->counted)
                 core_user_disconnect(c->server->core, c->caller.uid);
         if (c->deadline)
@@ -423,8 +451,10 @@ static void ipc_server_accept(evutil_socket_t fd, short what, void *userdata) {
                         ipc_client_free(c);
                         return;
                 }
-        } else
+        } else {
                 c->counted = true;
+                c->usage = user_usage_get(&s->core->users, c->caller.uid);     /* exists: connected */
+        }
         log_debug("Client connected: pid %d uid %u", (int) c->caller.pid, (unsigned) c->caller.uid);
         ipc_client_update_events(c);
 }

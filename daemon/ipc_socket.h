@@ -50,6 +50,8 @@ struct ipc_client {
         bool closing;           /* close once the output is flushed */
         bool eof;               /* the client shut down its sending side */
         bool counted;           /* holds one of its uid's 'connections' */
+        struct user_usage *usage;       /* its uid's, while counted */
+        size_t out_charged;     /* bytes of out counted in usage->reply_bytes */
         struct event *deadline; /* Hello, or a started frame, not complete in time */
         int refusal;            /* answer Hello with this error and close (negative errno) */
         char *refusal_message;

@@ -17,20 +17,23 @@
 static const struct {
         const char *name;
         uint64_t dfl;
+        uint64_t min;
         uint64_t max;
         bool bytes;             /* takes K/M/G */
 } limit_table[_LIMIT_MAX] = {
-        [LIMIT_WORKQUEUES] = { "workqueues", 64, 1000000, false },
-        [LIMIT_PENDING_ITEMS] = { "pending-items", 10000, UINT64_C(100000000), false },
-        [LIMIT_QUEUED_BYTES] = { "queued-bytes", 64 * MIB, 1024 * GIB, true },
-        [LIMIT_CONNECTIONS] = { "connections", 64, 1000000, false },
+        [LIMIT_WORKQUEUES] = { "workqueues", 64, 1, 1000000, false },
+        [LIMIT_PENDING_ITEMS] = { "pending-items", 10000, 1, UINT64_C(100000000), false },
+        [LIMIT_QUEUED_BYTES] = { "queued-bytes", 64 * MIB, 1, 1024 * GIB, true },
+        [LIMIT_CONNECTIONS] = { "connections", 64, 1, 1000000, false },
+        /* Two largest replies must fit. */
+        [LIMIT_REPLY_BYTES] = { "reply-bytes", 64 * MIB, 2 * (uint64_t) CMWQ_FRAME_MAX_PAYLOAD, 1024 * GIB, true },
         /* A request must fit one frame; a reply carries both streams. */
-        [LIMIT_ITEM_ARGS_BYTES] = { "item-args-bytes", ITEM_STRINGS_BYTES_MAX, CMWQ_FRAME_MAX_PAYLOAD, true },
-        [LIMIT_ITEM_PAYLOAD_BYTES] = { "item-payload-bytes", ITEM_PAYLOAD_MAX, CMWQ_FRAME_MAX_PAYLOAD, true },
-        [LIMIT_OUTPUT_BYTES] = { "output-bytes", EXEC_OUTPUT_LIMIT_DEFAULT, MIB, true },
-        [LIMIT_HISTORY] = { "history", 1000, 10000000, false },
-        [LIMIT_HISTORY_BYTES] = { "history-bytes", 16 * MIB, 1024 * GIB, true },
-        [LIMIT_HELLO_TIMEOUT] = { "hello-timeout", 10, 3600, false },
+        [LIMIT_ITEM_ARGS_BYTES] = { "item-args-bytes", ITEM_STRINGS_BYTES_MAX, 1, CMWQ_FRAME_MAX_PAYLOAD, true },
+        [LIMIT_ITEM_PAYLOAD_BYTES] = { "item-payload-bytes", ITEM_PAYLOAD_MAX, 1, CMWQ_FRAME_MAX_PAYLOAD, true },
+        [LIMIT_OUTPUT_BYTES] = { "output-bytes", EXEC_OUTPUT_LIMIT_DEFAULT, 1, MIB, true },
+        [LIMIT_HISTORY] = { "history", 1000, 1, 10000000, false },
+        [LIMIT_HISTORY_BYTES] = { "history-bytes", 16 * MIB, 1, 1024 * GIB, true },
+        [LIMIT_HELLO_TIMEOUT] = { "hello-timeout", 10, 1, 3600, false },
 };
 
 const char *limit_name(enum limit_id id) {
@@ -71,9 +74,11 @@ int limits_parse(struct limits *l, const char *assignment, char *err, size_t err
                 case 'G': case 'g': mult = GIB; end++; break;
                 }
         }
-        if (errno || end == eq + 1 || *end || eq[1] == '-' || v == 0 || v > limit_table[k].max / mult) {
-                snprintf(err, errlen, "invalid value '%s' for limit '%s' (1-%" PRIu64 "%s)", eq + 1, limit_table[k].name,
-                         limit_table[k].max, limit_table[k].bytes ? " bytes, or with K, M, G" : "");
+        if (errno || end == eq + 1 || *end || eq[1] == '-' || v > limit_table[k].max / mult ||
+            v * mult < limit_table[k].min) {
+                snprintf(err, errlen, "invalid value '%s' for limit '%s' (%" PRIu64 "-%" PRIu64 "%s)", eq + 1,
+                         limit_table[k].name, limit_table[k].min, limit_table[k].max,
+                         limit_table[k].bytes ? " bytes, or with K, M, G" : "");
                 return -EINVAL;
         }
         l->value[k] = v * mult;
@@ -117,7 +122,8 @@ struct user_usage *user_usage_get(struct user_table *t, uid_t uid) {
 }
 
 void user_usage_put(struct user_table *t, struct user_usage *u) {
-        if (!u || u->nr_workqueues || u->nr_items || u->queued_bytes || u->nr_connections || u->nr_history)
+        if (!u || u->nr_workqueues || u->nr_items || u->queued_bytes || u->nr_connections || u->reply_bytes ||
+            u->nr_history)
                 return;
         for (struct user_usage **p = &t->buckets[user_bucket(u->uid)]; *p; p = &(*p)->hash_next)
                 if (*p == u) {

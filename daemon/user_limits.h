@@ -7,7 +7,8 @@
  *
  * The limits are set once at start-up (cmwqd --limit NAME=VALUE) and are
  * the same for every unprivileged uid.  Two kinds:
- *  - per-user totals (workqueues, pending-items, queued-bytes, connections),
+ *  - per-user totals (workqueues, pending-items, queued-bytes, connections,
+ *    reply-bytes),
  *    counted in struct user_usage; root and the daemon's own uid are exempt
  *    from these (they may stop the daemon anyway);
  *  - sizes that bound every item and every user's history, root's too
@@ -33,6 +34,7 @@ enum limit_id {
         LIMIT_PENDING_ITEMS,
         LIMIT_QUEUED_BYTES,
         LIMIT_CONNECTIONS,
+        LIMIT_REPLY_BYTES,
         LIMIT_ITEM_ARGS_BYTES,
         LIMIT_ITEM_PAYLOAD_BYTES,
         LIMIT_OUTPUT_BYTES,
@@ -62,6 +64,7 @@ struct user_usage {
         uint64_t nr_items;              /* unfinished: delayed, inactive, pending, running */
         uint64_t queued_bytes;          /* argv + env + cwd + payload of those */
         uint64_t nr_connections;
+        uint64_t reply_bytes;           /* replies queued, not yet read, on its connections */
         struct list_head history;       /* struct item, user_history_entry, oldest first */
         uint64_t nr_history;
         uint64_t history_bytes;         /* argv + output kept of those */

@@ -1071,7 +1071,8 @@ END_TEST
 /* A daemon whose clients must say Hello (and finish a started frame) within
  * 1 s, and where one unprivileged uid may hold 3 connections. */
 static void setup_deadline(void) {
-        cmwqd_start(&d, (const char *const[]) { "--limit", "hello-timeout=1", "--limit", "connections=3", NULL });
+        cmwqd_start(&d, (const char *const[]) { "--limit", "hello-timeout=1", "--limit", "connections=3", "--limit",
+                                                "reply-bytes=8M", "--limit", "output-bytes=1M", NULL });
 }
 
 static int count_fds(pid_t pid) {
@@ -1202,6 +1203,53 @@ static int connect_as_nobody(void) {
         return fd;
 }
 
+/* Replies one user does not read are bounded over all its connections. */
+START_TEST(test_unread_replies_per_user) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__ItemId iid = CMWQ__ITEM_ID__INIT;
+        Cmwq__Response *resp;
+        struct ctl_result r;
+        char *id;
+        int fd;
+
+        /* An item of uid 65534 with 1 MiB of output to show. */
+        CTL_AS(&d, 65534, &r, "submit", "system", "--", "/bin/sh", "-c", "head -c 1048576 /dev/zero");
+        ck_assert_msg(r.status == 0, "submit: %s", r.err);
+        id = strndup(r.out, strcspn(r.out, "\n"));
+        ctl_result_free(&r);
+        CTL_AS(&d, 65534, &r, "wait", id);
+        ck_assert_int_eq(r.status, 0);
+        ctl_result_free(&r);
+
+        /* Twelve shows of it, none read: 12 MiB against 8 MiB. */
+        fd = connect_as_nobody();
+        ck_assert(send_hello(fd, CMWQ_PROTOCOL_VERSION));
+        resp = recv_response(fd);
+        ck_assert_msg(resp && resp->error == CMWQ__ERROR__OK, "Hello refused");
+        cmwq__response__free_unpacked(resp, NULL);
+        iid.id = strtoull(id, NULL, 10);
+        req.body_case = CMWQ__REQUEST__BODY_SHOW;
+        req.show = &iid;
+        for (int k = 0; k < 12; k++) {
+                req.id = next_id++;
+                if (!send_request(fd, &req))
+                        break;
+        }
+        for (int waited = 0; !log_contains("over the per-user limit 'reply-bytes'"); waited += 50) {
+                ck_assert_msg(waited < 10000, "12 MiB of unread replies were kept; log:\n%s", read_file(d.log));
+                usleep(50000);
+        }
+        assert_closed(fd, "a client over reply-bytes");
+        close(fd);
+
+        /* The user's other connections, and the user afterwards, are served. */
+        CTL_AS(&d, 65534, &r, "show", id);
+        ck_assert_msg(r.status == 0, "show after the drop: %s", r.err);
+        ctl_result_free(&r);
+        free(id);
+}
+END_TEST
+
 START_TEST(test_connections_per_user) {
         Cmwq__Response *resp;
         struct ctl_result r;
@@ -1289,6 +1337,7 @@ int main(void) {
         tcase_add_test(tc, test_silent_and_stalled_clients_are_dropped);
         tcase_add_test(tc, test_half_closed_client_gets_its_replies);
         tcase_add_test(tc, test_connections_per_user);
+        tcase_add_test(tc, test_unread_replies_per_user);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
