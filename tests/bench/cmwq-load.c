@@ -16,6 +16,9 @@
  *       (pipelined, on one connection), so that they all stay pending;
  *       prints cmwqd's RSS and peak RSS and the bytes per pending item.
  *       The items are left pending: stop the daemon afterwards.
+ *       Run by another user than root (who may not freeze), the items are
+ *       delayed by an hour on "system" instead, and a refusal over a
+ *       per-user limit ends the flood: printed with the figures.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -305,7 +308,10 @@ static int cmd_pending(int argc, char **argv) {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN), rss0, hwm0, rss1, hwm1;
         size_t n, sent = 0, replied = 0, rlen = 0, rcap = 1 << 20;
         uint8_t *rbuf = malloc(rcap), *buf = NULL;
-        size_t blen = 0, boff = 0, bcap = 0;
+        size_t blen = 0, boff = 0, bcap = 0, refused = 0;
+        bool root = geteuid() == 0;
+        const char *queue = root ? "system_freezable" : "system";
+        char refusal[256] = "";
         struct conn *c;
         double t0;
         pid_t pid;
@@ -322,7 +328,7 @@ static int cmd_pending(int argc, char **argv) {
                 return 2;
         fd = conn_fd(c);
 
-        {
+        if (root) {
                 Cmwq__Request req = CMWQ__REQUEST__INIT;
                 Cmwq__FreezeRequest fr = CMWQ__FREEZE_REQUEST__INIT;
 
@@ -335,18 +341,22 @@ static int cmd_pending(int argc, char **argv) {
         hwm0 = status_kib(pid, "VmHWM");
 
         t0 = now_s();
-        while (replied < n) {
+        while (replied < (refused ? sent : n)) {
                 struct pollfd p = { .fd = fd, .events = POLLIN };
 
                 /* Keep one chunk of requests in flight ahead of the replies. */
-                if (boff == blen && sent < n && sent - replied < 4 * chunk) {
+                if (boff == blen && sent < n && !refused && sent - replied < 4 * chunk) {
                         blen = boff = 0;
                         for (size_t k = 0; k < chunk && sent < n; k++, sent++) {
                                 Cmwq__Request req = CMWQ__REQUEST__INIT;
                                 Cmwq__Submit s = CMWQ__SUBMIT__INIT;
                                 size_t sz;
 
-                                s.workqueue = (char *) "system_freezable";
+                                s.workqueue = (char *) queue;
+                                if (!root) {
+                                        s.has_delay_usec = true;
+                                        s.delay_usec = UINT64_C(3600000000);
+                                }
                                 s.n_argv = 1;
                                 s.argv = true_argv;
                                 s.n_env = 1;
@@ -407,7 +417,10 @@ static int cmd_pending(int argc, char **argv) {
                                 resp = cmwq__response__unpack(NULL, plen, rbuf + off + CMWQ_FRAME_HEADER_SIZE);
                                 if (!resp)
                                         die("undecodable reply");
-                                if (resp->error != CMWQ__ERROR__OK)
+                                if (resp->error == CMWQ__ERROR__LIMIT_EXCEEDED && !root) {
+                                        if (!refused++)
+                                                snprintf(refusal, sizeof(refusal), "%s", resp->message);
+                                } else if (resp->error != CMWQ__ERROR__OK)
                                         die("submit %zu refused: %s", replied,
                                             resp->message ? resp->message : conn_error_to_string(resp->error));
                                 cmwq__response__free_unpacked(resp, NULL);
@@ -420,9 +433,17 @@ static int cmd_pending(int argc, char **argv) {
         }
         rss1 = status_kib(pid, "VmRSS");
         hwm1 = status_kib(pid, "VmHWM");
-        printf("cmwq-load: %zu items pending on frozen system_freezable, submitted in %.1f s\n", n, now_s() - t0);
+        n = replied - refused;
+        if (root)
+                printf("cmwq-load: %zu items pending on frozen system_freezable, submitted in %.2f s\n", n,
+                       now_s() - t0);
+        else
+                printf("cmwq-load: uid %u flooding: %zu items accepted (delayed), %zu refused in %.2f s%s%s\n",
+                       (unsigned) geteuid(), n, refused, now_s() - t0, refused ? ", first refusal: " : "", refusal);
         printf("  cmwqd RSS %ld KiB -> %ld KiB, peak (VmHWM) %ld KiB -> %ld KiB\n", rss0, rss1, hwm0, hwm1);
-        printf("  %.0f bytes per pending item (RSS growth / items)\n", (double) (rss1 - rss0) * 1024.0 / (double) n);
+        if (n > 0)
+                printf("  %.0f bytes per pending item (RSS growth / items)\n",
+                       (double) (rss1 - rss0) * 1024.0 / (double) n);
         free(buf);
         free(rbuf);
         conn_close(c);
