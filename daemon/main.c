@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "config_file.h"
 #include "core.h"
 #include "exec.h"
 #include "ipc_socket.h"
@@ -32,7 +33,9 @@ struct options {
         int log_level;
         char **plugin_dirs;             /* from --plugin-dir; NULL: the defaults */
         size_t n_plugin_dirs;
-        struct limits limits;
+        const char *config;             /* --config; NULL: the default file (system instance) */
+        char **limit_args;              /* --limit NAME=VALUE, checked, applied after the file */
+        size_t n_limit_args;
 };
 
 static void help(void) {
@@ -48,6 +51,8 @@ static void help(void) {
                "                              (default: perf, falling back to proc)\n"
                "  -p, --plugin-dir DIR        look up plugins in DIR (repeatable; replaces\n"
                "                              the default directories)\n"
+               "  -c, --config FILE           read FILE instead of %s\n"
+               "                              (which the system instance reads if it exists)\n"
                "  -L, --limit NAME=VALUE      set a limit (repeatable): workqueues, pending-items,\n"
                "                              queued-bytes, connections, reply-bytes (per user),\n"
                "                              item-args-bytes,\n"
@@ -58,8 +63,8 @@ static void help(void) {
                "  -h, --help                  show this help and exit\n"
                "  -V, --version               show the version and exit\n"
                "\n"
-               "SIGTERM or SIGINT stops the daemon. See cmwqd(8).\n",
-               SYSTEM_SOCKET_PATH);
+               "SIGTERM or SIGINT stops the daemon. See cmwqd(8), cmwqd.conf(5).\n",
+               SYSTEM_SOCKET_PATH, CONFIG_FILE_DEFAULT);
 }
 
 static int parse_options(int argc, char **argv, struct options *o) {
@@ -68,6 +73,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
                 { "socket", required_argument, NULL, 's' },
                 { "sleep-detector", required_argument, NULL, 'd' },
                 { "plugin-dir", required_argument, NULL, 'p' },
+                { "config", required_argument, NULL, 'c' },
                 { "limit", required_argument, NULL, 'L' },
                 { "log-level", required_argument, NULL, 'l' },
                 { "help", no_argument, NULL, 'h' },
@@ -76,7 +82,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
         };
         int c, r;
 
-        while ((c = getopt_long(argc, argv, "us:d:p:L:l:hV", longopts, NULL)) >= 0)
+        while ((c = getopt_long(argc, argv, "us:d:p:c:L:l:hV", longopts, NULL)) >= 0)
                 switch (c) {
                 case 'u':
                         o->user_mode = true;
@@ -103,13 +109,22 @@ static int parse_options(int argc, char **argv, struct options *o) {
                         l[o->n_plugin_dirs] = NULL;
                         break;
                 }
+                case 'c':
+                        o->config = optarg;
+                        break;
                 case 'L': {
-                        char err[160];
+                        struct limits scratch;
+                        char err[160], **l;
 
-                        if (limits_parse(&o->limits, optarg, err, sizeof(err)) < 0) {
+                        if (limits_parse(&scratch, optarg, err, sizeof(err)) < 0) {
                                 fprintf(stderr, "cmwqd: %s\n", err);
                                 return -EINVAL;
                         }
+                        l = realloc(o->limit_args, (o->n_limit_args + 1) * sizeof(char *));
+                        if (!l)
+                                return -ENOMEM;
+                        o->limit_args = l;
+                        l[o->n_limit_args++] = optarg;
                         break;
                 }
                 case 'l':
@@ -186,13 +201,27 @@ int main(int argc, char **argv) {
         const char *socket_path;
         int r, ret = EXIT_FAILURE;
 
-        limits_init_default(&o.limits);
         r = parse_options(argc, argv, &o);
         if (r <= 0) {
                 free(o.plugin_dirs);
+                free(o.limit_args);
                 return r < 0 ? 2 : EXIT_SUCCESS;
         }
         log_setup(o.log_level);
+
+        /* The file, then the command line over it. */
+        struct limits limits;
+        limits_init_default(&limits);
+        if (o.config || !o.user_mode) {
+                r = config_file_load(o.config ? o.config : CONFIG_FILE_DEFAULT, o.config != NULL, &limits);
+                if (r < 0)
+                        goto out;
+        }
+        for (size_t k = 0; k < o.n_limit_args; k++) {
+                char err[160];
+
+                (void) limits_parse(&limits, o.limit_args[k], err, sizeof(err));     /* checked by parse_options() */
+        }
 
         if (!o.user_mode && geteuid() != 0)
                 log_warning("Running the system instance without root: items can only run as uid %u",
@@ -270,7 +299,7 @@ int main(int argc, char **argv) {
                 .sleep_mode = sleepwatch_get_mode(sw),
                 .user_mode = o.user_mode,
                 .plugin_dirs = o.plugin_dirs ? o.plugin_dirs : dirs,
-                .limits = o.limits,
+                .limits = limits,
                 .cgroups = cgroups,
         };
         r = core_new(base, sw, &config, &core);
@@ -315,6 +344,7 @@ out:
         if (base)
                 event_base_free(base);
         free(o.plugin_dirs);
+        free(o.limit_args);
         if (ret == EXIT_SUCCESS)
                 log_info("Stopped");
         return ret;

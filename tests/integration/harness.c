@@ -81,6 +81,9 @@ void cmwqd_start(struct cmwqd *d, const char *const *extra_args) {
         argv[n++] = d->socket;
         argv[n++] = "--log-level";
         argv[n++] = "debug";
+        /* Not whatever configuration the machine has. */
+        argv[n++] = "--config";
+        argv[n++] = "/dev/null";
         for (; extra_args && *extra_args && n < 30; extra_args++)
                 argv[n++] = *extra_args;
         argv[n] = NULL;

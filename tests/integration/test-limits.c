@@ -278,6 +278,75 @@ START_TEST(test_limit_option_errors) {
 }
 END_TEST
 
+static void write_text(const char *path, const char *text) {
+        FILE *f = fopen(path, "w");
+
+        ck_assert_ptr_nonnull(f);
+        fputs(text, f);
+        ck_assert_int_eq(fclose(f), 0);
+}
+
+/* How many delayed items uid 65534 may queue on @daemon before a refusal
+ * naming pending-items; at most 10. */
+static int pending_items_allowed(struct cmwqd *daemon) {
+        struct ctl_result r;
+        int n;
+
+        for (n = 0; n <= 10; n++) {
+                CTL_AS(daemon, USER_UID, &r, "submit", "system", "--delay", "600", "--", "/bin/true");
+                if (r.status != 0)
+                        break;
+                ctl_result_free(&r);
+        }
+        ck_assert_msg(n <= 10 && strstr(r.err, "per-user limit 'pending-items'"), "after %d: exit %d, %s", n, r.status,
+                      r.err);
+        ctl_result_free(&r);
+        return n;
+}
+
+/* cmwqd.conf(5): [Limits] as --limit; the command line wins; a bad line
+ * keeps the daemon from starting, naming file and line. */
+START_TEST(test_config_file) {
+        char conf[400], *err;
+        struct cmwqd c;
+
+        test_path(&d, "cmwqd.conf", conf, sizeof(conf));
+        write_text(conf, "# limits for the test\n\n[Limits]\n  pending-items = 2\nqueued-bytes=1M\n");
+        cmwqd_start(&c, (const char *const[]) { "--config", conf, NULL });
+        ck_assert_int_eq(pending_items_allowed(&c), 2);
+        cmwqd_stop(&c);
+        cmwqd_start(&c, (const char *const[]) { "--config", conf, "--limit", "pending-items=3", NULL });
+        ck_assert_int_eq(pending_items_allowed(&c), 3);
+        cmwqd_stop(&c);
+
+        static const struct {
+                const char *text;
+                const char *says;
+        } bad[] = {
+                { "[Limits]\npending-items=2\nbogus=1\n", ":3: unknown limit 'bogus'" },
+                { "[Limits]\npending-items=none\n", ":2: invalid value 'none' for limit 'pending-items'" },
+                { "[Other]\npending-items=2\n", ":1: unknown section [Other]" },
+                { "pending-items=2\n", ":1: expected NAME=VALUE in a [Limits] section" },
+                { "[Limits]\npending-items\n", ":2: expected NAME=VALUE" },
+        };
+        for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+                int status;
+
+                write_text(conf, bad[k].text);
+                status = run_cmwqd((const char *const[]) { "--config", conf, "--socket", "/nonexistent/s", NULL }, &err);
+                ck_assert_msg(status == 1 && strstr(err, conf) && strstr(err, bad[k].says), "'%s': exit %d, '%s'",
+                              bad[k].text, status, err);
+                free(err);
+        }
+        ck_assert_int_eq(run_cmwqd((const char *const[]) { "--config", "/nonexistent/cmwqd.conf", "--socket",
+                                                           "/nonexistent/s", NULL },
+                                   &err),
+                         1);
+        ck_assert_msg(strstr(err, "cannot read /nonexistent/cmwqd.conf"), "%s", err);
+        free(err);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("limits");
         TCase *tc = tcase_create("limits");
@@ -292,6 +361,7 @@ int main(void) {
         tcase_add_test(tc, test_item_sizes_and_output);
         tcase_add_test(tc, test_history_per_user);
         tcase_add_test(tc, test_limit_option_errors);
+        tcase_add_test(tc, test_config_file);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
