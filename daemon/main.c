@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <getopt.h>
+#include <math.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <signal.h>
@@ -20,11 +21,16 @@
 #include "exec.h"
 #include "ipc_socket.h"
 #include "log.h"
+#include "sleep.h"
 #include "sleepwatch.h"
 #include "util.h"
 
 /* Fixed, not from --runstatedir: clients look here whatever the prefix. */
 #define SYSTEM_SOCKET_PATH "/run/cmwqd/cmwqd.sock"
+
+/* logind waits for a delay inhibitor at most InhibitDelayMaxSec (5 s by
+ * default) anyway; an hour is far beyond any useful freeze. */
+#define FREEZE_TIMEOUT_MAX_USEC (3600 * USEC_PER_SEC)
 
 struct options {
         bool user_mode;
@@ -36,6 +42,8 @@ struct options {
         const char *config;             /* --config; NULL: the default file (system instance) */
         char **limit_args;              /* --limit NAME=VALUE, checked, applied after the file */
         size_t n_limit_args;
+        uint64_t freeze_timeout_usec;   /* 0: the core's default */
+        bool sleep_inhibitor;
 };
 
 static void help(void) {
@@ -59,15 +67,36 @@ static void help(void) {
                "                              item-payload-bytes, output-bytes (per item), history,\n"
                "                              history-bytes (per user), hello-timeout (seconds);\n"
                "                              see LIMITS in cmwqd(8) for the defaults\n"
+               "  -f, --freeze-timeout SECONDS\n"
+               "                              how long a freeze (on suspend, or 'cmwqctl freeze'\n"
+               "                              without --timeout) waits for running items\n"
+               "                              (default: %g)\n"
+               "      --no-sleep-inhibitor    do not take a logind sleep inhibitor, and do not\n"
+               "                              freeze the freezable workqueues on suspend\n"
                "  -l, --log-level LEVEL       debug, info, notice, warning or error (default: info)\n"
                "  -h, --help                  show this help and exit\n"
                "  -V, --version               show the version and exit\n"
                "\n"
                "SIGTERM or SIGINT stops the daemon. See cmwqd(8), cmwqd.conf(5).\n",
-               SYSTEM_SOCKET_PATH, CONFIG_FILE_DEFAULT);
+               SYSTEM_SOCKET_PATH, CONFIG_FILE_DEFAULT, (double) FREEZE_TIMEOUT_DEFAULT_USEC / USEC_PER_SEC);
+}
+
+/* Seconds, with a fraction: "20", "0.5". */
+static int parse_freeze_timeout(const char *s, uint64_t *ret) {
+        char *end = NULL;
+        double v;
+
+        errno = 0;
+        v = strtod(s, &end);
+        if (errno != 0 || end == s || *end || !isfinite(v) || v <= 0 ||
+            v * USEC_PER_SEC > (double) FREEZE_TIMEOUT_MAX_USEC)
+                return -EINVAL;
+        *ret = (uint64_t) (v * USEC_PER_SEC + 0.5);
+        return *ret > 0 ? 0 : -EINVAL;
 }
 
 static int parse_options(int argc, char **argv, struct options *o) {
+        enum { ARG_NO_SLEEP_INHIBITOR = 0x100 };
         static const struct option longopts[] = {
                 { "user", no_argument, NULL, 'u' },
                 { "socket", required_argument, NULL, 's' },
@@ -76,13 +105,15 @@ static int parse_options(int argc, char **argv, struct options *o) {
                 { "config", required_argument, NULL, 'c' },
                 { "limit", required_argument, NULL, 'L' },
                 { "log-level", required_argument, NULL, 'l' },
+                { "freeze-timeout", required_argument, NULL, 'f' },
+                { "no-sleep-inhibitor", no_argument, NULL, ARG_NO_SLEEP_INHIBITOR },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
                 {}
         };
         int c, r;
 
-        while ((c = getopt_long(argc, argv, "us:d:p:c:L:l:hV", longopts, NULL)) >= 0)
+        while ((c = getopt_long(argc, argv, "us:d:p:c:L:l:f:hV", longopts, NULL)) >= 0)
                 switch (c) {
                 case 'u':
                         o->user_mode = true;
@@ -134,6 +165,17 @@ static int parse_options(int argc, char **argv, struct options *o) {
                                 return -EINVAL;
                         }
                         o->log_level = r;
+                        break;
+                case 'f':
+                        if (parse_freeze_timeout(optarg, &o->freeze_timeout_usec) < 0) {
+                                fprintf(stderr, "cmwqd: invalid --freeze-timeout '%s' (seconds, more than 0 "
+                                        "and at most %llu)\n", optarg,
+                                        (unsigned long long) (FREEZE_TIMEOUT_MAX_USEC / USEC_PER_SEC));
+                                return -EINVAL;
+                        }
+                        break;
+                case ARG_NO_SLEEP_INHIBITOR:
+                        o->sleep_inhibitor = false;
                         break;
                 case 'h':
                         help();
@@ -189,7 +231,7 @@ static int user_socket_path(char **ret) {
 }
 
 int main(int argc, char **argv) {
-        struct options o = { .sleep_mode = SLEEPWATCH_PERF, .log_level = LOG_INFO };
+        struct options o = { .sleep_mode = SLEEPWATCH_PERF, .log_level = LOG_INFO, .sleep_inhibitor = true };
         _cleanup_(freep) char *user_socket = NULL;
         _cleanup_(strv_freep) char **dirs = NULL;
         struct event_base *base = NULL;
@@ -198,6 +240,7 @@ int main(int argc, char **argv) {
         struct cgroup_root *cgroups = NULL;
         struct core *core = NULL;
         struct ipc_server *server = NULL;
+        struct sleep_freezer *sleep = NULL;
         const char *socket_path;
         int r, ret = EXIT_FAILURE;
 
@@ -301,6 +344,7 @@ int main(int argc, char **argv) {
                 .plugin_dirs = o.plugin_dirs ? o.plugin_dirs : dirs,
                 .limits = limits,
                 .cgroups = cgroups,
+                .freeze_timeout_usec = o.freeze_timeout_usec,
         };
         r = core_new(base, sw, &config, &core);
         if (r < 0) {
@@ -311,6 +355,15 @@ int main(int argc, char **argv) {
         r = ipc_server_new(base, core, socket_path, o.user_mode, &server);
         if (r < 0)
                 goto out;
+
+        if (o.sleep_inhibitor) {
+                r = sleep_freezer_new(base, core, &sleep);
+                if (r < 0) {
+                        log_error_errno(r, "Failed to set up freezing on suspend: %m");
+                        goto out;
+                }
+        } else
+                log_info("Not freezing workqueues on suspend (--no-sleep-inhibitor)");
 
         sigterm = evsignal_new(base, SIGTERM, on_signal, base);
         sigint = evsignal_new(base, SIGINT, on_signal, base);
@@ -332,6 +385,8 @@ int main(int argc, char **argv) {
         ret = EXIT_SUCCESS;
 
 out:
+        /* First: its inhibitor lets a pending suspend go on at once. */
+        sleep = sleep_freezer_free(sleep);
         server = ipc_server_free(server);
         core = core_free(core);
         /* After the items, before the loop its removal events live on. */
