@@ -18,6 +18,7 @@ packages=(
         build-essential autoconf automake libtool pkg-config
         libsystemd-dev libevent-dev libprotobuf-c-dev protobuf-c-compiler check
         util-linux procps
+        dbus-daemon python3-dbusmock    # the suspend tests: a private system bus with a mock logind
 )
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
