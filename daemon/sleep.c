@@ -17,6 +17,8 @@
 #define LOGIND_NAME "org.freedesktop.login1"
 #define LOGIND_PATH "/org/freedesktop/login1"
 #define LOGIND_MANAGER "org.freedesktop.login1.Manager"
+/* logind answers at once; this only bounds a hung one (or its activation). */
+#define INHIBIT_STARTUP_TIMEOUT_USEC (10 * USEC_PER_SEC)
 
 struct sleep_freezer {
         struct core *core;
@@ -133,14 +135,15 @@ static int on_prepare_for_sleep(sd_bus_message *m, void *userdata, sd_bus_error 
         return 0;
 }
 
-static int on_inhibit_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
-        struct sleep_freezer *s = userdata;
-        const sd_bus_error *error;
+static const char *inhibit_why(const struct sleep_freezer *s) {
+        return s->core->config.user_mode ? "Freezing the user instance's freezable workqueues"
+                                         : "Freezing the freezable workqueues";
+}
+
+/* What logind answered to Inhibit(): an @error, or the fd in @reply. */
+static void sleep_freezer_inhibited(struct sleep_freezer *s, const sd_bus_error *error, sd_bus_message *reply) {
         int fd, r;
 
-        s->inhibit_call = sd_bus_slot_unref(s->inhibit_call);
-
-        error = sd_bus_message_get_error(m);
         if (error) {
                 if (sd_bus_error_has_name(error, SD_BUS_ERROR_SERVICE_UNKNOWN) ||
                     sd_bus_error_has_name(error, SD_BUS_ERROR_NAME_HAS_NO_OWNER))
@@ -148,24 +151,24 @@ static int on_inhibit_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret
                 else {
                         char why[512];
 
-                        snprintf(why, sizeof(why), "logind refused a sleep inhibitor (%s: %s)", error->name,
+                        snprintf(why, sizeof(why), "logind gave no sleep inhibitor (%s: %s)", error->name,
                                  error->message ?: "no message");
                         log_absence_once(s, why);
                 }
-                return 0;
+                return;
         }
 
-        r = sd_bus_message_read(m, "h", &fd);
+        r = sd_bus_message_read(reply, "h", &fd);
         if (r < 0) {
                 log_warning_errno(r, "logind answered Inhibit() without a file descriptor: %m");
-                return 0;
+                return;
         }
         /* Ours, close-on-exec: an item that inherited it would hold the
          * inhibitor for as long as it runs. */
         fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
         if (fd < 0) {
                 log_warning_errno(-errno, "Cannot keep the sleep inhibitor: %m");
-                return 0;
+                return;
         }
         sleep_freezer_release_inhibitor(s);
         s->inhibitor_fd = fd;
@@ -180,22 +183,44 @@ static int on_inhibit_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret
          * freeze done: holding it would only delay the sleep. */
         if (s->sleeping && !s->freezing)
                 sleep_freezer_release_inhibitor(s);
+}
+
+static int on_inhibit_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        struct sleep_freezer *s = userdata;
+
+        s->inhibit_call = sd_bus_slot_unref(s->inhibit_call);
+        sleep_freezer_inhibited(s, sd_bus_message_get_error(m), m);
         return 0;
 }
 
 static void sleep_freezer_take_inhibitor(struct sleep_freezer *s) {
-        const char *why = s->core->config.user_mode ? "Freezing the user instance's freezable workqueues"
-                                                    : "Freezing the freezable workqueues";
         int r;
 
         if (!s->bus || s->inhibitor_fd >= 0 || s->inhibit_call)
                 return;
         /* Also starts logind if it is bus-activatable and not yet running. */
         r = sd_bus_call_method_async(s->bus, &s->inhibit_call, LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, "Inhibit",
-                                     on_inhibit_reply, s, "ssss", "sleep", "cmwqd", why, "delay");
+                                     on_inhibit_reply, s, "ssss", "sleep", "cmwqd", inhibit_why(s), "delay");
         if (r < 0)
                 log_warning_errno(r, "Failed to ask logind for a sleep inhibitor: %m");
         bus_event_kick(s->bus_event);
+}
+
+/* At start-up, before the daemon reports ready, so that a suspend right
+ * after "systemctl start cmwqd" already waits for the freeze. */
+static void sleep_freezer_take_inhibitor_now(struct sleep_freezer *s, sd_bus *bus) {
+        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *call = NULL, *reply = NULL;
+        int r;
+
+        r = sd_bus_message_new_method_call(bus, &call, LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, "Inhibit");
+        if (r >= 0)
+                r = sd_bus_message_append(call, "ssss", "sleep", "cmwqd", inhibit_why(s), "delay");
+        if (r >= 0)
+                r = sd_bus_call(bus, call, INHIBIT_STARTUP_TIMEOUT_USEC, &error, &reply);
+        if (r < 0 && !sd_bus_error_is_set(&error))
+                sd_bus_error_set_errno(&error, r);
+        sleep_freezer_inhibited(s, r < 0 ? &error : NULL, reply);
 }
 
 static int on_logind_owner_changed(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
@@ -253,17 +278,28 @@ static int sleep_freezer_connect(struct sleep_freezer *s, struct event_base *bas
         r = sd_bus_add_filter(bus, NULL, on_bus_message, s);
         if (r < 0)
                 return log_error_errno(r, "Failed to watch the system bus connection: %m");
-        r = sd_bus_match_signal_async(bus, NULL, LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, "PrepareForSleep",
-                                      on_prepare_for_sleep, NULL, s);
-        if (r < 0)
-                return log_error_errno(r, "Failed to subscribe to PrepareForSleep: %m");
-        r = sd_bus_add_match_async(bus, NULL,
-                                   "type='signal',sender='org.freedesktop.DBus',path='/org/freedesktop/DBus',"
-                                   "interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='" LOGIND_NAME "'",
-                                   on_logind_owner_changed, NULL, s);
-        if (r < 0)
-                return log_error_errno(r, "Failed to watch for logind: %m");
+        /* Waiting for the bus here, at start-up, so that no PrepareForSleep
+         * after the daemon reports ready is missed. */
+        r = sd_bus_match_signal(bus, NULL, LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, "PrepareForSleep",
+                                on_prepare_for_sleep, s);
+        if (r < 0) {
+                char why[512];
 
+                snprintf(why, sizeof(why), "Cannot subscribe to logind's PrepareForSleep on the system bus (%s)",
+                         strerror(-r));
+                log_absence_once(s, why);
+                return 0;
+        }
+        r = sd_bus_add_match(bus, NULL,
+                             "type='signal',sender='org.freedesktop.DBus',path='/org/freedesktop/DBus',"
+                             "interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='" LOGIND_NAME "'",
+                             on_logind_owner_changed, s);
+        if (r < 0)
+                log_warning_errno(r, "Cannot watch for logind (re)appearing on the system bus: %m");
+        sleep_freezer_take_inhibitor_now(s, bus);
+
+        /* Signals that arrived meanwhile are queued in sd-bus; attaching
+         * runs a first round. */
         r = bus_event_attach(bus, base, &s->bus_event);
         if (r < 0)
                 return log_error_errno(r, "Failed to watch the system bus: %m");
@@ -287,9 +323,6 @@ int sleep_freezer_new(struct event_base *base, struct core *core, struct sleep_f
                 sleep_freezer_free(s);
                 return r;
         }
-        /* The matches go out first: logind appearing or announcing sleep
-         * after this call is seen. */
-        sleep_freezer_take_inhibitor(s);
         *ret = s;
         return 0;
 }

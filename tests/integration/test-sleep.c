@@ -320,10 +320,21 @@ static void teardown(void) {
 }
 
 START_TEST(test_inhibitor_taken_at_start) {
+        char *log, *held, *ready;
+
         ck_assert_msg(wait_inhibitors(1, 10000), "cmwqd took no sleep delay inhibitor; log:\n%s", read_file(d.log));
         /* One, not one per something. */
         sleep_ms(300);
         ck_assert_int_eq(cmwqd_inhibitors(), 1);
+
+        /* Held before the daemon reports ready (its "listening on" line goes
+         * with READY=1): a suspend right after start-up is not missed. */
+        ck_assert(wait_in_log("listening on", 10000));
+        log = read_file(d.log);
+        held = strstr(log, "Holding a logind sleep inhibitor");
+        ready = strstr(log, "listening on");
+        ck_assert_msg(held && held < ready, "inhibitor not taken before ready; log:\n%s", log);
+        free(log);
 }
 END_TEST
 
