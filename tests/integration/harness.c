@@ -94,6 +94,10 @@ void cmwqd_start(struct cmwqd *d, const char *const *extra_args) {
                 fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
                 if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
                         _exit(126);
+                /* Never the host's logind: a test that wants a system bus
+                 * sets up its own and says where. */
+                if (!getenv("DBUS_SYSTEM_BUS_ADDRESS"))
+                        setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/nonexistent/cmwq-test/system_bus_socket", 1);
                 execv(argv[0], (char *const *) argv);
                 _exit(127);
         }

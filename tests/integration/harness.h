@@ -22,7 +22,10 @@ struct cmwqd {
 };
 
 /* Starts the daemon with @extra_args (NULL-terminated, may be NULL) and waits
- * until it accepts connections.  Fails the test if it cannot. */
+ * until it accepts connections.  Fails the test if it cannot.  Unless the
+ * test set $DBUS_SYSTEM_BUS_ADDRESS (to a bus of its own), the daemon gets
+ * an address where no bus is, so it never takes the host's logind
+ * inhibitor. */
 void cmwqd_start(struct cmwqd *d, const char *const *extra_args);
 /* SIGTERM; fails the test unless it exits 0 within 15 s, and if its log has
  * an AddressSanitizer, LeakSanitizer or UBSan ("runtime error:") report. */
