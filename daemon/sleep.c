@@ -37,13 +37,8 @@ struct sleep_freezer {
 static void sleep_freezer_take_inhibitor(struct sleep_freezer *s);
 
 /* The daemon acts for itself: its own uid is privileged in both modes. */
-static const struct core_caller *self_caller(void) {
-        static struct core_caller caller;
-
-        caller.uid = geteuid();
-        caller.gid = getegid();
-        caller.pid = getpid();
-        return &caller;
+static struct core_caller self_caller(void) {
+        return (struct core_caller) { .uid = geteuid(), .gid = getegid(), .pid = getpid() };
 }
 
 static void log_absence_once(struct sleep_freezer *s, const char *why) {
@@ -77,6 +72,7 @@ static void on_frozen(struct core_waiter *w, int r) {
 }
 
 static void sleep_freezer_freeze(struct sleep_freezer *s) {
+        struct core_caller self = self_caller();
         struct core_error e = {};
         int r;
 
@@ -88,7 +84,7 @@ static void sleep_freezer_freeze(struct sleep_freezer *s) {
         core_waiter_init(&s->freeze, on_frozen);
         s->freeze_started_usec = now_usec(CLOCK_MONOTONIC);
         /* Timeout 0: the daemon's --freeze-timeout. */
-        r = core_freeze(s->core, self_caller(), NULL, 0, &s->freeze, &e);
+        r = core_freeze(s->core, &self, NULL, 0, &s->freeze, &e);
         if (r < 0)
                 log_error_errno(r, "Failed to freeze before sleep (%s); letting the system sleep", e.message);
         if (r == 1) {
@@ -101,6 +97,7 @@ static void sleep_freezer_freeze(struct sleep_freezer *s) {
 }
 
 static void sleep_freezer_thaw(struct sleep_freezer *s, const char *why) {
+        struct core_caller self = self_caller();
         struct core_error e = {};
         int r;
 
@@ -112,7 +109,7 @@ static void sleep_freezer_thaw(struct sleep_freezer *s, const char *why) {
                 s->freezing = false;
         }
         log_info("%s: thawing the freezable workqueues", why);
-        r = core_thaw(s->core, self_caller(), NULL, &e);
+        r = core_thaw(s->core, &self, NULL, &e);
         if (r < 0)
                 log_error_errno(r, "Failed to thaw after sleep: %s", e.message);
 }
