@@ -203,6 +203,27 @@ static void sleep_freezer_take_inhibitor(struct sleep_freezer *s) {
         bus_event_kick(s->bus_event);
 }
 
+/* logind lets a sleep wait for delay inhibitors at most InhibitDelayMaxSec=
+ * (5 s by default): a longer freeze timeout is cut short, which an admin
+ * who set one wants to know. */
+static void sleep_freezer_check_delay(struct sleep_freezer *s, sd_bus *bus) {
+        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+        uint64_t max_delay = 0, timeout = s->core->config.freeze_timeout_usec;
+        int r;
+
+        r = sd_bus_get_property_trivial(bus, LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, "InhibitDelayMaxUSec", &error,
+                                        't', &max_delay);
+        if (r < 0) {
+                log_debug("Cannot read logind's InhibitDelayMaxUSec: %s", error.message ?: strerror(-r));
+                return;
+        }
+        if (max_delay < timeout)
+                log_notice("logind waits at most %.1f s for the freeze before a sleep (InhibitDelayMaxSec=), "
+                           "less than the freeze timeout of %.1f s: freezable items still running then are "
+                           "suspended mid-run",
+                           (double) max_delay / USEC_PER_SEC, (double) timeout / USEC_PER_SEC);
+}
+
 /* At start-up, before the daemon reports ready, so that a suspend right
  * after "systemctl start cmwqd" already waits for the freeze. */
 static void sleep_freezer_take_inhibitor_now(struct sleep_freezer *s, sd_bus *bus) {
@@ -218,6 +239,8 @@ static void sleep_freezer_take_inhibitor_now(struct sleep_freezer *s, sd_bus *bu
         if (r < 0 && !sd_bus_error_is_set(&error))
                 sd_bus_error_set_errno(&error, r);
         sleep_freezer_inhibited(s, r < 0 ? &error : NULL, reply);
+        if (s->inhibitor_fd >= 0)
+                sleep_freezer_check_delay(s, bus);
 }
 
 static int on_logind_owner_changed(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {

@@ -460,6 +460,30 @@ START_TEST(test_freeze_timeout_releases_inhibitor_and_names_holder) {
 }
 END_TEST
 
+/* logind cutting the freeze short (InhibitDelayMaxSec= below the freeze
+ * timeout) is pointed out at start; a long enough one is not. */
+START_TEST(test_short_logind_delay_is_reported) {
+        static const char said[] = "(InhibitDelayMaxSec=), less than the freeze timeout of 20.0 s";
+        int r;
+
+        mock_logind_start();
+        r = sd_bus_call_method(bus.client, "org.freedesktop.login1", "/org/freedesktop/login1",
+                               "org.freedesktop.DBus.Mock", "AddProperty", NULL, NULL, "ssv",
+                               "org.freedesktop.login1.Manager", "InhibitDelayMaxUSec", "t", UINT64_C(5000000));
+        ck_assert_msg(r >= 0, "AddProperty: %s", strerror(-r));
+        cmwqd_user_start(NULL);
+        ck_assert(wait_in_log("listening on", 10000));
+        ck_assert_msg(count_in_log("logind waits at most 5.0 s") == 1 && count_in_log(said) == 1,
+                      "no word about logind's shorter delay; log:\n%s", read_file(d.log));
+        cmwqd_stop(&d);
+
+        cmwqd_user_start((const char *const[]) { "--freeze-timeout", "4.5", NULL });
+        ck_assert(wait_in_log("listening on", 10000));
+        ck_assert_msg(wait_inhibitors(1, 10000), "no inhibitor");
+        ck_assert_int_eq(count_in_log("logind waits at most"), 0);
+}
+END_TEST
+
 /* A daemon on a system bus without logind says so once and serves; when
  * logind shows up later, it takes its inhibitor then. */
 START_TEST(test_without_logind_logs_once_and_serves) {
@@ -669,6 +693,7 @@ int main(void) {
         tcase_add_checked_fixture(other, setup_bus_only, teardown);
         tcase_set_timeout(other, 120);
         tcase_add_test(other, test_freeze_timeout_releases_inhibitor_and_names_holder);
+        tcase_add_test(other, test_short_logind_delay_is_reported);
         tcase_add_test(other, test_without_logind_logs_once_and_serves);
         tcase_add_test(other, test_without_system_bus_logs_once_and_serves);
         tcase_add_test(other, test_sleep_hook_freezes_and_thaws);
