@@ -19,12 +19,17 @@
 #define LOGIND_MANAGER "org.freedesktop.login1.Manager"
 /* logind answers at once; this only bounds a hung one (or its activation). */
 #define INHIBIT_STARTUP_TIMEOUT_USEC (10 * USEC_PER_SEC)
+/* Released this much before logind would stop waiting, so that the items
+ * still running are logged before the sleep. */
+#define LOGIND_DELAY_MARGIN_USEC (500 * USEC_PER_MSEC)
 
 struct sleep_freezer {
         struct core *core;
         sd_bus *bus;                    /* NULL: no system bus */
         struct bus_event *bus_event;
         sd_bus_slot *inhibit_call;      /* an Inhibit() in flight */
+        sd_bus_slot *max_delay_call;    /* reading InhibitDelayMaxUSec */
+        uint64_t logind_max_delay_usec; /* 0: not known */
         int inhibitor_fd;               /* -1: no inhibitor held */
         bool inhibitor_announced;       /* the first one is logged, later ones not */
         bool absence_logged;            /* "no bus / no logind" is said once */
@@ -71,6 +76,18 @@ static void on_frozen(struct core_waiter *w, int r) {
         sleep_freezer_release_inhibitor(s);
 }
 
+/* logind waits for delay inhibitors at most InhibitDelayMaxSec= (5 s by
+ * default) and then sleeps anyway: a freeze before a sleep ends a little
+ * earlier than that, or at the freeze timeout if that comes first. */
+static uint64_t sleep_freezer_timeout(const struct sleep_freezer *s) {
+        uint64_t timeout = s->core->config.freeze_timeout_usec, max = s->logind_max_delay_usec;
+        uint64_t margin = max / 10 < LOGIND_DELAY_MARGIN_USEC ? max / 10 : LOGIND_DELAY_MARGIN_USEC;
+
+        if (max > 0 && max - margin < timeout)
+                return max - margin;
+        return timeout;
+}
+
 static void sleep_freezer_freeze(struct sleep_freezer *s) {
         struct core_caller self = self_caller();
         struct core_error e = {};
@@ -83,8 +100,7 @@ static void sleep_freezer_freeze(struct sleep_freezer *s) {
 
         core_waiter_init(&s->freeze, on_frozen);
         s->freeze_started_usec = now_usec(CLOCK_MONOTONIC);
-        /* Timeout 0: the daemon's --freeze-timeout. */
-        r = core_freeze(s->core, &self, NULL, 0, &s->freeze, &e);
+        r = core_freeze(s->core, &self, NULL, sleep_freezer_timeout(s), &s->freeze, &e);
         if (r < 0)
                 log_error_errno(r, "Failed to freeze before sleep (%s); letting the system sleep", e.message);
         if (r == 1) {
@@ -137,6 +153,45 @@ static const char *inhibit_why(const struct sleep_freezer *s) {
                                          : "Freezing the freezable workqueues";
 }
 
+static int on_max_delay_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        struct sleep_freezer *s = userdata;
+        uint64_t max = 0, timeout;
+        int r;
+
+        s->max_delay_call = sd_bus_slot_unref(s->max_delay_call);
+        if (sd_bus_message_is_method_error(m, NULL)) {
+                log_debug("Cannot read logind's InhibitDelayMaxUSec: %s", sd_bus_message_get_error(m)->message);
+                return 0;
+        }
+        r = sd_bus_message_read(m, "v", "t", &max);
+        if (r < 0 || max == 0) {
+                log_debug("logind's InhibitDelayMaxUSec is not a time; ignoring it");
+                return 0;
+        }
+        s->logind_max_delay_usec = max;
+        log_debug("logind's InhibitDelayMaxUSec: %.1f s", (double) max / USEC_PER_SEC);
+        timeout = sleep_freezer_timeout(s);
+        if (timeout < s->core->config.freeze_timeout_usec)
+                log_info("logind waits at most %.1f s for a sleep inhibitor (InhibitDelayMaxSec=): a freeze before "
+                         "a sleep waits %.1f s for running items, not the freeze timeout of %.1f s",
+                         (double) max / USEC_PER_SEC, (double) timeout / USEC_PER_SEC,
+                         (double) s->core->config.freeze_timeout_usec / USEC_PER_SEC);
+        return 0;
+}
+
+static void sleep_freezer_read_max_delay(struct sleep_freezer *s) {
+        int r;
+
+        if (s->logind_max_delay_usec > 0 || s->max_delay_call)
+                return;
+        r = sd_bus_call_method_async(s->bus, &s->max_delay_call, LOGIND_NAME, LOGIND_PATH,
+                                     "org.freedesktop.DBus.Properties", "Get", on_max_delay_reply, s, "ss",
+                                     LOGIND_MANAGER, "InhibitDelayMaxUSec");
+        if (r < 0)
+                log_debug_errno(r, "Cannot ask for logind's InhibitDelayMaxUSec: %m");
+        bus_event_kick(s->bus_event);
+}
+
 /* What logind answered to Inhibit(): an @error, or the fd in @reply. */
 static void sleep_freezer_inhibited(struct sleep_freezer *s, const sd_bus_error *error, sd_bus_message *reply) {
         int fd, r;
@@ -169,6 +224,7 @@ static void sleep_freezer_inhibited(struct sleep_freezer *s, const sd_bus_error 
         }
         sleep_freezer_release_inhibitor(s);
         s->inhibitor_fd = fd;
+        sleep_freezer_read_max_delay(s);
 
         if (!s->inhibitor_announced) {
                 s->inhibitor_announced = true;
@@ -203,44 +259,21 @@ static void sleep_freezer_take_inhibitor(struct sleep_freezer *s) {
         bus_event_kick(s->bus_event);
 }
 
-/* logind lets a sleep wait for delay inhibitors at most InhibitDelayMaxSec=
- * (5 s by default): a longer freeze timeout is cut short, which an admin
- * who set one wants to know. */
-static void sleep_freezer_check_delay(struct sleep_freezer *s, sd_bus *bus) {
-        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
-        uint64_t max_delay = 0, timeout = s->core->config.freeze_timeout_usec;
-        int r;
-
-        r = sd_bus_get_property_trivial(bus, LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, "InhibitDelayMaxUSec", &error,
-                                        't', &max_delay);
-        if (r < 0) {
-                log_debug("Cannot read logind's InhibitDelayMaxUSec: %s", error.message ?: strerror(-r));
-                return;
-        }
-        if (max_delay < timeout)
-                log_notice("logind waits at most %.1f s for the freeze before a sleep (InhibitDelayMaxSec=), "
-                           "less than the freeze timeout of %.1f s: freezable items still running then are "
-                           "suspended mid-run",
-                           (double) max_delay / USEC_PER_SEC, (double) timeout / USEC_PER_SEC);
-}
-
 /* At start-up, before the daemon reports ready, so that a suspend right
  * after "systemctl start cmwqd" already waits for the freeze. */
-static void sleep_freezer_take_inhibitor_now(struct sleep_freezer *s, sd_bus *bus) {
+static void sleep_freezer_take_inhibitor_now(struct sleep_freezer *s) {
         _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *call = NULL, *reply = NULL;
         int r;
 
-        r = sd_bus_message_new_method_call(bus, &call, LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, "Inhibit");
+        r = sd_bus_message_new_method_call(s->bus, &call, LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, "Inhibit");
         if (r >= 0)
                 r = sd_bus_message_append(call, "ssss", "sleep", "cmwqd", inhibit_why(s), "delay");
         if (r >= 0)
-                r = sd_bus_call(bus, call, INHIBIT_STARTUP_TIMEOUT_USEC, &error, &reply);
+                r = sd_bus_call(s->bus, call, INHIBIT_STARTUP_TIMEOUT_USEC, &error, &reply);
         if (r < 0 && !sd_bus_error_is_set(&error))
                 sd_bus_error_set_errno(&error, r);
         sleep_freezer_inhibited(s, r < 0 ? &error : NULL, reply);
-        if (s->inhibitor_fd >= 0)
-                sleep_freezer_check_delay(s, bus);
 }
 
 static int on_logind_owner_changed(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
@@ -256,6 +289,7 @@ static int on_logind_owner_changed(sd_bus_message *m, void *userdata, sd_bus_err
                 /* Its inhibitors went with it; nobody would tell us of the
                  * wake-up, so do not stay frozen. */
                 log_notice("logind left the system bus");
+                s->logind_max_delay_usec = 0;
                 sleep_freezer_release_inhibitor(s);
                 sleep_freezer_thaw(s, "logind is gone");
         }
@@ -295,12 +329,13 @@ static int sleep_freezer_connect(struct sleep_freezer *s, struct event_base *bas
                 return 0;
         }
 
-        r = sd_bus_add_filter(bus, NULL, on_bus_message, s);
+        s->bus = TAKE_PTR(bus);
+        r = sd_bus_add_filter(s->bus, NULL, on_bus_message, s);
         if (r < 0)
                 return log_error_errno(r, "Failed to watch the system bus connection: %m");
         /* Waiting for the bus here, at start-up, so that no PrepareForSleep
          * after the daemon reports ready is missed. */
-        r = sd_bus_match_signal(bus, NULL, LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, "PrepareForSleep",
+        r = sd_bus_match_signal(s->bus, NULL, LOGIND_NAME, LOGIND_PATH, LOGIND_MANAGER, "PrepareForSleep",
                                 on_prepare_for_sleep, s);
         if (r < 0) {
                 char why[512];
@@ -308,22 +343,22 @@ static int sleep_freezer_connect(struct sleep_freezer *s, struct event_base *bas
                 snprintf(why, sizeof(why), "Cannot subscribe to logind's PrepareForSleep on the system bus (%s)",
                          strerror(-r));
                 log_absence_once(s, why);
+                s->bus = sd_bus_close_unref(s->bus);
                 return 0;
         }
-        r = sd_bus_add_match(bus, NULL,
+        r = sd_bus_add_match(s->bus, NULL,
                              "type='signal',sender='org.freedesktop.DBus',path='/org/freedesktop/DBus',"
                              "interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='" LOGIND_NAME "'",
                              on_logind_owner_changed, s);
         if (r < 0)
                 log_warning_errno(r, "Cannot watch for logind (re)appearing on the system bus: %m");
-        sleep_freezer_take_inhibitor_now(s, bus);
+        sleep_freezer_take_inhibitor_now(s);
 
         /* Signals that arrived meanwhile are queued in sd-bus; attaching
          * runs a first round. */
-        r = bus_event_attach(bus, base, &s->bus_event);
+        r = bus_event_attach(s->bus, base, &s->bus_event);
         if (r < 0)
                 return log_error_errno(r, "Failed to watch the system bus: %m");
-        s->bus = TAKE_PTR(bus);
         return 0;
 }
 
@@ -353,6 +388,7 @@ struct sleep_freezer *sleep_freezer_free(struct sleep_freezer *s) {
         if (s->freezing)
                 core_waiter_cancel(&s->freeze);
         s->inhibit_call = sd_bus_slot_unref(s->inhibit_call);
+        s->max_delay_call = sd_bus_slot_unref(s->max_delay_call);
         s->bus_event = bus_event_detach(s->bus_event);
         /* Closing the inhibitor lets a pending sleep go on without us. */
         sleep_freezer_release_inhibitor(s);
