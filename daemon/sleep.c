@@ -160,7 +160,8 @@ static int on_max_delay_reply(sd_bus_message *m, void *userdata, sd_bus_error *r
 
         s->max_delay_call = sd_bus_slot_unref(s->max_delay_call);
         if (sd_bus_message_is_method_error(m, NULL)) {
-                log_debug("Cannot read logind's InhibitDelayMaxUSec: %s", sd_bus_message_get_error(m)->message);
+                log_debug("Cannot read logind's InhibitDelayMaxUSec: %s",
+                          sd_bus_message_get_error(m)->message ?: sd_bus_message_get_error(m)->name);
                 return 0;
         }
         r = sd_bus_message_read(m, "v", "t", &max);
