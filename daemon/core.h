@@ -140,6 +140,10 @@ struct item {
         uint64_t queued_bytes;          /* charged to its uid's queued-bytes while unfinished */
         uint64_t history_bytes;         /* charged to its uid's history-bytes once finished */
 
+        /* Its process made ahead while it waits on a bound pool (see
+         * exec_prepare()); becomes proc when it starts. */
+        struct exec_proc *prepared;
+
         /* While it runs. */
         struct exec_proc *proc;
         struct worker *worker;

@@ -66,6 +66,12 @@
 /* What a failed child exits with, as a shell does for "command not found". */
 #define EXEC_CHILD_FAILED 127
 
+/* What the daemon tells a child on its go socket, one byte each, in this
+ * order: the sleep detector is attached (the child may drop privileges now);
+ * run the item (the child execs at once). */
+#define EXEC_MSG_ATTACHED 'a'
+#define EXEC_MSG_GO 'g'
+
 /* One read() of output at most; also the size of the discard buffer. */
 #define EXEC_READ_CHUNK (64u * 1024u)
 
@@ -109,6 +115,8 @@ struct exec_proc {
         bool timed_out;
         bool killed;
         bool dispatching;               /* inside the done callback */
+        int go_fd;                      /* our end of the child's go socket, until "go" */
+        uint64_t timeout_usec;
 };
 
 /* Everything the child needs, prepared by the parent before fork(). */
@@ -347,6 +355,8 @@ static struct exec_proc *exec_proc_free(struct exec_proc *p) {
                 close(p->pidfd);
         if (p->errfd >= 0)
                 close(p->errfd);
+        if (p->go_fd >= 0)
+                close(p->go_fd);
         free(p);
         return NULL;
 }
@@ -664,11 +674,23 @@ static void child_reset_inherited(int error_fd) {
                 child_fail(error_fd, errno);
 }
 
+/* Reads the daemon's next word on the go socket, which must be @want;
+ * anything else (EOF: the daemon gave up on us, or died) ends the child
+ * before it runs anything of the item's. */
+static void child_wait_for(int go_fd, char want) {
+        char m;
+        ssize_t n;
+
+        do
+                n = read(go_fd, &m, 1);
+        while (n < 0 && errno == EINTR);
+        if (n != 1 || m != want)
+                _exit(EXEC_CHILD_FAILED);
+}
+
 _Noreturn static void exec_child(const struct exec_child *c) {
         sigset_t none;
         int error_fd, go_fd, in, out, err;
-        char go;
-        ssize_t n;
 
         /* The daemon's handlers (libevent's, which write to the loop's
          * notification socket) and ignored signals (SIGPIPE) must not reach
@@ -706,17 +728,6 @@ _Noreturn static void exec_child(const struct exec_child *c) {
                 child_fail(error_fd, errno);
         child_close_all_except(go_fd, error_fd);
 
-        /* Wait until the daemon has attached the sleep detector.  This is
-         * done before the credentials change: to the detector the child is
-         * still the daemon's own process then. */
-        do
-                n = read(go_fd, &go, 1);
-        while (n < 0 && errno == EINTR);
-        if (n != 1)
-                /* The daemon gave up on us (or died): do not run. */
-                _exit(EXEC_CHILD_FAILED);
-        close(go_fd);
-
         if (c->cpu >= 0) {
                 cpu_set_t set;
 
@@ -738,6 +749,11 @@ _Noreturn static void exec_child(const struct exec_child *c) {
                 child_fail(error_fd, errno);
 
         child_reset_inherited(error_fd);
+
+        /* Wait until the daemon has attached the sleep detector.  This is
+         * done before the credentials change: to the detector the child is
+         * still the daemon's own process then. */
+        child_wait_for(go_fd, EXEC_MSG_ATTACHED);
 
         if (c->drop) {
                 if (setgroups(c->n_groups, c->groups) < 0)
@@ -766,6 +782,11 @@ _Noreturn static void exec_child(const struct exec_child *c) {
         /* As the user: a directory they may not enter is EACCES. */
         if (chdir(c->cwd) < 0)
                 child_fail(error_fd, errno);
+
+        /* Everything is ready: from "go" on only execve() is left (go_fd is
+         * close-on-exec), so that a prepared item starts as fast as a
+         * process can (see exec_prepare()). */
+        child_wait_for(go_fd, EXEC_MSG_GO);
 
         if (c->absolute)
                 execve(c->program, c->argv, c->envp);
@@ -1267,9 +1288,9 @@ static void exec_proc_abort(struct exec_proc *p) {
         p->reaped = true;
 }
 
-int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
-               exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata,
-               struct exec_proc **ret) {
+int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
+                 exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata,
+                 struct exec_proc **ret) {
         static char *const empty_env[] = { NULL };
         _cleanup_(exec_proc_freep) struct exec_proc *p = NULL;
         _cleanup_(closep) int stdin_fd = -1;
@@ -1312,6 +1333,8 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
         p->pid = -1;
         p->pidfd = -1;
         p->errfd = -1;
+        p->go_fd = -1;
+        p->timeout_usec = spec->timeout_usec;
         p->done = done;
         p->userdata = userdata;
         exec_stream_init(&p->out, limit);
@@ -1366,7 +1389,6 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
                 .cgroup_fd = cgroup_fd,
         };
 
-        p->started_usec = now_usec(CLOCK_REALTIME);
         pid = exec_spawner_spawn(&c, cgroup_dirfd);
         if (pid == -EAGAIN || pid == -ENOMEM)
                 return pid;
@@ -1417,35 +1439,11 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
                         goto abort;
         }
 
-        if (event_assign(&p->ev_errfd, base, p->errfd, EV_READ, exec_proc_on_errfd, p) < 0 ||
-            event_assign(&p->ev_exit, base, p->pidfd, EV_READ, exec_proc_on_exit, p) < 0 ||
-            event_assign(&p->out.ev, base, p->out.fd, EV_READ | EV_PERSIST, exec_stream_on_read, &p->out) < 0 ||
-            event_assign(&p->err.ev, base, p->err.fd, EV_READ | EV_PERSIST, exec_stream_on_read, &p->err) < 0 ||
-            evtimer_assign(&p->ev_timer, base, exec_proc_on_timeout, p) < 0) {
-                r = -EINVAL;
-                goto abort;
-        }
-        p->ev_errfd_assigned = p->ev_exit_assigned = p->out.ev_assigned = p->err.ev_assigned =
-                p->ev_timer_assigned = true;
-
-        if (event_add(&p->ev_errfd, NULL) < 0 ||
-            event_add(&p->ev_exit, NULL) < 0 ||
-            event_add(&p->out.ev, NULL) < 0 ||
-            event_add(&p->err.ev, NULL) < 0) {
-                r = -ENOMEM;
-                goto abort;
-        }
-        if (spec->timeout_usec > 0) {
-                struct timeval tv = timeval_from_usec(spec->timeout_usec);
-
-                if (evtimer_add(&p->ev_timer, &tv) < 0) {
-                        r = -ENOMEM;
-                        goto abort;
-                }
-        }
-
-        /* Go.  Should the child be gone already, its pidfd tells. */
-        (void) send(go[0], "g", 1, MSG_NOSIGNAL);
+        /* Attached: the child may become the submitter now, and then
+         * waits for "go".  Should it be gone already, exec_go()'s pidfd
+         * tells. */
+        p->go_fd = TAKE_FD(go[0]);
+        (void) send(p->go_fd, (char[]) { EXEC_MSG_ATTACHED }, 1, MSG_NOSIGNAL);
 
         *ret = TAKE_PTR(p);
         return 0;
@@ -1453,4 +1451,71 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
 abort:
         exec_proc_abort(p);
         return r;
+}
+
+int exec_go(struct exec_proc *p) {
+        struct event_base *base;
+
+        if (!p || p->go_fd < 0)
+                return -EINVAL;
+        base = p->base;
+
+        if (event_assign(&p->ev_errfd, base, p->errfd, EV_READ, exec_proc_on_errfd, p) < 0 ||
+            event_assign(&p->ev_exit, base, p->pidfd, EV_READ, exec_proc_on_exit, p) < 0 ||
+            event_assign(&p->out.ev, base, p->out.fd, EV_READ | EV_PERSIST, exec_stream_on_read, &p->out) < 0 ||
+            event_assign(&p->err.ev, base, p->err.fd, EV_READ | EV_PERSIST, exec_stream_on_read, &p->err) < 0 ||
+            evtimer_assign(&p->ev_timer, base, exec_proc_on_timeout, p) < 0)
+                return -EINVAL;
+        p->ev_errfd_assigned = p->ev_exit_assigned = p->out.ev_assigned = p->err.ev_assigned =
+                p->ev_timer_assigned = true;
+
+        if (event_add(&p->ev_errfd, NULL) < 0 ||
+            event_add(&p->ev_exit, NULL) < 0 ||
+            event_add(&p->out.ev, NULL) < 0 ||
+            event_add(&p->err.ev, NULL) < 0)
+                return -ENOMEM;
+        if (p->timeout_usec > 0) {
+                struct timeval tv = timeval_from_usec(p->timeout_usec);
+
+                if (evtimer_add(&p->ev_timer, &tv) < 0)
+                        return -ENOMEM;
+        }
+
+        /* Go: the child execs.  Should it be gone already, its pidfd tells. */
+        p->started_usec = now_usec(CLOCK_REALTIME);
+        (void) send(p->go_fd, (char[]) { EXEC_MSG_GO }, 1, MSG_NOSIGNAL);
+        p->go_fd = exec_fd_close(p->go_fd);
+        return 0;
+}
+
+int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
+               exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata,
+               struct exec_proc **ret) {
+        struct exec_proc *p;
+        int r;
+
+        r = exec_prepare(base, sw, spec, done, sleep_cb, userdata, &p);
+        if (r < 0)
+                return r;
+        r = exec_go(p);
+        if (r < 0) {
+                exec_proc_discard(p);
+                return r;
+        }
+        *ret = p;
+        return 0;
+}
+
+struct exec_proc *exec_proc_discard(struct exec_proc *p) {
+        if (!p)
+                return NULL;
+        /* Not exec'd (or failed before), so it cannot hold SIGKILL off or
+         * have children: reaping it here is quick. */
+        if (p->pid > 0 && !p->reaped)
+                exec_proc_abort(p);
+        return exec_proc_free(p);
+}
+
+uint64_t exec_proc_started_usec(const struct exec_proc *p) {
+        return p ? p->started_usec : 0;
 }

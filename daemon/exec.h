@@ -100,6 +100,31 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
                struct exec_proc **ret);
 
 /*
+ * exec_start() in two steps, so that an item waiting for its turn can be
+ * made ready ahead (the kernel's pools keep an idle worker for the same
+ * reason): exec_prepare() creates the process, puts it in its cgroup, pins
+ * it, attaches @sw and lets it become the submitter and enter @cwd; it then
+ * waits, before execve(), for exec_go().  Nothing runs of the item's, no
+ * callback is made and no timeout counts until exec_go(), which only
+ * registers with the loop and releases the child: its execve() follows at
+ * once.  A failure of the set-up (e.g. a @cwd the user may not enter)
+ * shows after exec_go(), as exec_errno, the same as with exec_start().
+ *
+ * A prepared process that is not to run is given back with
+ * exec_proc_discard() (killed and reaped there: it is quick, the child has
+ * not exec'd).  exec_go() fails only with -EINVAL (not prepared) or -ENOMEM
+ * (the loop refused an event); the process must then be discarded.
+ */
+int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
+                 exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata,
+                 struct exec_proc **ret);
+int exec_go(struct exec_proc *p);
+struct exec_proc *exec_proc_discard(struct exec_proc *p);
+
+/* When exec_go() released it (CLOCK_REALTIME, µs); 0 before. */
+uint64_t exec_proc_started_usec(const struct exec_proc *p);
+
+/*
  * Starts the spawner, the small helper process that creates the items'
  * processes (see exec.c), now: best called early, while the caller's heap is
  * small, since it is a fork() of the caller.  Optional: exec_start() starts

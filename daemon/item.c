@@ -182,7 +182,10 @@ void item_retire(struct item *i, enum item_state state) {
         i->wq = NULL;
         i->pwq = NULL;
 
-        /* What only the run needed goes now; the history keeps the result. */
+        /* What only the run needed goes now; the history keeps the result.
+         * (A prepared process is given back when the item leaves its pool;
+         * this is for any path that did not.) */
+        i->prepared = exec_proc_discard(i->prepared);
         i->envp = strv_free(i->envp);
         free(i->payload);
         i->payload = NULL;
@@ -306,16 +309,9 @@ static void item_exec_done(struct exec_proc *p, struct exec_result *r, void *use
         workqueue_check_waiters(wq);
 }
 
-static int item_execute(struct worker *worker, struct pool_work *work) {
-        struct item *i = container_of(work, struct item, work);
-        struct core *c = i->core;
-        struct pool *pool = worker->pool;
-        int r;
-
-        if (c->shutting_down)
-                return -ESHUTDOWN;
-
-        struct exec_spec spec = {
+/* How @i runs on @pool. */
+static struct exec_spec item_exec_spec(const struct item *i, const struct pool *pool) {
+        return (struct exec_spec) {
                 .program = i->program ? i->program : i->argv[0],
                 .argv = i->argv,
                 .envp = i->envp,
@@ -331,11 +327,31 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
                  * but never at more priority than the submitter could get. */
                 .nice = pool->highpri && i->uid == 0 && geteuid() == 0 ? -20 : 0,
                 .timeout_usec = i->timeout_usec,
-                .output_limit = c->config.limits.value[LIMIT_OUTPUT_BYTES],
-                .cgroups = c->config.cgroups,
+                .output_limit = i->core->config.limits.value[LIMIT_OUTPUT_BYTES],
+                .cgroups = i->core->config.cgroups,
         };
+}
 
-        r = exec_start(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->proc);
+static int item_execute(struct worker *worker, struct pool_work *work) {
+        struct item *i = container_of(work, struct item, work);
+        struct core *c = i->core;
+        int r;
+
+        if (c->shutting_down)
+                return -ESHUTDOWN;
+
+        if (i->prepared) {
+                /* Made ready while it waited: only the release is left. */
+                r = exec_go(i->prepared);
+                if (r >= 0)
+                        i->proc = TAKE_PTR(i->prepared);
+                else
+                        i->prepared = exec_proc_discard(i->prepared);
+        } else {
+                struct exec_spec spec = item_exec_spec(i, worker->pool);
+
+                r = exec_start(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->proc);
+        }
         if (r < 0) {
                 log_warning_errno(r, "Failed to start item %" PRIu64 " of workqueue %s: %m", i->id, i->wq_name);
                 return r;
@@ -344,7 +360,7 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
         i->worker = worker;
         worker->userdata = i;
         i->state = ITEM_RUNNING;
-        i->started_usec = now_usec(CLOCK_REALTIME);
+        i->started_usec = exec_proc_started_usec(i->proc);
         i->pwq->nr_running++;
         if (i->key) {
                 if (i->key->pending == i)
@@ -352,6 +368,29 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
                 i->key->running = i;
         }
         return 0;
+}
+
+/* The item waits for its turn on a bound pool: its process is made now and
+ * waits, so that its start is only a release (see exec_prepare()). */
+static void item_prepare(struct pool_work *work) {
+        struct item *i = container_of(work, struct item, work);
+        struct core *c = i->core;
+        struct exec_spec spec;
+        int r;
+
+        if (i->prepared || c->shutting_down)
+                return;
+        spec = item_exec_spec(i, i->pwq->pool);
+        r = exec_prepare(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->prepared);
+        if (r < 0)
+                /* It is started the ordinary way when its turn comes. */
+                log_debug_errno(r, "Could not prepare item %" PRIu64 " ahead: %m", i->id);
+}
+
+static void item_unprepare(struct pool_work *work) {
+        struct item *i = container_of(work, struct item, work);
+
+        i->prepared = exec_proc_discard(i->prepared);
 }
 
 /* CPU time the item has used since it exec'd (see exec_proc_cpu_usec()). */
@@ -368,6 +407,8 @@ static uint64_t item_cpu_usec(struct worker *worker) {
 static const struct pool_work_ops item_work_ops = {
         .execute = item_execute,
         .cpu_usec = item_cpu_usec,
+        .prepare = item_prepare,
+        .unprepare = item_unprepare,
 };
 
 /* Ends an unfinished item at daemon shutdown, without callbacks to exec. */

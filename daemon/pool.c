@@ -222,6 +222,20 @@ static void pool_retry_timer_fired(evutil_socket_t fd, short what, void *userdat
         pool_kick(userdata);
 }
 
+/* Work that waits on a bound pool for its turn waits ready to go: when the
+ * running worker blocks or ends, starting it is then only a release.  Only
+ * the first: the next one gets ready while that one runs.  Unbound pools
+ * start whatever reaches them. */
+static void pool_prepare_next(struct pool *p) {
+        struct pool_work *next;
+
+        if (pool_is_unbound(p) || list_empty(&p->worklist))
+                return;
+        next = list_first_entry(&p->worklist, struct pool_work, entry);
+        if (next->ops->prepare)
+                next->ops->prepare(next);
+}
+
 void pool_kick(struct pool *p) {
         while (need_more_worker(p)) {
                 struct pool_work *work = list_first_entry(&p->worklist, struct pool_work, entry);
@@ -250,6 +264,7 @@ void pool_kick(struct pool *p) {
                 }
                 p->retry_backoff_ms = POOL_RETRY_MIN_MS;
         }
+        pool_prepare_next(p);
 }
 
 void pool_queue_work(struct pool *p, struct pool_work *work) {
@@ -270,11 +285,14 @@ bool pool_cancel_pending(struct pool *p, struct pool_work *work) {
                 list_for_each_entry(s, &w->scheduled, entry)
                         if (s == work) {
                                 list_del_init(&work->entry);
-                                return true;
+                                goto taken;
                         }
         }
         list_del_init(&work->entry);
         p->nr_pending--;
+taken:
+        if (work->ops->unprepare)
+                work->ops->unprepare(work);
         return true;
 }
 

@@ -59,6 +59,15 @@ struct pool_work_ops {
          * far, or POOL_CPU_UNKNOWN.  Without it, CPU-intensive marking goes by
          * the time the worker has been running (not blocked). */
         uint64_t (*cpu_usec)(struct worker *worker);
+        /* Optional: make @work quick to start later, e.g. create its process
+         * now and let it wait (the kernel keeps an idle worker ready for
+         * the same reason).  Called for the first work on a bound pool's
+         * worklist that has to wait for its turn, again whenever that is so
+         * (it must be idempotent); its failure only means a slower start. */
+        void (*prepare)(struct pool_work *work);
+        /* Optional: @work leaves the pool without having started (cancel,
+         * freeze, shutdown): give back what prepare() took. */
+        void (*unprepare)(struct pool_work *work);
 };
 
 #define POOL_CPU_UNKNOWN UINT64_MAX
