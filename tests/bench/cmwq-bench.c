@@ -44,6 +44,8 @@
 
 extern char **environ;
 
+#define ELEMENTS(a) (sizeof(a) / sizeof((a)[0]))
+
 /* Where the timestamps of the reaction benchmark come from. */
 #define SPIN_US 3000            /* well under the 10 ms CPU-intensive threshold */
 #define SLEEP_US 20000
@@ -247,7 +249,9 @@ static uint8_t *pack_batch(const char *queue, int n, bool rr, size_t *ret_len) {
         return buf;
 }
 
-static struct batch_result run_batch(const char *sock, const char *queue, int n, bool rr) {
+/* With @pin >= 0 the submitter runs on that CPU for the batch, so that
+ * items queued without a CPU all go to that CPU's pool. */
+static struct batch_result run_batch(const char *sock, const char *queue, int n, bool rr, int pin) {
         struct conn *c = connect_daemon(sock);
         int fd = conn_fd(c);
         uint64_t total0, failed0, total1, failed1;
@@ -258,8 +262,18 @@ static struct batch_result run_batch(const char *sock, const char *queue, int n,
         int64_t t0, t_sub, t1;
         int replies = 0;
 
+        cpu_set_t saved;
+
         if (!rbuf)
                 die("out of memory");
+        if (pin >= 0) {
+                cpu_set_t set;
+
+                CPU_ZERO(&set);
+                CPU_SET(pin, &set);
+                if (sched_getaffinity(0, sizeof(saved), &saved) < 0 || sched_setaffinity(0, sizeof(set), &set) < 0)
+                        die("cannot pin to CPU %d: %m", pin);
+        }
         queue_stats(c, queue, &total0, &failed0);
 
         t0 = now_ns(CLOCK_MONOTONIC);
@@ -324,6 +338,8 @@ static struct batch_result run_batch(const char *sock, const char *queue, int n,
                 die("%s: %" PRIu64 " items started, %" PRIu64 " failed, expected %d and 0", queue,
                     total1 - total0, failed1 - failed0, n);
 
+        if (pin >= 0)
+                (void) sched_setaffinity(0, sizeof(saved), &saved);
         free(buf);
         free(rbuf);
         conn_close(c);
@@ -333,7 +349,9 @@ static struct batch_result run_batch(const char *sock, const char *queue, int n,
         return res;
 }
 
-static struct batch_result run_xargs(int n) {
+/* "xargs -P@par -n1 /bin/true" on @n lines; pinned (with its children) to
+ * @cpu when cpu >= 0, as "taskset -c CPU xargs ..." would. */
+static struct batch_result run_xargs(int n, int par, int cpu) {
         char nproc[16];
         struct batch_result res = {};
         int64_t t0, t1;
@@ -346,7 +364,7 @@ static struct batch_result run_xargs(int n) {
         for (int i = 0; i < n; i++)
                 if (write(fd, "x\n", 2) != 2)
                         die("write: %m");
-        snprintf(nproc, sizeof(nproc), "%d", online_cpus());
+        snprintf(nproc, sizeof(nproc), "%d", par);
 
         t0 = now_ns(CLOCK_MONOTONIC);
         pid = fork();
@@ -355,6 +373,14 @@ static struct batch_result run_xargs(int n) {
         if (pid == 0) {
                 if (lseek(fd, 0, SEEK_SET) < 0 || dup2(fd, STDIN_FILENO) < 0)
                         _exit(126);
+                if (cpu >= 0) {
+                        cpu_set_t set;
+
+                        CPU_ZERO(&set);
+                        CPU_SET(cpu, &set);
+                        if (sched_setaffinity(0, sizeof(set), &set) < 0)
+                                _exit(126);
+                }
                 execlp("xargs", "xargs", "-P", nproc, "-n1", "/bin/true", (char *) NULL);
                 _exit(127);
         }
@@ -368,23 +394,67 @@ static struct batch_result run_xargs(int n) {
         return res;
 }
 
+/* One row of the throughput table: a peer or a daemon variant. */
+struct tp_row {
+        char label[96];
+        char queue[64];         /* "" for a peer */
+        bool rr;                /* item i on CPU i mod nproc */
+        int pin;                /* the CPU the submitter (or xargs) runs on, or -1 */
+        int par;                /* xargs -P */
+        int peer;               /* the row this one is compared with */
+};
+
 static int cmd_throughput(int argc, char **argv) {
         const char *sock;
-        int n, rounds, nv;
-        double xargs_med = 0;
+        int n, rounds, nv, ncpu = online_cpus(), one = online_cpus() - 1;
+        struct tp_row rows[16];
 
         if (argc < 5)
                 die("usage: cmwq-bench throughput SOCKET N ROUNDS VARIANT...");
         sock = argv[1];
         n = atoi(argv[2]);
         rounds = atoi(argv[3]);
-        nv = argc - 4 + 1;      /* + the xargs peer */
         if (n <= 0 || rounds <= 0)
                 die("bad N or ROUNDS");
 
+        /* The peers: xargs on every CPU, and xargs on the one CPU that a
+         * bound queue's items land on when the submitter names none. */
+        rows[0] = (struct tp_row) { .pin = -1, .par = ncpu, .peer = 0 };
+        snprintf(rows[0].label, sizeof(rows[0].label), "xargs -P%d -n1 /bin/true (peer)", ncpu);
+        rows[1] = (struct tp_row) { .pin = one, .par = 1, .peer = 0 };
+        snprintf(rows[1].label, sizeof(rows[1].label), "taskset -c %d xargs -P1 -n1 (1-CPU peer)", one);
+        nv = 2;
+        for (int k = 4; k < argc; k++) {
+                struct tp_row *t = &rows[nv];
+                char *colon;
+
+                if (nv >= (int) ELEMENTS(rows))
+                        die("too many variants");
+                *t = (struct tp_row) { .pin = -1, .peer = 0 };
+                snprintf(t->queue, sizeof(t->queue), "%s", argv[k]);
+                colon = strchr(t->queue, ':');
+                t->rr = colon && strcmp(colon, ":rr") == 0;
+                if (colon)
+                        *colon = 0;
+                if (t->rr)
+                        snprintf(t->label, sizeof(t->label), "cmwqd %s (cpu round-robin)", t->queue);
+                else if (strstr(t->queue, "unbound"))
+                        snprintf(t->label, sizeof(t->label), "cmwqd %s", t->queue);
+                else {
+                        /* Items without a CPU go to the submitter's: all on
+                         * one pool, one at a time (concurrency management),
+                         * so the fair peer is one CPU's xargs. */
+                        t->pin = one;
+                        t->peer = 1;
+                        snprintf(t->label, sizeof(t->label), "cmwqd %s (cpu: submitter's = %d)", t->queue, one);
+                }
+                nv++;
+        }
+
         double *rate = calloc((size_t) nv * rounds, sizeof(double));
         double *sub = calloc((size_t) nv * rounds, sizeof(double));
-        if (!rate || !sub)
+        double *med = calloc((size_t) nv, sizeof(double));
+        if (!rate || !sub || !med)
                 die("out of memory");
 
         /* Rounds interleave the variants, so that a slow phase of the
@@ -393,56 +463,40 @@ static int cmd_throughput(int argc, char **argv) {
                 for (int v = 0; v < nv; v++) {
                         struct batch_result b;
 
-                        if (v == 0)
-                                b = run_xargs(n);
-                        else {
-                                char queue[128], *colon;
-                                bool rr;
-
-                                snprintf(queue, sizeof(queue), "%s", argv[4 + v - 1]);
-                                colon = strchr(queue, ':');
-                                rr = colon && strcmp(colon, ":rr") == 0;
-                                if (colon)
-                                        *colon = 0;
-                                b = run_batch(sock, queue, n, rr);
-                        }
+                        if (!rows[v].queue[0])
+                                b = run_xargs(n, rows[v].par, rows[v].pin);
+                        else
+                                b = run_batch(sock, rows[v].queue, n, rows[v].rr, rows[v].pin);
                         rate[v * rounds + r] = b.items_per_s;
                         sub[v * rounds + r] = b.submit_ms;
                 }
 
         printf("  %-44s %8s %7s %10s  %s\n", "", "items/s", "ratio", "submit ms", "items/s per round, in order");
         for (int v = 0; v < nv; v++) {
-                char label[96], ratio[16], subms[16], each[256] = "";
-                double med;
+                char ratio[32], subms[16], each[256] = "";
 
-                if (v == 0)
-                        snprintf(label, sizeof(label), "xargs -P%d -n1 /bin/true (peer)", online_cpus());
-                else {
-                        const char *q = argv[4 + v - 1];
-                        const char *colon = strchr(q, ':');
-
-                        snprintf(label, sizeof(label), "cmwqd %.*s%s", colon ? (int) (colon - q) : (int) strlen(q), q,
-                                 colon ? " (cpu round-robin)" : strncmp(q, "system_unbound", 14) == 0 ? "" :
-                                 " (cpu: submitter's)");
-                }
                 for (int r = 0; r < rounds; r++) {
                         size_t l = strlen(each);
 
                         snprintf(each + l, sizeof(each) - l, "%s%.0f", r ? " " : "", rate[v * rounds + r]);
                 }
                 /* percentile() sorts: the per-round list is printed first. */
-                med = percentile(rate + v * rounds, rounds, 50);
-                if (v == 0)
-                        xargs_med = med;
-                snprintf(ratio, sizeof(ratio), "%.2fx", med / xargs_med);
-                if (v == 0)
+                med[v] = percentile(rate + v * rounds, rounds, 50);
+                if (rows[v].peer == v)
+                        snprintf(ratio, sizeof(ratio), "1.00x");
+                else
+                        snprintf(ratio, sizeof(ratio), "%.2fx%s", med[v] / med[rows[v].peer],
+                                 rows[v].peer == 1 ? "*" : "");
+                if (!rows[v].queue[0])
                         snprintf(subms, sizeof(subms), "-");
                 else
                         snprintf(subms, sizeof(subms), "%.1f", percentile(sub + v * rounds, rounds, 50));
-                printf("  %-44s %8.0f %7s %10s  %s\n", label, med, ratio, subms, each);
+                printf("  %-44s %8.0f %7s %10s  %s\n", rows[v].label, med[v], ratio, subms, each);
         }
+        printf("  * against the 1-CPU peer: all items wait on one CPU's pool and run there one at a time\n");
         free(rate);
         free(sub);
+        free(med);
         return 0;
 }
 
@@ -451,7 +505,7 @@ static int cmd_load(int argc, char **argv) {
 
         if (argc < 4)
                 die("usage: cmwq-bench load SOCKET QUEUE N");
-        b = run_batch(argv[1], argv[2], atoi(argv[3]), false);
+        b = run_batch(argv[1], argv[2], atoi(argv[3]), false, -1);
         printf("%d items in %.1f ms (%.0f items/s)\n", atoi(argv[3]), b.total_ms, b.items_per_s);
         return 0;
 }
@@ -512,6 +566,53 @@ static void series_print(struct series *s) {
         printf("  %-52s %9.1f %9.1f %9.1f %9.1f %5d\n", s->label, med, p99, lo, hi, s->n);
 }
 
+/* The peer of the start part: the bench itself forks a child pinned to
+ * @cpu, which takes a timestamp and execve()s @blocker; returns the µs from
+ * that execve() to the blocker's main().  What any launcher pays to start
+ * the program at all. */
+static double exec_peer_usec(const char *blocker, int cpu) {
+        static int64_t *shared;
+        char *args[] = { (char *) blocker, (char *) "start", NULL };
+        char buf[256] = "", tag[16];
+        long long mono = 0;
+        int p[2], status;
+        ssize_t n, got = 0;
+        pid_t pid;
+
+        if (!shared) {
+                shared = mmap(NULL, sizeof(*shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+                if (shared == MAP_FAILED)
+                        die("mmap: %m");
+        }
+        if (pipe2(p, O_CLOEXEC) < 0)
+                die("pipe: %m");
+        pid = fork();
+        if (pid < 0)
+                die("fork: %m");
+        if (pid == 0) {
+                cpu_set_t set;
+
+                CPU_ZERO(&set);
+                CPU_SET(cpu, &set);
+                (void) sched_setaffinity(0, sizeof(set), &set);
+                if (dup2(p[1], STDOUT_FILENO) < 0)
+                        _exit(126);
+                *shared = now_ns(CLOCK_MONOTONIC);
+                execv(blocker, args);
+                _exit(127);
+        }
+        close(p[1]);
+        while ((n = read(p[0], buf + got, sizeof(buf) - 1 - (size_t) got)) > 0)
+                got += n;
+        close(p[0]);
+        if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+                die("%s start failed", blocker);
+        buf[got] = 0;
+        if (sscanf(buf, "%15s %lld", tag, &mono) != 2 || strcmp(tag, "start") != 0)
+                die("unexpected output of %s: '%s'", blocker, buf);
+        return (mono - *shared) / 1e3;
+}
+
 static int cmd_reaction(int argc, char **argv) {
         const char *sock, *blocker;
         int reps, ncpu = online_cpus(), cpu, early = 0, early_pre = 0, late_queue = 0, early_exit = 0, late_exit = 0;
@@ -547,14 +648,15 @@ static int cmd_reaction(int argc, char **argv) {
                 (void) sched_setaffinity(0, sizeof(set), &set);
         }
 
-        struct series raw = { "block -> next item's main()  [raw]", calloc(reps, sizeof(double)), 0 };
-        struct series det = { "block -> cmwqd started next  [detection+fork]", calloc(reps, sizeof(double)), 0 };
-        struct series exe = { "cmwqd started -> main()      [exec, after block]", calloc(reps, sizeof(double)), 0 };
+        struct series raw = { "block -> next item's main()  [total]", calloc(reps, sizeof(double)), 0 };
+        struct series det = { "block -> cmwqd started next  [detection+decision]", calloc(reps, sizeof(double)), 0 };
+        struct series exe = { "cmwqd started -> main()      [start, after block]", calloc(reps, sizeof(double)), 0 };
         struct series idle = { "submit -> main(), idle pool [exec start baseline]", calloc(reps, sizeof(double)), 0 };
         struct series idle_exe = { "cmwqd started -> main(), idle pool", calloc(reps, sizeof(double)), 0 };
         struct series ex = { "exit -> next item's main()  [pidfd reference]", calloc(reps, sizeof(double)), 0 };
         struct series ipc = { "IPC round trip (show of an unknown id)", calloc(reps, sizeof(double)), 0 };
-        if (!raw.v || !det.v || !exe.v || !idle.v || !idle_exe.v || !ex.v || !ipc.v)
+        struct series peer = { "peer: execve() -> main(), no daemon", calloc(reps, sizeof(double)), 0 };
+        if (!raw.v || !det.v || !exe.v || !idle.v || !idle_exe.v || !ex.v || !ipc.v || !peer.v)
                 die("out of memory");
 
         c = connect_daemon(sock);
@@ -578,8 +680,8 @@ static int cmd_reaction(int argc, char **argv) {
                         /* cmwqd started B while A still ran: not a block
                          * reaction, and a concurrency-management miss.  (B's
                          * main() may still come after A blocked: B is pinned
-                         * to A's CPU.)  The daemon's stamp is taken after
-                         * fork(), so the fork surely came before. */
+                         * to A's CPU.)  The daemon stamps an item when it
+                         * lets its (already made) process go. */
                         early += keep;
                         early_pre += keep && b.daemon_started_us < a.main_real_us;
                 } else if (keep) {
@@ -633,6 +735,14 @@ static int cmd_reaction(int argc, char **argv) {
                                 series_add(&ipc, (now_ns(CLOCK_MONOTONIC) - t) / 1e3);
                         cmwq__response__free_unpacked(resp, NULL);
                 }
+
+                /* 5. The start part without the daemon. */
+                {
+                        double us = exec_peer_usec(blocker, cpu);
+
+                        if (keep)
+                                series_add(&peer, us);
+                }
         }
         conn_close(c);
         if (dump && fclose(dump) != 0)
@@ -643,6 +753,7 @@ static int cmd_reaction(int argc, char **argv) {
         series_print(&raw);
         series_print(&det);
         series_print(&exe);
+        series_print(&peer);
         series_print(&idle);
         series_print(&idle_exe);
         series_print(&ex);

@@ -19,6 +19,7 @@
 #   CMWQ_BENCH_CLIENTS=1000    load: concurrent clients (own connection each)
 #   CMWQ_BENCH_CLIENT_ITEMS=100  load: items each client submits before its flush
 #   CMWQ_BENCH_PENDING=1000000 load: items kept pending for the memory figure
+#   CMWQ_BENCH_ONLY=throughput,reaction,idle,load   the benchmarks to run
 set -eu
 
 if [ $# -lt 1 ] || [ ! -x "$1/cmwqd" ]; then
@@ -48,6 +49,7 @@ PROFILE=${CMWQ_BENCH_PROFILE:-0}
 CLIENTS=${CMWQ_BENCH_CLIENTS:-1000}
 CLIENT_ITEMS=${CMWQ_BENCH_CLIENT_ITEMS:-100}
 PENDING=${CMWQ_BENCH_PENDING:-1000000}
+ONLY=${CMWQ_BENCH_ONLY:-throughput,reaction,idle,load}
 NCPU=$(nproc)
 
 TMP=$(mktemp -d /tmp/cmwq-bench-XXXXXX)
@@ -118,6 +120,12 @@ ctxt() {
                 awk '$1 == "voluntary_ctxt_switches:" || $1 == "nonvoluntary_ctxt_switches:" { n += $2 } END { print n + 0 }'
 }
 
+# want NAME: whether benchmark NAME is in CMWQ_BENCH_ONLY
+want() {
+        case ",$ONLY," in *",$1,"*) return 0 ;; esac
+        return 1
+}
+
 hr() {
         printf '%s\n' "-------------------------------------------------------------------------------------------------"
 }
@@ -129,6 +137,7 @@ echo "  build: $BUILD"
 echo "  load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews every figure)"
 
 # ---------------------------------------------------------------------------
+if want throughput; then
 hr
 echo "1. exec throughput: N=$N /bin/true items, one pipelined batch on one connection + flush;"
 echo "   median of $ROUNDS rounds, interleaved with the xargs peer (target: >= 0.80x xargs)"
@@ -172,65 +181,92 @@ for det in perf proc; do
         fi
         stop_daemon "$DAEMON_PID" "tp-$det"
 done
+fi
 
 # ---------------------------------------------------------------------------
+if want reaction; then
 hr
 echo "2. block reaction: a running item blocks (nanosleep), the item queued behind it on the same"
 echo "   CPU must start; $REPS reps per detector (target: detection median < 100 us with perf)"
-# trace_forks PID FILE: records when cmwqd, or its spawner (the child process
-# that creates items for it, see daemon/exec.c), enters clone()
-# (CLOCK_MONOTONIC), in the background; sets TRACE_PID (empty when perf cannot)
-trace_forks() {
-        local pids=$1 sp
+# trace_daemon PID FILE: records (CLOCK_MONOTONIC), in the background, when
+# cmwqd returns from epoll_wait() (it woke up) and when it sends a 1-byte
+# message on a go socket (daemon/exec.c: "attached" when an item's process is
+# ready, "go" when it may run); sets TRACE_PID (empty when perf cannot)
+trace_daemon() {
+        local ev e
         TRACE_PID=
         command -v perf >/dev/null 2>&1 || return 0
-        sp=$(pgrep -P "$1" -x cmwqd-spawner 2>/dev/null | head -n1) || true
-        [ -n "$sp" ] && pids="$pids,$sp"
-        perf record -q -k mono --no-inherit -e syscalls:sys_enter_clone -e syscalls:sys_enter_clone3 \
-                -p "$pids" -o "$2" >/dev/null 2>&1 &
+        ev=(-e syscalls:sys_enter_sendto --filter 'len == 1')
+        for e in epoll_wait epoll_pwait epoll_pwait2; do
+                [ -d /sys/kernel/tracing/events/syscalls/sys_exit_$e ] ||
+                        [ -d /sys/kernel/debug/tracing/events/syscalls/sys_exit_$e ] && ev+=(-e "syscalls:sys_exit_$e")
+        done
+        perf record -q -k mono --no-inherit "${ev[@]}" -p "$1" -o "$2" >/dev/null 2>&1 &
         TRACE_PID=$!
         sleep 1         # perf attaches
         kill -0 "$TRACE_PID" 2>/dev/null || TRACE_PID=
 }
 
-# fork_join DUMP TRACE KIND LABEL: for each pair of DUMP ("KIND T_BLOCK T_MAIN"),
-# the first fork of cmwqd between the two: prints the median and p99 of
-# T_FORK - T_BLOCK and of T_MAIN - T_FORK
-fork_join() {
-        perf script -i "$2" -F time --ns 2>/dev/null | tr -d ' :' | sort -n >"$2.txt" || true
-        awk -v kind="$3" -v label="$4" '
+# trace_join DUMP TRACE KIND: for each pair of DUMP ("KIND T_BLOCK T_MAIN"),
+# the first go send of cmwqd between the two (T_GO), and its last wake-up
+# between T_BLOCK and T_GO (T_WAKE): prints the median, p99, min, max of
+# T_WAKE - T_BLOCK (detection), T_GO - T_WAKE (decision), T_GO - T_BLOCK and
+# T_MAIN - T_GO (start)
+trace_join() {
+        perf script -i "$2" -F time,event --ns 2>/dev/null |
+                awk '{ t = $1; sub(":$", "", t); ev = $2; sub(":$", "", ev); print t, (ev ~ /sendto/ ? "go" : "wake") }' |
+                sort -n >"$2.txt" || true
+        awk -v kind="$3" '
                 function pct(a, n, p,   k) { k = int(p / 100 * n + 0.999999); if (k < 1) k = 1; if (k > n) k = n; return a[k] }
                 function sortn(a, n,   i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t } }
-                FNR == NR { f[++nf] = int($1 * 1e9 + 0.5); next }
+                function row(label, a, n) {
+                        if (n == 0) { printf "  %-52s %9s\n", label, "(no trace)"; return }
+                        sortn(a, n)
+                        printf "  %-52s %9.1f %9.1f %9.1f %9.1f %5d\n", label, pct(a, n, 50), pct(a, n, 99), a[1], a[n], n
+                }
+                FNR == NR { t[++nt] = int($1 * 1e9 + 0.5); w[nt] = $2; next }
                 $1 == kind {
-                        lo = 1; hi = nf + 1
-                        while (lo < hi) { mid = int((lo + hi) / 2); if (f[mid] <= $2) lo = mid + 1; else hi = mid }
-                        if (lo <= nf && f[lo] < $3) { d[++n] = (f[lo] - $2) / 1e3; e[n] = ($3 - f[lo]) / 1e3 } else miss++
+                        # first event after T_BLOCK
+                        lo = 1; hi = nt + 1
+                        while (lo < hi) { mid = int((lo + hi) / 2); if (t[mid] <= $2) lo = mid + 1; else hi = mid }
+                        first = lo
+                        for (k = first; k <= nt && t[k] < $3 && w[k] != "go"; k++)
+                                ;
+                        if (k > nt || t[k] >= $3) { miss++; next }
+                        go = t[k]; wake = 0
+                        for (j = k - 1; j >= first; j--) if (w[j] == "wake") { wake = t[j]; break }
+                        n++; bg[n] = (go - $2) / 1e3; gm[n] = ($3 - go) / 1e3
+                        if (wake) { m++; bw[m] = (wake - $2) / 1e3; wg[m] = (go - wake) / 1e3 } else awake++
                 }
                 END {
-                        if (n == 0) { printf "  %-52s %9s\n", label, "(no fork trace)"; exit }
-                        sortn(d, n); sortn(e, n)
-                        printf "  %-52s %9.1f %9.1f %9.1f %9.1f %5d\n", label, pct(d, n, 50), pct(d, n, 99), d[1], d[n], n
-                        if (kind == "block") printf "  %-52s %9.1f %9.1f %9.1f %9.1f %5d\n", "cmwqd enters fork() -> next main()", pct(e, n, 50), pct(e, n, 99), e[1], e[n], n
+                        what = kind == "block" ? "block" : "exit"
+                        row(what " -> cmwqd wakes up      [detection]", bw, m)
+                        row("cmwqd wakes up -> sends go   [decision]", wg, m)
+                        row(what " -> cmwqd sends go      [detection+decision]", bg, n)
+                        row("cmwqd sends go -> next main() [start]", gm, n)
+                        if (miss + awake > 0)
+                                printf "  (%d pairs without a go send in between, %d with cmwqd already awake at the %s)\n", miss, awake, what
                 }' "$2.txt" "$1"
 }
 
 for det in perf proc; do
         start_daemon "re-$det" "$det"
         echo " [cmwqd --sleep-detector $det]"
-        trace_forks "$DAEMON_PID" "$TMP/forks-$det.data"
+        trace_daemon "$DAEMON_PID" "$TMP/trace-$det.data"
         "$BENCH" reaction "$DAEMON_SOCK" "$BLOCKER" "$REPS" "$TMP/pairs-$det.txt"
         if [ -n "$TRACE_PID" ]; then
                 kill -INT "$TRACE_PID"
                 wait "$TRACE_PID" || true
-                echo "  from a trace of cmwqd's clone() calls (perf record -k mono), same pairs:"
-                fork_join "$TMP/pairs-$det.txt" "$TMP/forks-$det.data" block "block -> cmwqd enters fork() [detection alone]"
-                fork_join "$TMP/pairs-$det.txt" "$TMP/forks-$det.data" exit "exit -> cmwqd enters fork()  [pidfd reference]"
+                echo "  the same pairs, split by a trace of cmwqd's wake-ups and go sends (perf record -k mono):"
+                trace_join "$TMP/pairs-$det.txt" "$TMP/trace-$det.data" block
+                trace_join "$TMP/pairs-$det.txt" "$TMP/trace-$det.data" exit
         fi
         stop_daemon "$DAEMON_PID" "re-$det"
 done
+fi
 
 # ---------------------------------------------------------------------------
+if want idle; then
 hr
 echo "3. idle cost: fresh daemons, 2 s to settle, then ${IDLE} s idle (targets: RSS < 4 MiB, 0 wake-ups)"
 start_daemon idle-perf perf
@@ -266,8 +302,10 @@ sleep 2
 idle_window
 stop_daemon "$PID_PERF" idle-perf
 stop_daemon "$PID_PROC" idle-proc
+fi
 
 # ---------------------------------------------------------------------------
+if want load; then
 hr
 echo "4. load: $CLIENTS concurrent clients x $CLIENT_ITEMS items each + flush, on system_unbound; every item"
 echo "   must run exactly once and cmwqd's fds come back; then $PENDING items kept pending (frozen queue)"
@@ -292,5 +330,6 @@ for who in 0 65533; do
         echo "  $out"
 done
 stop_daemon "$DAEMON_PID" flood
+fi
 hr
 echo "all daemons stopped cleanly"
