@@ -983,6 +983,133 @@ START_TEST(test_abandon) {
 }
 END_TEST
 
+/* Whether @path exists yet. */
+static bool file_exists(const char *path) {
+        struct stat st;
+
+        return stat(path, &st) == 0;
+}
+
+/* A prepared item does nothing of its own until exec_go(): its program has
+ * not run, no callback comes and its timeout does not count; after go it
+ * runs as exec_start() would have run it, stamped at go. */
+START_TEST(test_prepare_then_go) {
+        char *dir = make_temp_dir(0755), *mark = path_join(dir, "ran");
+        char *argv[] = { "sh", "-c", "touch \"$0\"; echo ok", mark, NULL };
+        struct exec_spec spec = spec_self("/bin/sh", argv, NULL);
+        struct run run = {};
+        uint64_t t_go;
+
+        /* Shorter than the wait before go below: it counts from go only. */
+        spec.timeout_usec = 1 * USEC_PER_SEC;
+        run.base = event_base_new();
+        ck_assert_ptr_nonnull(run.base);
+        ck_assert_int_eq(exec_prepare(run.base, NULL, &spec, on_done, NULL, &run, &run.proc), 0);
+        ck_assert_int_gt(exec_proc_pid(run.proc), 0);
+        ck_assert_uint_eq(exec_proc_started_usec(run.proc), 0);
+
+        /* Nothing for the loop yet, and nothing runs. */
+        ck_assert_int_eq(event_base_loop(run.base, EVLOOP_NONBLOCK), 1);
+        usleep(1200 * 1000);
+        ck_assert_int_eq(event_base_loop(run.base, EVLOOP_NONBLOCK), 1);
+        ck_assert_uint_eq(run.n_done, 0);
+        ck_assert(!file_exists(mark));
+
+        t_go = now_usec(CLOCK_REALTIME);
+        ck_assert_int_eq(exec_go(run.proc), 0);
+        ck_assert_uint_ge(exec_proc_started_usec(run.proc), t_go);
+        ck_assert_int_eq(exec_go(run.proc), -EINVAL);   /* once */
+        run_finish(&run);
+        assert_success(&run);           /* not timed out */
+        assert_buf(run.r.out, run.r.out_len, "ok\n");
+        ck_assert_uint_ge(run.r.started_usec, t_go);
+        ck_assert(file_exists(mark));
+        run_clear(&run);
+
+        ck_assert_int_eq(unlink(mark), 0);
+        ck_assert_int_eq(rmdir(dir), 0);
+        free(mark);
+        free(dir);
+}
+END_TEST
+
+/* A prepared item that is not to run is gone after exec_proc_discard():
+ * never ran, reaped, no fd left, no callback. */
+START_TEST(test_prepare_discard) {
+        char *dir = make_temp_dir(0755), *mark = path_join(dir, "ran");
+        char *argv[] = { "touch", mark, NULL };
+        struct exec_spec spec = spec_self("/usr/bin/touch", argv, NULL);
+        struct event_base *base = event_base_new();
+        struct exec_proc *p = NULL;
+        unsigned before;
+        pid_t pid;
+
+        ck_assert_ptr_nonnull(base);
+        before = count_fds();
+        ck_assert_int_eq(exec_prepare(base, NULL, &spec, on_done_fail, NULL, NULL, &p), 0);
+        pid = exec_proc_pid(p);
+        ck_assert_int_eq(kill(pid, 0), 0);
+        ck_assert_ptr_null(exec_proc_discard(p));
+        ck_assert_ptr_null(exec_proc_discard(NULL));
+        /* Reaped already: not even a zombie. */
+        ck_assert_int_eq(waitpid(pid, NULL, WNOHANG), -1);
+        ck_assert_int_eq(errno, ECHILD);
+        ck_assert_uint_eq(count_fds(), before);
+        ck_assert_int_eq(event_base_loop(base, EVLOOP_NONBLOCK), 1);
+        usleep(100 * 1000);
+        ck_assert(!file_exists(mark));
+
+        event_base_free(base);
+        ck_assert_int_eq(rmdir(dir), 0);
+        free(mark);
+        free(dir);
+}
+END_TEST
+
+/* Prepared as another user: the credentials are dropped while it waits,
+ * a set-up failure (a cwd the user may not enter) shows once it goes, as
+ * with exec_start(). */
+START_TEST(test_prepare_as_nobody) {
+        char *argv[] = { "id", "-u", NULL };
+        struct exec_spec spec = spec_self("/usr/bin/id", argv, NULL);
+        struct run run = {};
+        char *dir;
+
+        if (skip_unless_root("test_prepare_as_nobody"))
+                return;
+
+        spec.uid = NOBODY;
+        spec.gid = NOBODY;
+        spec.groups = NULL;
+        spec.n_groups = 0;
+        run.base = event_base_new();
+        ck_assert_ptr_nonnull(run.base);
+        ck_assert_int_eq(exec_prepare(run.base, NULL, &spec, on_done, NULL, &run, &run.proc), 0);
+        usleep(100 * 1000);
+        ck_assert_int_eq(exec_go(run.proc), 0);
+        run_finish(&run);
+        assert_success(&run);
+        assert_buf(run.r.out, run.r.out_len, "65534\n");
+        run_clear(&run);
+
+        dir = make_temp_dir(0700);
+        spec.cwd = dir;
+        run = (struct run) {};
+        run.base = event_base_new();
+        ck_assert_ptr_nonnull(run.base);
+        ck_assert_int_eq(exec_prepare(run.base, NULL, &spec, on_done, NULL, &run, &run.proc), 0);
+        usleep(100 * 1000);
+        ck_assert_uint_eq(run.n_done, 0);
+        ck_assert_int_eq(exec_go(run.proc), 0);
+        run_finish(&run);
+        ck_assert_int_eq(run.r.exec_errno, EACCES);
+        ck_assert_int_eq(run.r.exit_status, 127);
+        run_clear(&run);
+        ck_assert_int_eq(rmdir(dir), 0);
+        free(dir);
+}
+END_TEST
+
 static void on_done_many(struct exec_proc *p, struct exec_result *r, void *userdata) {
         unsigned *bits = userdata;
         char buf[16] = {};
@@ -1753,6 +1880,9 @@ int main(void) {
         tcase_add_test(tc, test_fds_closed);
         tcase_add_test(tc, test_no_fd_leak);
         tcase_add_test(tc, test_abandon);
+        tcase_add_test(tc, test_prepare_then_go);
+        tcase_add_test(tc, test_prepare_discard);
+        tcase_add_test(tc, test_prepare_as_nobody);
         tcase_add_test(tc, test_many_concurrent);
         suite_add_tcase(s, tc);
 

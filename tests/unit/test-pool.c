@@ -24,6 +24,9 @@ struct twork {
         struct worker *worker;          /* where it last started */
         unsigned nr_started;
         bool executing;                 /* started and not yet reported done */
+        bool prepared;                  /* by mock_prepare(), not yet started or given back */
+        bool started_prepared;          /* it was prepared when it last started */
+        unsigned nr_prepare, nr_unprepare;
 };
 
 #define MOCK_LOG_MAX 64
@@ -56,12 +59,37 @@ static int mock_execute(struct worker *w, struct pool_work *pw) {
         t->worker = w;
         t->nr_started++;
         t->executing = true;
+        t->started_prepared = t->prepared;
+        t->prepared = false;
         w->userdata = t;
         return 0;
 }
 
 static const struct pool_work_ops mock_ops = {
         .execute = mock_execute,
+};
+
+static void mock_prepare(struct pool_work *pw) {
+        struct twork *t = container_of(pw, struct twork, pw);
+
+        ck_assert_msg(!t->executing, "%s prepared while it was executing", t->name);
+        t->nr_prepare++;
+        t->prepared = true;
+}
+
+static void mock_unprepare(struct pool_work *pw) {
+        struct twork *t = container_of(pw, struct twork, pw);
+
+        ck_assert_msg(!t->executing, "%s given back while it was executing", t->name);
+        t->nr_unprepare++;
+        t->prepared = false;
+}
+
+/* An executor that makes work ready ahead, as exec items do. */
+static const struct pool_work_ops mock_prep_ops = {
+        .execute = mock_execute,
+        .prepare = mock_prepare,
+        .unprepare = mock_unprepare,
 };
 
 /* @identity NULL: the work is its own identity. */
@@ -855,6 +883,75 @@ START_TEST(test_cancel_pending) {
 }
 END_TEST
 
+/* Work waiting for its turn on a bound pool is made ready ahead, one at a
+ * time (the first pending), and given back when it leaves unstarted; unbound
+ * pools and work that starts at once are never prepared. */
+START_TEST(test_prepare_next) {
+        struct pool p, u;
+        struct pool_work_stats st = { 0 };
+        struct twork a, b, c, d, x, y;
+
+        twork_init(&a, "a", NULL, &st, false);
+        twork_init(&b, "b", NULL, &st, false);
+        twork_init(&c, "c", NULL, &st, false);
+        twork_init(&d, "d", NULL, &st, false);
+        twork_init(&x, "x", NULL, &st, false);
+        twork_init(&y, "y", NULL, &st, false);
+        a.pw.ops = b.pw.ops = c.pw.ops = d.pw.ops = x.pw.ops = y.pw.ops = &mock_prep_ops;
+        ck_assert_int_eq(pool_init(&p, NULL, 0, false), 0);
+        ck_assert_int_eq(pool_init(&u, NULL, -1, false), 0);
+
+        /* Started at once: never prepared. */
+        QUEUE(&p, &a);
+        ck_assert(a.executing);
+        ck_assert_uint_eq(a.nr_prepare, 0);
+        ck_assert(!a.started_prepared);
+
+        /* Waiting: the first one is prepared, the others not yet. */
+        QUEUE(&p, &b);
+        QUEUE(&p, &c);
+        ck_assert(b.prepared);
+        ck_assert(!c.prepared);
+        ck_assert_uint_eq(c.nr_prepare, 0);
+
+        /* a blocks: b starts from its prepared state, c is prepared now. */
+        SLEEP(&p, &a);
+        ck_assert(b.executing);
+        ck_assert(b.started_prepared);
+        ck_assert(c.prepared);
+
+        /* Cancelled while prepared: given back, once. */
+        QUEUE(&p, &d);
+        ck_assert(!d.prepared);
+        ck_assert(CANCEL(&p, &c));
+        ck_assert(!c.prepared);
+        ck_assert_uint_eq(c.nr_unprepare, 1);
+        /* d is first now: prepared at the next chance to start work. */
+        KICK(&p);
+        ck_assert(d.prepared);
+
+        /* Nothing pending: nothing prepared. */
+        DONE(&p, &b);
+        ck_assert(d.executing);
+        ck_assert(d.started_prepared);
+        DONE(&p, &d);
+        WAKE(&p, &a);
+        DONE(&p, &a);
+        ck_assert_uint_eq(c.nr_started, 0);
+        ck_assert_uint_eq(a.nr_unprepare + b.nr_unprepare + d.nr_unprepare, 0);
+
+        /* Unbound: whatever is queued starts, nothing is prepared. */
+        QUEUE(&u, &x);
+        QUEUE(&u, &y);
+        ck_assert(x.executing && y.executing);
+        ck_assert_uint_eq(x.nr_prepare + y.nr_prepare, 0);
+        DONE(&u, &x);
+        DONE(&u, &y);
+        pool_done(&p);
+        pool_done(&u);
+}
+END_TEST
+
 /* ------------------------------------------------------------------------ */
 /* automatic CPU-intensive marking (real timers) */
 
@@ -1102,6 +1199,7 @@ int main(void) {
         tcase_add_test(tc_cm, test_unbound_starts_everything);
         tcase_add_test(tc_cm, test_unbound_block_is_no_cm_wakeup);
         tcase_add_test(tc_cm, test_cancel_pending);
+        tcase_add_test(tc_cm, test_prepare_next);
         suite_add_tcase(s, tc_cm);
 
         tcase_add_checked_fixture(tc_nr, setup, NULL);
