@@ -821,10 +821,12 @@ _Noreturn static void exec_child(const struct exec_child *c) {
  * cgroup.procs and its RCU grace period.  The child runs exec_child().  The
  * reply is the pid, or -errno.
  *
- * The daemon waits for that reply (exec_start() stays synchronous): the
+ * The daemon waits for that reply (exec_prepare() stays synchronous): the
  * spawner is small, so its clone takes tens of microseconds, and a failure
  * to create the process (EAGAIN) is still returned by exec_start(), which
- * the pool retries.  Should the spawner be unusable (it cannot be started,
+ * the pool retries.  On a bound pool that wait is not where it matters: the
+ * next item is prepared while the one before it runs, and when that one
+ * blocks or ends, exec_go() only sends one byte.  Should the spawner be unusable (it cannot be started,
  * it died and cannot be restarted, or the kernel refuses CLONE_PARENT), the
  * daemon falls back to fork()ing the child itself, as before.
  */

@@ -5,22 +5,23 @@
  * Running one exec work item: a child process started as the submitting user,
  * its output captured, reaped through a pidfd.
  *
- * The child, before execve():
+ * The child, before execve(), in this order:
+ *   - signal dispositions and mask reset,
  *   - joins its own cgroup first, when spec->cgroups is given (see cgroup.h),
  *   - gets its own process group (setpgid(0, 0)), so that killing the item
  *     kills its whole process tree (with a cgroup, also what left the group
  *     with setsid()),
+ *   - stdin from a memfd holding the payload (or /dev/null), stdout and
+ *     stderr to pipes the daemon reads, all other fds closed,
  *   - is pinned to @cpu when cpu >= 0 (sched_setaffinity),
  *   - gets nice @nice (only lowered below 0 while still privileged),
  *   - gets the kernel's default RLIMIT_NOFILE soft limit (1024) back and a
  *     new, empty session keyring: nothing of the daemon's,
+ *   - waits until the daemon has attached the sleep detector,
  *   - drops to the submitter: setgroups(groups), setresgid(gid), setresuid(uid)
  *     (skipped when the daemon already runs as exactly that user),
  *   - chdir(cwd) as that user,
- *   - stdin from a memfd holding the payload (or /dev/null), stdout and
- *     stderr to pipes the daemon reads,
- *   - all other fds closed, signal dispositions and mask reset,
- *   - waits until the daemon has attached the sleep detector, then
+ *   - waits for "go" (exec_go()), then at once
  *     execve(): an absolute program path directly; a bare name with
  *     execvpe() on the PATH of @envp.
  * An execve() failure is reported to the daemon through a close-on-exec pipe
