@@ -84,6 +84,7 @@ struct core_waiter {
         uint64_t flush_seq;             /* core-private */
         uint64_t item_id;               /* core-private */
         struct workqueue *drain_wq;     /* core-private */
+        uint64_t freeze_deadline_usec;  /* core-private, CLOCK_MONOTONIC */
 };
 
 void core_waiter_init(struct core_waiter *w, void (*done)(struct core_waiter *w, int r));

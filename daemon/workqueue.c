@@ -448,9 +448,38 @@ static void workqueue_deactivate_pending(struct workqueue *wq) {
         }
 }
 
+/* Each freezer has its own deadline (a suspend's freeze and a short
+ * "cmwqctl freeze --timeout" must not cut each other short or stretch each
+ * other): the one timer follows the earliest. */
+static void core_arm_freeze_timer(struct core *c) {
+        struct core_waiter *w;
+        uint64_t first = UINT64_MAX, now = now_usec(CLOCK_MONOTONIC);
+
+        list_for_each_entry(w, &c->freezers, entry)
+                if (w->freeze_deadline_usec < first)
+                        first = w->freeze_deadline_usec;
+        if (first == UINT64_MAX) {
+                evtimer_del(c->freeze_timer);
+                return;
+        }
+        struct timeval tv = timeval_from_usec(first > now ? first - now : 0);
+        evtimer_add(c->freeze_timer, &tv);
+}
+
 static void core_freeze_timer_fired(evutil_socket_t fd, short what, void *userdata) {
         struct core *c = userdata;
         struct workqueue *wq = NULL;
+        struct core_waiter *w, *n;
+        uint64_t now = now_usec(CLOCK_MONOTONIC);
+        struct list_head expired = LIST_HEAD_INIT(expired);
+
+        list_for_each_entry_safe(w, n, &c->freezers, entry)
+                if (w->freeze_deadline_usec <= now)
+                        list_move_tail(&w->entry, &expired);
+        if (list_empty(&expired)) {
+                core_arm_freeze_timer(c);
+                return;
+        }
 
         list_for_each_entry(wq, &c->workqueues, entry) {
                 struct item *i;
@@ -462,7 +491,8 @@ static void core_freeze_timer_fired(evutil_socket_t fd, short what, void *userda
                                 log_warning("Freeze timed out: item %" PRIu64 " of workqueue %s (%s) is still running",
                                             i->id, wq->name, i->argv[0]);
         }
-        waiters_complete(&c->freezers, -ETIMEDOUT);
+        core_arm_freeze_timer(c);
+        waiters_complete(&expired, -ETIMEDOUT);
 }
 
 static void workqueue_freeze(struct workqueue *wq) {
@@ -521,9 +551,10 @@ int core_freeze(struct core *c, const struct core_caller *caller, const char *na
                 if (!c->freeze_timer)
                         return core_error_set(e, -ENOMEM, "out of memory");
         }
-        struct timeval tv = timeval_from_usec(timeout_usec ? timeout_usec : c->config.freeze_timeout_usec);
-        evtimer_add(c->freeze_timer, &tv);
+        w->freeze_deadline_usec = now_usec(CLOCK_MONOTONIC) +
+                (timeout_usec ? timeout_usec : c->config.freeze_timeout_usec);
         list_add_tail(&w->entry, &c->freezers);
+        core_arm_freeze_timer(c);
         return 1;
 }
 

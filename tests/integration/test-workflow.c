@@ -541,6 +541,41 @@ START_TEST(test_freeze_timeout_names_the_holder) {
 }
 END_TEST
 
+/* Two freezes with their own timeouts (a suspend's and a short one from the
+ * shell): the short one times out alone, the long one keeps waiting for the
+ * running item and ends when it does. */
+START_TEST(test_freeze_timeouts_are_per_caller) {
+        struct ctl_async long_freeze;
+        struct ctl_result r;
+        char gate[512], started[512], cmd[1200], *id;
+        FILE *f;
+
+        test_path(&d, "gate", gate, sizeof(gate));
+        test_path(&d, "started", started, sizeof(started));
+        snprintf(cmd, sizeof(cmd), "echo up > '%s'; while [ ! -e '%s' ]; do sleep 0.05; done", started, gate);
+        free(CTL_OK(&d, "create", "pq", "--freezable"));
+        id = CTL_OK(&d, "submit", "pq", "--", "/bin/sh", "-c", cmd);
+        ck_assert_msg(wait_for_lines(started, 1, 30000), "the item did not start");
+
+        CTL_START(&d, &long_freeze, "freeze", "pq", "--timeout", "60");
+        CTL(&d, &r, "freeze", "pq", "--timeout", "0.3");
+        ck_assert_msg(r.status == 1 && strstr(r.err, "timed out"), "short freeze: %d %s", r.status, r.err);
+        ctl_result_free(&r);
+
+        /* The short timeout must not have ended the long freeze. */
+        ck_assert_msg(!ctl_finish(&long_freeze, 500, &r), "the long freeze ended with the short one");
+
+        f = fopen(gate, "w");
+        ck_assert_ptr_nonnull(f);
+        fclose(f);
+        ck_assert_msg(ctl_finish(&long_freeze, 30000, &r), "the long freeze did not end with the item");
+        ck_assert_msg(r.status == 0, "long freeze exited %d: %s", r.status, r.err);
+        ctl_result_free(&r);
+        free(CTL_OK(&d, "thaw", "pq"));
+        free(id);
+}
+END_TEST
+
 START_TEST(test_freeze_and_thaw) {
         struct ctl_async other;
         struct ctl_result r;
@@ -741,6 +776,7 @@ int main(void) {
         tcase_add_test(tc, test_output_capture);
         tcase_add_test(tc, test_freeze_and_thaw);
         tcase_add_test(tc, test_freeze_timeout_names_the_holder);
+        tcase_add_test(tc, test_freeze_timeouts_are_per_caller);
         tcase_add_test(tc, test_destroy_drains_then_removes);
         tcase_add_test(tc, test_set_max_active_out_of_range_refused);
         tcase_add_test(tc, test_create_bad_values_refused);
