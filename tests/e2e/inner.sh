@@ -30,6 +30,20 @@ check() { # check DESCRIPTION COMMAND...: one TAP result
                 return 1
         fi
 }
+# The checks that need cmwqd's logind inhibitor are TODO (expected to fail,
+# and counted as neither passed nor failed) while the installed cmwqd has no
+# such thing: it is being written on another branch.  Once cmwqd has it (its
+# --no-sleep-inhibitor option), they count like every other check.
+if cmwqd --help | grep -q -- --no-sleep-inhibitor; then
+        todo_inhibitor=
+else
+        todo_inhibitor=" # TODO this cmwqd takes no logind sleep inhibitor yet"
+fi
+check_inhibitor() { # check_inhibitor DESCRIPTION COMMAND...
+        local desc=$1
+        shift
+        check "$desc$todo_inhibitor" "$@"
+}
 say() { sed 's/^/# /'; }
 # poll SECONDS COMMAND...: until COMMAND succeeds, every 0.1 s
 poll() {
@@ -145,7 +159,7 @@ check "items have no capability outside the unit's bounding set, no new privileg
 as_user cmwqctl create e2e_frz --ordered --freezable >/dev/null &&
         as_user cmwqctl create e2e_live --ordered >/dev/null || echo "cannot create the queues" | say
 held=no
-check "cmwqd holds a delay inhibitor on sleep" poll 10 holds_inhibitor && held=yes
+check_inhibitor "cmwqd holds a delay inhibitor on sleep" poll 10 holds_inhibitor && held=yes
 
 # A freezable item that is running when the suspend comes is let finish.
 as_user cmwqctl submit e2e_frz -- /bin/sh -c "echo long-start >>$log; sleep 2; echo long-end >>$log" >/dev/null
@@ -161,10 +175,10 @@ order_has() { # order_has FIRST SECOND: both in the log, FIRST earlier
         b=$(grep -n -x "$2" $log | head -1 | cut -d: -f1)
         [ -n "$a" ] && [ -n "$b" ] && [ "$a" -lt "$b" ]
 }
-check "the running freezable item finished before the sleep" order_has long-end asleep
-check "cmwqd released the inhibitor it held for the sleep" bash -c "[ $held = yes ] && ! systemd-inhibit --list --no-pager --no-legend | grep -q 'cmwqd.*sleep.*delay'"
+check_inhibitor "the running freezable item finished before the sleep" order_has long-end asleep
+check_inhibitor "cmwqd released the inhibitor it held for the sleep" bash -c "[ $held = yes ] && ! systemd-inhibit --list --no-pager --no-legend | grep -q 'cmwqd.*sleep.*delay'"
 frz=$(wq_field e2e_frz frozen) live=$(wq_field e2e_live frozen) sysfrz=$(wq_field system_freezable frozen)
-check "asleep: freezable queues are frozen (e2e_frz $frz, system_freezable $sysfrz), others not (e2e_live $live)" \
+check_inhibitor "asleep: freezable queues are frozen (e2e_frz $frz, system_freezable $sysfrz), others not (e2e_live $live)" \
         [ "$frz" = true -a "$sysfrz" = true -a "$live" = false ]
 
 f1=$(as_user cmwqctl submit e2e_frz -- /bin/sh -c "echo F1 >>$log")
@@ -174,7 +188,7 @@ check "asleep: an item of a non-freezable queue runs" [ $? -eq 0 -a "$(grep -c -
 sleep 1
 s1=$(item_state "$f1") s2=$(item_state "$f2")
 # (with the long item done, only the freeze holds them: the queue is ordered)
-check "asleep: items of a frozen queue do not start (states $s1, $s2)" \
+check_inhibitor "asleep: items of a frozen queue do not start (states $s1, $s2)" \
         [ "$s1" = inactive -a "$s2" = inactive -a "$(grep -c -x -e F1 -e F2 $log)" = 0 \
                 -a "$(grep -c -x long-end $log)" = 1 ]
 
@@ -193,9 +207,9 @@ check "thawed: flush of the freezable queue returns (exit $st), the queue is not
         [ $st -eq 0 -a "$(wq_field e2e_frz frozen)" = false ]
 order=$(tr '\n' ' ' <$log)
 echo "order: $order" | say
-check "every item ran exactly once, in order, around the sleep" \
+check_inhibitor "every item ran exactly once, in order, around the sleep" \
         [ "$order" = "long-start long-end asleep N1 resumed F1 F2 " ]
-check "cmwqd takes a new inhibitor after the resume" poll 10 holds_inhibitor
+check_inhibitor "cmwqd takes a new inhibitor after the resume" poll 10 holds_inhibitor
 
 # --- socket activation through the real units
 stopped() {
