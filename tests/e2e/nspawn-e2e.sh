@@ -154,6 +154,20 @@ else
         not_ok "make install DESTDIR= of the build"
         bail "nothing to test"
 fi
+# The system bus reads policies only from /usr/share and /etc: a build for
+# another prefix (/usr/local by default) gets its directory added, as an
+# administrator would add it for such an installation.
+includes=
+for policydir in $(cd "$stage" && find . -path '*/share/dbus-1/system.d' -type d | sed 's|^\.||'); do
+        [ "$policydir" = /usr/share/dbus-1/system.d ] || includes+="  <includedir>$policydir</includedir>"$'\n'
+done
+if [ -n "$includes" ]; then
+        mkdir -p "$stage/etc/dbus-1"
+        printf '%s\n%s\n<busconfig>\n%s</busconfig>\n' \
+                '<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"' \
+                ' "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">' \
+                "$includes" >"$stage/etc/dbus-1/system-local.conf"
+fi
 install -D -m 0755 "$testsdir/e2e/inner.sh" "$stage/var/lib/cmwq-e2e/inner.sh"
 install -D -m 0755 "$testsdir/e2e/sleep-hold.sh" "$stage/usr/lib/systemd/system-sleep/cmwq-e2e-hold"
 echo "$token" >"$stage/var/lib/cmwq-e2e/marker"
@@ -213,7 +227,7 @@ fi
 
 # --- 4: into the container's overlay (keeping merged /usr's symlinks)
 if tar -C "$stage" -cf - . | in_container tar -C / --keep-directory-symlink -xf - &&
-        in_container systemctl daemon-reload; then
+        in_container systemctl daemon-reload && in_container systemctl reload dbus; then
         ok "the project is installed in the container"
 else
         not_ok "the project is installed in the container"
