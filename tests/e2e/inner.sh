@@ -44,6 +44,17 @@ check_inhibitor() { # check_inhibitor DESCRIPTION COMMAND...
         shift
         check "$desc$todo_inhibitor" "$@"
 }
+# The same for the D-Bus front end (cmwqd's --no-dbus option).
+if cmwqd --help | grep -q -- --no-dbus; then
+        todo_dbus=
+else
+        todo_dbus=" # TODO this cmwqd has no D-Bus interface yet"
+fi
+check_dbus() { # check_dbus DESCRIPTION COMMAND...
+        local desc=$1
+        shift
+        check "$desc$todo_dbus" "$@"
+}
 say() { sed 's/^/# /'; }
 # poll SECONDS COMMAND...: until COMMAND succeeds, every 0.1 s
 poll() {
@@ -155,6 +166,12 @@ bounded() {
 }
 check "items have no capability outside the unit's bounding set, no new privileges, none at all for users" bounded
 
+# --- the D-Bus front end on the real system bus, with the installed policy
+bus_cpus() { as_user busctl --system get-property org.cmwq.cmwqd1 /org/cmwq/cmwqd1 org.cmwq.cmwqd1.Manager CPUs; }
+cpus=$(bus_cpus 2>&1)
+check_dbus "another user reads org.cmwq.cmwqd1's Manager over the system bus (got '$cpus')" \
+        [ "$cpus" = "u $(nproc)" ]
+
 # --- suspend: the daemon's delay inhibitor, freeze, release, thaw
 as_user cmwqctl create e2e_frz --ordered --freezable >/dev/null &&
         as_user cmwqctl create e2e_live --ordered >/dev/null || echo "cannot create the queues" | say
@@ -218,6 +235,11 @@ stopped() {
                 [ "$(systemctl is-active cmwqd.socket)" = active ]
 }
 check "systemctl stop cmwqd: a clean stop, the socket stays" stopped
+bus_activated() {
+        [ "$(bus_cpus)" = "u $(nproc)" ] && [ "$(systemctl is-active cmwqd.service)" = active ] &&
+                systemctl stop cmwqd.service 2>/dev/null
+}
+check_dbus "a D-Bus call starts cmwqd (bus activation through cmwqd.service)" bus_activated
 check "a client's connection starts cmwqd again (socket activation)" \
         bash -c "[ \"\$(runuser -u $user -- cmwqctl submit system --wait -- id -u)\" = $uid ] &&
                 [ \"\$(systemctl is-active cmwqd.service)\" = active ]"
