@@ -4,9 +4,10 @@
 #   ./quickstart.sh demo   install what is missing, build, start cmwqd on a
 #                          private socket and show concurrency management live
 #   ./quickstart.sh test   install what is missing, build, run the whole test
-#                          suite: a normal build (-Werror) and an
-#                          AddressSanitizer + UndefinedBehaviorSanitizer build,
-#                          then "make distcheck"
+#                          suite: a normal build (-Werror) with the end-to-end
+#                          tier (a Debian 12 container, tests/e2e/README.md)
+#                          and an AddressSanitizer + UndefinedBehaviorSanitizer
+#                          build, then "make distcheck"
 #
 # Both need root for apt-get (they use sudo when not root) and run as root so
 # that the tests can submit work as other users.
@@ -19,6 +20,7 @@ packages=(
         libsystemd-dev libevent-dev libprotobuf-c-dev protobuf-c-compiler check
         util-linux procps
         dbus-daemon python3-dbusmock    # the suspend tests: a private system bus with a mock logind
+        systemd debootstrap debian-archive-keyring systemd-container    # the units' tests and the end-to-end tier
 )
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
@@ -57,7 +59,9 @@ count_results() {
 
 run_tests() {
         local passed=0 failed=0 status=0 p f dir
-        build build --enable-werror
+        # The end-to-end tier (a systemd-nspawn container) runs once, in the
+        # normal build: it tests the installed system, not memory errors.
+        build build --enable-werror --enable-e2e
         build build-asan --enable-sanitizers --enable-werror
         for dir in build build-asan; do
                 log "make check in $dir"

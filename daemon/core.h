@@ -279,6 +279,8 @@ int core_freeze(struct core *c, const struct core_caller *caller, const char *na
 int core_thaw(struct core *c, const struct core_caller *caller, const char *name, struct core_error *e);
 uint64_t workqueue_nr_pending(const struct workqueue *wq);
 uint64_t workqueue_nr_running(const struct workqueue *wq);
+/* Items running now, in every workqueue. */
+uint64_t core_nr_running(const struct core *c);
 
 /* Items */
 struct submit_args {

@@ -26,7 +26,8 @@
 struct ipc_server {
         struct event_base *base;
         struct core *core;
-        char *path;             /* NULL when the socket came from systemd */
+        char *path;             /* ours to unlink; NULL when the socket came from systemd */
+        char *activated_path;   /* the address of systemd's socket, for the logs */
         bool user_mode;
         int fd;
         struct event *accept_event;
@@ -42,7 +43,27 @@ struct core *ipc_server_core(struct ipc_server *s) {
 }
 
 const char *ipc_server_path(struct ipc_server *s) {
-        return s->path ? s->path : "(socket activation)";
+        if (s->path)
+                return s->path;
+        return s->activated_path ? s->activated_path : "a socket from systemd";
+}
+
+bool ipc_server_socket_activated(struct ipc_server *s) {
+        return !s->path;
+}
+
+/* The path systemd bound the socket to, so that the logs and the unit's
+ * status say where clients connect.  NULL for an abstract or unnamed one. */
+static char *ipc_socket_bound_path(int fd) {
+        struct sockaddr_un sa = {};
+        socklen_t len = sizeof(sa);
+        size_t n;
+
+        if (getsockname(fd, (struct sockaddr *) &sa, &len) < 0 || sa.sun_family != AF_UNIX ||
+            len <= offsetof(struct sockaddr_un, sun_path) || sa.sun_path[0] != '/')
+                return NULL;
+        n = len - offsetof(struct sockaddr_un, sun_path);
+        return strndup(sa.sun_path, n);
 }
 
 static void ipc_client_update_events(struct ipc_client *c) {
@@ -541,7 +562,9 @@ int ipc_server_new(struct event_base *base, struct core *core, const char *path,
                 fd = SD_LISTEN_FDS_START;
                 (void) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
                 path = NULL;
-        } else {
+        } else if (!path)
+                return log_error_errno(-EINVAL, "No socket path, and no socket from systemd");
+        else {
                 r = ipc_listen(path, user_mode, &fd);
                 if (r < 0)
                         return r;
@@ -558,6 +581,8 @@ int ipc_server_new(struct event_base *base, struct core *core, const char *path,
         s->user_mode = user_mode;
         list_init(&s->clients);
         s->path = path ? strdup(path) : NULL;
+        if (!path)
+                s->activated_path = ipc_socket_bound_path(fd);
         s->accept_event = event_new(base, fd, EV_READ | EV_PERSIST, ipc_server_accept, s);
         s->accept_pause = evtimer_new(base, ipc_server_resume_accept, s);
         if ((path && !s->path) || !s->accept_event || !s->accept_pause) {
@@ -583,6 +608,7 @@ struct ipc_server *ipc_server_free(struct ipc_server *s) {
         if (s->path)
                 unlink(s->path);
         free(s->path);
+        free(s->activated_path);
         free(s);
         return NULL;
 }

@@ -59,12 +59,15 @@ struct ipc_client {
         unsigned nr_calls;
 };
 
-/* Listens on @path (or on a socket passed by systemd, when there is one). */
+/* Listens on the socket passed by systemd when there is one, else on @path
+ * (which may then not be NULL). */
 int ipc_server_new(struct event_base *base, struct core *core, const char *path, bool user_mode,
                    struct ipc_server **ret);
 struct ipc_server *ipc_server_free(struct ipc_server *s);
 struct core *ipc_server_core(struct ipc_server *s);
 const char *ipc_server_path(struct ipc_server *s);
+/* Whether the listening socket came from systemd (sd_listen_fds). */
+bool ipc_server_socket_activated(struct ipc_server *s);
 
 /* Queues @resp for the client.  Returns a negative errno if it could not. */
 int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp);

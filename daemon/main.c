@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <math.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -271,8 +272,9 @@ int main(int argc, char **argv) {
                 log_warning("Running the system instance without root: items can only run as uid %u",
                             (unsigned) geteuid());
 
+        /* A socket from systemd needs no path (nor $XDG_RUNTIME_DIR). */
         socket_path = o.socket_path;
-        if (!socket_path) {
+        if (!socket_path && sd_listen_fds(false) <= 0) {
                 if (o.user_mode) {
                         if (user_socket_path(&user_socket) < 0)
                                 goto out;
@@ -373,16 +375,20 @@ int main(int argc, char **argv) {
                 goto out;
         }
 
-        log_info("cmwqd %s listening on %s (%s instance, %u CPUs, sleep detector %s)", PACKAGE_VERSION,
-                 ipc_server_path(server), o.user_mode ? "user" : "system", core->nr_cpus,
-                 sleepwatch_mode_to_string(sleepwatch_get_mode(sw)));
-        (void) sd_notifyf(false, "READY=1\nSTATUS=Serving %u CPUs on %s", core->nr_cpus, ipc_server_path(server));
+        log_info("cmwqd %s listening on %s%s (%s instance, %u CPUs, sleep detector %s)", PACKAGE_VERSION,
+                 ipc_server_path(server), ipc_server_socket_activated(server) ? " (socket from systemd)" : "",
+                 o.user_mode ? "user" : "system", core->nr_cpus, sleepwatch_mode_to_string(sleepwatch_get_mode(sw)));
+        /* What "systemctl status cmwqd" shows under the unit's name. */
+        (void) sd_notifyf(false, "READY=1\nSTATUS=Serving %u CPUs on %s, sleep detector %s, %s", core->nr_cpus,
+                          ipc_server_path(server), sleepwatch_mode_to_string(sleepwatch_get_mode(sw)),
+                          cgroups ? "items in cgroups" : "items in process groups only");
 
         if (event_base_dispatch(base) < 0) {
                 log_error("The event loop failed");
                 goto out;
         }
-        (void) sd_notify(false, "STOPPING=1");
+        (void) sd_notifyf(false, "STOPPING=1\nSTATUS=Stopping, killing %" PRIu64 " running items",
+                          core_nr_running(core));
         ret = EXIT_SUCCESS;
 
 out:
@@ -403,5 +409,8 @@ out:
         free(o.limit_args);
         if (ret == EXIT_SUCCESS)
                 log_info("Stopped");
+        else
+                /* The reason is logged; the unit's status points there. */
+                (void) sd_notify(false, "STATUS=Exiting on an error, see the log");
         return ret;
 }

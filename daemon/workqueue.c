@@ -292,6 +292,15 @@ uint64_t workqueue_nr_running(const struct workqueue *wq) {
         return n;
 }
 
+uint64_t core_nr_running(const struct core *c) {
+        const struct workqueue *wq;
+        uint64_t n = 0;
+
+        list_for_each_entry(wq, &c->workqueues, entry)
+                n += workqueue_nr_running(wq);
+        return n;
+}
+
 uint64_t workqueue_nr_pending(const struct workqueue *wq) {
         return wq->nr_items - workqueue_nr_running(wq);
 }
