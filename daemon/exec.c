@@ -1115,6 +1115,10 @@ static void exec_spawner_stop(void) {
         }
 }
 
+void exec_spawner_shutdown(void) {
+        exec_spawner_stop();
+}
+
 int exec_spawner_start(void) {
         int sv[2];
         sigset_t all, saved;

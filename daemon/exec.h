@@ -132,6 +132,8 @@ uint64_t exec_proc_started_usec(const struct exec_proc *p);
  * it when needed, and forks items itself if it cannot.  Idempotent.
  */
 int exec_spawner_start(void);
+/* Stops the spawner and reaps it, so that no zombie outlives the daemon. */
+void exec_spawner_shutdown(void);
 
 /* SIGKILLs the item's process group and cgroup.  @done still follows, with
  * killed set. */

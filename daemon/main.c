@@ -399,6 +399,7 @@ out:
         /* After the items, before the loop its removal events live on. */
         cgroups = cgroup_root_free(cgroups);
         sw = sleepwatch_free(sw);
+        exec_spawner_shutdown();
         if (sigterm)
                 event_free(sigterm);
         if (sigint)
