@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -119,6 +120,15 @@ static int conn_send_all(int fd, const uint8_t *p, size_t n) {
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
+                        if (errno == EAGAIN) {
+                                /* A non-blocking socket (the library's): a
+                                 * frame is sent whole, so wait for room. */
+                                struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+
+                                if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+                                        return -errno;
+                                continue;
+                        }
                         return -errno;
                 }
                 p += k;
@@ -195,14 +205,24 @@ static int conn_recv(struct conn *c, Cmwq__Response **ret) {
         }
 }
 
-int conn_call(struct conn *c, Cmwq__Request *req, Cmwq__Response **ret) {
-        int r;
-
+int conn_send_request(struct conn *c, Cmwq__Request *req) {
         if (!c || c->fd < 0)
                 return -ENOTCONN;
 
         req->id = ++c->next_id;
-        r = conn_send(c, req);
+        return conn_send(c, req);
+}
+
+int conn_read_response(struct conn *c, Cmwq__Response **ret) {
+        if (!c || c->fd < 0)
+                return -ENOTCONN;
+        return conn_recv(c, ret);
+}
+
+int conn_call(struct conn *c, Cmwq__Request *req, Cmwq__Response **ret) {
+        int r;
+
+        r = conn_send_request(c, req);
         if (r < 0)
                 return r;
 

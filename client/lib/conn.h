@@ -69,6 +69,17 @@ static inline void conn_closep(struct conn **c) {
  */
 int conn_call(struct conn *c, Cmwq__Request *req, Cmwq__Response **ret);
 
+/*
+ * The two halves of conn_call(), for a caller that keeps several requests
+ * open at once (the library).  conn_send_request() assigns req->id and sends
+ * the whole frame, waiting for room if the socket is non-blocking.
+ * conn_read_response() returns the next response whatever its id; on a
+ * non-blocking socket -EAGAIN when no whole frame has arrived yet (the bytes
+ * that did stay buffered).  Errors as for conn_call().
+ */
+int conn_send_request(struct conn *c, Cmwq__Request *req);
+int conn_read_response(struct conn *c, Cmwq__Response **ret);
+
 /* The daemon's message for the last failure it explained, or NULL. */
 const char *conn_last_error(const struct conn *c);
 

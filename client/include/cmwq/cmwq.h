@@ -1,0 +1,284 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#ifndef CMWQ_CMWQ_H
+#define CMWQ_CMWQ_H
+
+/*
+ * libcmwq-client: the kernel's workqueue API for services, over cmwqd.
+ *
+ * Link with `pkg-config --cflags --libs libcmwq-client`; the manual is
+ * libcmwq-client(3).
+ *
+ * Conventions, as in the kernel:
+ *  - Functions returning int return 0 (or a documented non-negative value)
+ *    on success and a negative errno on failure.  Functions returning a
+ *    pointer return NULL on failure and set errno.
+ *  - After any failure, cmwq_last_error() has a human-readable sentence for
+ *    the calling thread, with the daemon's own explanation when it gave one.
+ *  - Every function may be called from any thread.  A struct cmwq and the
+ *    workqueue handles made from it stay valid until cmwq_disconnect(), which
+ *    must not race with other calls on the same connection.
+ *  - Blocking functions never hang on a daemon that died: every call waiting
+ *    for it returns -ECONNRESET (or the transport's errno), and so does every
+ *    later call on that connection.  Disconnect and connect again.
+ *  - Completion callbacks run only inside cmwq_process(), in the thread
+ *    that calls it, never while the library holds a lock: they may call any
+ *    function of this library except cmwq_disconnect() on their connection.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct cmwq;
+struct cmwq_workqueue;
+
+/* ---- connection ------------------------------------------------------- */
+
+/*
+ * Connect to cmwqd.  @socket_path names the socket ("@name" for the abstract
+ * namespace); NULL finds the daemon: $CMWQ_SOCKET if set and non-empty (and
+ * only it), else the user instance at $XDG_RUNTIME_DIR/cmwqd.sock, else the
+ * system instance at /run/cmwqd/cmwqd.sock.
+ *
+ * Returns the connection, or NULL with errno set:
+ *   ECONNREFUSED  no cmwqd runs at any place tried (cmwq_last_error() lists
+ *                 them and what each said),
+ *   EACCES        the socket exists but we may not connect,
+ *   EPROTONOSUPPORT  the daemon speaks another protocol version,
+ *   ENOMEM, or another errno of socket(2)/connect(2).
+ */
+struct cmwq *cmwq_connect(const char *socket_path);
+
+/*
+ * Close the connection and free it with every workqueue handle made from it.
+ * Completions not yet delivered are dropped without their callbacks being
+ * called.  Workqueues created on the connection are not destroyed.  Accepts
+ * NULL.
+ */
+void cmwq_disconnect(struct cmwq *c);
+
+/*
+ * A human-readable description of the last failure of a cmwq_* call in the
+ * calling thread (never NULL; "" before any failure).  Valid until the next
+ * cmwq_* call in this thread.
+ */
+const char *cmwq_last_error(void);
+
+/* ---- event-loop integration --------------------------------------------- */
+
+/*
+ * A file descriptor that polls readable (POLLIN / EV_READ / G_IO_IN) while
+ * cmwq_process() has something to do.  Owned by the connection: do not read
+ * it or close it.  The same for the connection's lifetime.
+ */
+int cmwq_get_fd(struct cmwq *c);
+
+/*
+ * Read what the daemon sent without blocking and run the completion
+ * callbacks that are due (cmwq_exec_async()), in the calling thread.
+ * Returns the number of callbacks run (>= 0), or a negative errno once the
+ * connection is lost (-ECONNRESET when the daemon closed it); the callbacks
+ * of every call still open have then been run with that error, and the fd
+ * of cmwq_get_fd() no longer polls readable for this connection.
+ */
+int cmwq_process(struct cmwq *c);
+
+/* ---- workqueues --------------------------------------------------------- */
+
+/* Workqueue flags: the kernel's WQ_* bits. */
+enum {
+        CMWQ_WQ_UNBOUND = 1 << 0,       /* unbound pools, no concurrency management */
+        CMWQ_WQ_FREEZABLE = 1 << 1,     /* frozen across suspend */
+        CMWQ_WQ_MEM_RECLAIM = 1 << 2,   /* a rescuer guarantees forward progress */
+        CMWQ_WQ_HIGHPRI = 1 << 4,       /* high-priority pools */
+        CMWQ_WQ_CPU_INTENSIVE = 1 << 5, /* does not count toward concurrency */
+};
+
+/* max_active: 0 is the default (256); at most CMWQ_MAX_ACTIVE. */
+#define CMWQ_DFL_ACTIVE 256u
+#define CMWQ_MAX_ACTIVE 512u
+#define CMWQ_NAME_MAX 64u
+
+/*
+ * Create the workqueue @name (1..CMWQ_NAME_MAX bytes of [A-Za-z0-9_.:@-],
+ * unique in the daemon) owned by the caller's uid.  @max_active limits its
+ * items executing at once per CPU (bound) or in total (CMWQ_WQ_UNBOUND).
+ * Returns a handle, or NULL with errno: EEXIST (the name is taken), EINVAL
+ * (bad name, flags or max_active), ENOSPC (a daemon limit), ECONNRESET.
+ */
+struct cmwq_workqueue *cmwq_alloc_workqueue(struct cmwq *c, const char *name, unsigned flags,
+                                            unsigned max_active);
+
+/*
+ * Create an ordered workqueue: unbound with max_active 1, so its items run
+ * one at a time in the order they were queued.  @flags may add
+ * CMWQ_WQ_FREEZABLE, CMWQ_WQ_MEM_RECLAIM, CMWQ_WQ_HIGHPRI.  As
+ * cmwq_alloc_workqueue() otherwise.
+ */
+struct cmwq_workqueue *cmwq_alloc_ordered_workqueue(struct cmwq *c, const char *name, unsigned flags);
+
+/*
+ * A handle to an existing workqueue the caller may use (one it owns, a
+ * shared or a built-in one), e.g. one made with cmwqctl.  NULL with errno
+ * ENOENT when there is no such queue visible to the caller.
+ */
+struct cmwq_workqueue *cmwq_open_workqueue(struct cmwq *c, const char *name);
+
+/* The built-in queues of every daemon, and cmwq_system_workqueue(). */
+enum cmwq_system_queue {
+        CMWQ_SYSTEM,                    /* "system": bound, general purpose */
+        CMWQ_SYSTEM_HIGHPRI,            /* "system_highpri" */
+        CMWQ_SYSTEM_LONG,               /* "system_long": for items that run long */
+        CMWQ_SYSTEM_UNBOUND,            /* "system_unbound" */
+        CMWQ_SYSTEM_FREEZABLE,          /* "system_freezable" */
+        CMWQ_SYSTEM_FREEZABLE_UNBOUND,  /* "system_freezable_unbound" */
+};
+
+/*
+ * The handle of a built-in queue.  Never fails for a valid @which (NULL with
+ * errno EINVAL otherwise); the handle belongs to the connection and must not
+ * be destroyed.  No round trip to the daemon.
+ */
+struct cmwq_workqueue *cmwq_system_workqueue(struct cmwq *c, enum cmwq_system_queue which);
+
+/* The queue's name, as the daemon knows it. */
+const char *cmwq_workqueue_name(const struct cmwq_workqueue *wq);
+
+/*
+ * Destroy the workqueue: new queueing is refused at once, everything queued
+ * on it runs to the end (as cmwq_drain_workqueue()), then it is removed.
+ * Blocks until then.  The handle is freed whatever the result.  Returns 0,
+ * -EPERM (a built-in queue, or not the caller's), -ENOENT (already gone),
+ * -ECONNRESET.
+ */
+int cmwq_destroy_workqueue(struct cmwq_workqueue *wq);
+
+/*
+ * Change the limit of items executing at once (0: the default).  Items
+ * waiting over the old limit start at once if the new one allows.  Returns
+ * 0, -EINVAL (over CMWQ_MAX_ACTIVE, or an ordered queue), -EPERM, -ENOENT.
+ */
+int cmwq_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active);
+
+/*
+ * Wait until every item queued on @wq before the call has finished.  Items
+ * queued after the call are not waited for, so a busy queue cannot make this
+ * wait forever.  Returns 0, -ENOENT (the queue was destroyed meanwhile),
+ * -EPERM, -ECONNRESET.
+ */
+int cmwq_flush_workqueue(struct cmwq_workqueue *wq);
+
+/*
+ * Wait until @wq is empty, including items that requeue themselves (an exec
+ * item exiting 75) while it drains; other queueing on @wq fails with -EBUSY
+ * meanwhile.  Returns as cmwq_flush_workqueue().
+ */
+int cmwq_drain_workqueue(struct cmwq_workqueue *wq);
+
+/* ---- exec work ----------------------------------------------------------- */
+
+/* What to run.  Zero-initialize, then fill what you need. */
+struct cmwq_exec_args {
+        const char *const *argv;        /* required, NULL-terminated; argv[0] is an
+                                         * absolute path, a plugin name or a name
+                                         * looked up in the item's PATH */
+        const char *const *envp;        /* NULL: the caller's environment */
+        const char *cwd;                /* NULL: the caller's current directory */
+        const void *stdin_data;         /* delivered on the item's stdin (<= 1 MiB) */
+        size_t stdin_len;
+        bool pin_cpu;                   /* run on @cpu (cmwq_queue_work_on()); */
+        unsigned cpu;                   /*   else on the caller's current CPU */
+        uint64_t delay_usec;            /* start no earlier than this from now */
+        uint64_t timeout_usec;          /* kill its process group after this; 0: never */
+        const char *key;                /* one pending item per key: queueing a key
+                                         * that is pending is a no-op */
+};
+
+enum cmwq_exec_state {
+        CMWQ_EXEC_FINISHED = 4,         /* ran to its end (any exit status) */
+        CMWQ_EXEC_CANCELLED = 5,
+        CMWQ_EXEC_FAILED = 6,           /* could not be started: see error */
+};
+
+/* What happened to an exec item.  Read-only for the caller. */
+struct cmwq_exec_result {
+        uint64_t id;
+        enum cmwq_exec_state state;
+        bool exited;                    /* exit_status is valid */
+        int exit_status;
+        int signal;                     /* killed by this signal, or 0 */
+        bool timed_out;                 /* killed by its timeout */
+        bool cpu_intensive;             /* the daemon marked it CPU-intensive */
+        uint64_t cpu_usec;              /* user + system time */
+        const char *out;                /* its stdout (bounded by the daemon), */
+        size_t out_len;                 /*   NUL-terminated for convenience */
+        bool out_truncated;
+        const char *err;                /* its stderr, likewise */
+        size_t err_len;
+        bool err_truncated;
+        const char *error;              /* why it could not start, or NULL */
+};
+
+/*
+ * Queue an exec item on @wq and return at once.  The item runs as the
+ * caller's uid under the daemon's concurrency management.  Returns 0 and the
+ * item's id in *ret_id (may be NULL), or 1 when @args->key was pending: then
+ * nothing was queued and *ret_id is the pending item's id.  Negative errno:
+ * -EINVAL (bad arguments), -ENOENT, -EPERM, -EBUSY (the queue drains or is
+ * being destroyed), -ENOSPC, -ECONNRESET.
+ */
+int cmwq_exec(struct cmwq_workqueue *wq, const struct cmwq_exec_args *args, uint64_t *ret_id);
+
+/*
+ * Queue an exec item and block until it has ended.  Returns 0 and its result
+ * in *ret (free with cmwq_exec_result_free()), whatever its exit status; a
+ * negative errno as cmwq_exec() if it could not be queued or the connection
+ * was lost meanwhile.
+ */
+int cmwq_exec_sync(struct cmwq_workqueue *wq, const struct cmwq_exec_args *args,
+                   struct cmwq_exec_result **ret);
+
+/*
+ * Called from cmwq_process() when an item has ended.  @error is 0 and
+ * @result the outcome, or @error is a negative errno (the connection was
+ * lost: -ECONNRESET; the item left the daemon's history: -ENOENT) and
+ * @result NULL.  @result is freed when the callback returns.
+ */
+typedef void (*cmwq_exec_done_fn)(struct cmwq *c, uint64_t id, int error,
+                                  const struct cmwq_exec_result *result, void *userdata);
+
+/*
+ * Queue an exec item; when it has ended, cmwq_process() calls @done exactly
+ * once (unless the connection is freed first).  Returns as cmwq_exec(); on
+ * failure @done is never called.  When the key was pending (1), @done is
+ * called for the pending item.
+ */
+int cmwq_exec_async(struct cmwq_workqueue *wq, const struct cmwq_exec_args *args,
+                    cmwq_exec_done_fn done, void *userdata, uint64_t *ret_id);
+
+/*
+ * Block until item @id (queued by the caller's uid) has ended and return its
+ * result.  Returns 0, -ENOENT (no such item, or gone from the history),
+ * -EPERM, -ECONNRESET.
+ */
+int cmwq_exec_wait(struct cmwq *c, uint64_t id, struct cmwq_exec_result **ret);
+
+/*
+ * Cancel item @id: a pending one is removed, a running one is killed (its
+ * whole process group) and waited for.  Returns 0 when the item is cancelled
+ * (by this call or an earlier one), 1 when it had already ended otherwise
+ * (ran to its end or failed to start), or -ENOENT, -EPERM, -ECONNRESET.
+ */
+int cmwq_exec_cancel(struct cmwq *c, uint64_t id);
+
+void cmwq_exec_result_free(struct cmwq_exec_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/*
+ * Inside libcmwq-client: one connection shared by the caller's threads.
+ *
+ * Requests go out under the connection's lock.  Any number of them may be
+ * open at once, each a struct client_call waiting for the response with its
+ * id.  One thread at a time reads the socket (the "reader": a thread blocked
+ * in a call, or cmwq_process()); it hands every response to its call and
+ * wakes the threads waiting.  Calls with a completion (cmwq_exec_async())
+ * are moved to the ready list and their callbacks run in cmwq_process(),
+ * outside the lock.  When the transport fails, every open call completes
+ * with that error and the connection stays dead.
+ */
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cmwq.pb-c.h"
+#include "cmwq/cmwq.h"
+#include "conn.h"
+#include "list.h"
+
+struct client_call;
+typedef void (*client_complete_fn)(struct cmwq *c, struct client_call *call);
+
+struct client_call {
+        struct list_head entry;         /* c->calls, then c->ready */
+        uint64_t id;
+        Cmwq__Response *resp;           /* owned once done */
+        int error;                      /* transport error, 0 when resp is set */
+        bool done;
+        client_complete_fn complete;    /* NULL: a blocking call waits for it */
+        cmwq_exec_done_fn exec_done;
+        void *userdata;
+        uint64_t item_id;
+};
+
+struct cmwq_workqueue {
+        struct cmwq *c;
+        struct list_head entry;         /* c->workqueues (not the system ones) */
+        char *name;
+        bool builtin;
+};
+
+#define CLIENT_NR_SYSTEM_QUEUES 6
+
+struct cmwq {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;            /* a call completed, or the reader left */
+        struct conn *conn;
+        int fd;                         /* the socket */
+        int epoll_fd;                   /* cmwq_get_fd(): the socket + wake_fd */
+        int wake_fd;                    /* eventfd: the ready list is not empty */
+        bool reading;                   /* a thread is reading the socket */
+        int dead;                       /* negative errno once the transport failed */
+        struct list_head calls;         /* open */
+        struct list_head ready;         /* completed, callbacks not run yet */
+        struct list_head workqueues;
+        struct cmwq_workqueue system[CLIENT_NR_SYSTEM_QUEUES];
+};
+
+/* Sets the calling thread's message for cmwq_last_error(); returns @error. */
+int client_error(int error, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* For a response that carries an error: sets the message, returns the errno. */
+int client_response_error(const Cmwq__Response *resp, const char *what);
+
+/* Sends @req and blocks until its response: 0 and *ret (free it with
+ * cmwq__response__free_unpacked), or a negative errno (transport).  An error
+ * the daemon answered with is in the response. */
+int client_call(struct cmwq *c, Cmwq__Request *req, Cmwq__Response **ret);
+/* A call that answers with an error or "done": returns 0 or the errno. */
+int client_call_simple(struct cmwq *c, Cmwq__Request *req, const char *what);
+/* Sends @req; @call (heap-allocated, owned by the connection from now on)
+ * completes through @call->complete in cmwq_process(). */
+int client_call_async(struct cmwq *c, Cmwq__Request *req, struct client_call *call);
+
+void client_call_free(struct client_call *call);
+
+/* client-exec.c: the exec result of an ItemInfo; takes @resp on success. */
+int client_exec_result_new(Cmwq__Response *resp, const Cmwq__ItemInfo *info, struct cmwq_exec_result **ret);

@@ -1,0 +1,499 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* libcmwq-client against a real cmwqd: connection, workqueues, exec work,
+ * event-loop integration, and a daemon that goes away under a waiting call. */
+#include <check.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmwq/cmwq.h>
+
+#include "harness.h"
+
+static struct cmwqd d;
+
+static void setup(void) {
+        cmwqd_start(&d, NULL);
+}
+
+static void teardown(void) {
+        cmwqd_stop(&d);
+}
+
+static struct cmwq *connect_ok(void) {
+        struct cmwq *c = cmwq_connect(d.socket);
+
+        ck_assert_msg(c, "cmwq_connect(%s): %s", d.socket, cmwq_last_error());
+        return c;
+}
+
+#define ARGV(...) ((const char *const[]) { __VA_ARGS__, NULL })
+
+/* Runs @argv on @wq and waits; fails the test unless it could. */
+static struct cmwq_exec_result *run_ok(struct cmwq_workqueue *wq, const struct cmwq_exec_args *a) {
+        struct cmwq_exec_result *res = NULL;
+        int r = cmwq_exec_sync(wq, a, &res);
+
+        ck_assert_msg(r == 0, "cmwq_exec_sync: %d %s", r, cmwq_last_error());
+        return res;
+}
+
+START_TEST(test_connect_finds_the_daemon) {
+        char missing[400];
+        struct cmwq *c;
+
+        /* $CMWQ_SOCKET first. */
+        setenv("CMWQ_SOCKET", d.socket, 1);
+        c = cmwq_connect(NULL);
+        ck_assert_msg(c, "via $CMWQ_SOCKET: %s", cmwq_last_error());
+        cmwq_disconnect(c);
+
+        /* Then the user instance in $XDG_RUNTIME_DIR (the harness's socket is
+         * named as a user instance's). */
+        unsetenv("CMWQ_SOCKET");
+        setenv("XDG_RUNTIME_DIR", d.dir, 1);
+        c = cmwq_connect(NULL);
+        ck_assert_msg(c, "via $XDG_RUNTIME_DIR: %s", cmwq_last_error());
+        cmwq_disconnect(c);
+
+        /* None runs: a clear code and a message naming what was tried. */
+        snprintf(missing, sizeof(missing), "%s/nobody-here.sock", d.dir);
+        setenv("CMWQ_SOCKET", missing, 1);
+        errno = 0;
+        c = cmwq_connect(NULL);
+        ck_assert_ptr_null(c);
+        ck_assert_int_eq(errno, ECONNREFUSED);
+        ck_assert_msg(strstr(cmwq_last_error(), "no cmwqd is running"), "message: %s", cmwq_last_error());
+        ck_assert_msg(strstr(cmwq_last_error(), missing), "message: %s", cmwq_last_error());
+
+        /* No $CMWQ_SOCKET, an empty runtime dir: the system socket is tried too. */
+        unsetenv("CMWQ_SOCKET");
+        setenv("XDG_RUNTIME_DIR", "/nonexistent-cmwq-test", 1);
+        if (access("/run/cmwqd/cmwqd.sock", F_OK) != 0) {
+                c = cmwq_connect(NULL);
+                ck_assert_ptr_null(c);
+                ck_assert_int_eq(errno, ECONNREFUSED);
+                ck_assert_msg(strstr(cmwq_last_error(), "/run/cmwqd/cmwqd.sock"), "message: %s",
+                              cmwq_last_error());
+        }
+}
+END_TEST
+
+START_TEST(test_workqueue_lifecycle) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq, *ord, *other, *sys;
+        char *out;
+
+        wq = cmwq_alloc_workqueue(c, "libtest", CMWQ_WQ_HIGHPRI, 3);
+        ck_assert_msg(wq, "alloc: %s", cmwq_last_error());
+        ck_assert_str_eq(cmwq_workqueue_name(wq), "libtest");
+
+        errno = 0;
+        ck_assert_ptr_null(cmwq_alloc_workqueue(c, "libtest", 0, 0));
+        ck_assert_int_eq(errno, EEXIST);
+        ck_assert_msg(strstr(cmwq_last_error(), "exist"), "message: %s", cmwq_last_error());
+        ck_assert_ptr_null(cmwq_alloc_workqueue(c, "bad name", 0, 0));
+        ck_assert_int_eq(errno, EINVAL);
+        ck_assert_ptr_null(cmwq_alloc_workqueue(c, "toomany", 0, CMWQ_MAX_ACTIVE + 1));
+        ck_assert_int_eq(errno, EINVAL);
+
+        ord = cmwq_alloc_ordered_workqueue(c, "libtest-ordered", 0);
+        ck_assert_msg(ord, "alloc ordered: %s", cmwq_last_error());
+
+        out = CTL_OK(&d, "--json", "list");
+        ck_assert_msg(strstr(out, "\"libtest\""), "list: %s", out);
+        ck_assert_msg(strstr(out, "\"libtest-ordered\""), "list: %s", out);
+        free(out);
+
+        ck_assert_int_eq(cmwq_workqueue_set_max_active(wq, 7), 0);
+        out = CTL_OK(&d, "list");
+        ck_assert_msg(strstr(out, "libtest"), "list: %s", out);
+        free(out);
+        ck_assert_int_eq(cmwq_workqueue_set_max_active(wq, CMWQ_MAX_ACTIVE + 1), -EINVAL);
+
+        /* A queue made elsewhere, and the built-in ones. */
+        free(CTL_OK(&d, "create", "from-ctl"));
+        other = cmwq_open_workqueue(c, "from-ctl");
+        ck_assert_msg(other, "open: %s", cmwq_last_error());
+        ck_assert_ptr_null(cmwq_open_workqueue(c, "no-such-queue"));
+        ck_assert_int_eq(errno, ENOENT);
+        sys = cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND);
+        ck_assert_str_eq(cmwq_workqueue_name(sys), "system_unbound");
+        ck_assert_ptr_null(cmwq_system_workqueue(c, (enum cmwq_system_queue) 99));
+        ck_assert_int_eq(cmwq_destroy_workqueue(sys), -EPERM);
+
+        ck_assert_int_eq(cmwq_destroy_workqueue(wq), 0);
+        ck_assert_int_eq(cmwq_destroy_workqueue(ord), 0);
+        ck_assert_int_eq(cmwq_destroy_workqueue(other), 0);
+        out = CTL_OK(&d, "--json", "list");
+        ck_assert_msg(!strstr(out, "\"libtest\"") && !strstr(out, "from-ctl"), "still listed: %s", out);
+        free(out);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_exec_sync_argv_env_cwd_stdin) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct cmwq_exec_result *res;
+        static const char payload[] = "from stdin\n";
+
+        res = run_ok(wq, &(struct cmwq_exec_args) {
+                .argv = ARGV("/bin/sh", "-c", "cat; echo \"$MARK\"; pwd; echo oops >&2; exit 3"),
+                .envp = ARGV("MARK=marked", "PATH=/usr/bin:/bin"),
+                .cwd = d.dir,
+                .stdin_data = payload,
+                .stdin_len = strlen(payload),
+        });
+        ck_assert_int_eq(res->state, CMWQ_EXEC_FINISHED);
+        ck_assert(res->exited);
+        ck_assert_int_eq(res->exit_status, 3);
+        ck_assert_int_eq(res->signal, 0);
+        char expect[600];
+        snprintf(expect, sizeof(expect), "from stdin\nmarked\n%s\n", d.dir);
+        ck_assert_str_eq(res->out, expect);
+        ck_assert_uint_eq(res->out_len, strlen(expect));
+        ck_assert_str_eq(res->err, "oops\n");
+        ck_assert_uint_gt(res->id, 0);
+        cmwq_exec_result_free(res);
+
+        /* Defaults: our environment and our directory. */
+        setenv("CMWQ_LIB_MARK", "inherited", 1);
+        ck_assert_int_eq(chdir(d.dir), 0);
+        res = run_ok(wq, &(struct cmwq_exec_args) {
+                .argv = ARGV("/bin/sh", "-c", "echo $CMWQ_LIB_MARK; pwd"),
+        });
+        snprintf(expect, sizeof(expect), "inherited\n%s\n", d.dir);
+        ck_assert_str_eq(res->out, expect);
+        cmwq_exec_result_free(res);
+
+        /* A program that cannot start. */
+        res = run_ok(wq, &(struct cmwq_exec_args) { .argv = ARGV("/nonexistent/program") });
+        ck_assert_int_eq(res->state, CMWQ_EXEC_FAILED);
+        ck_assert_ptr_nonnull(res->error);
+        cmwq_exec_result_free(res);
+
+        ck_assert_int_eq(cmwq_exec_sync(wq, &(struct cmwq_exec_args) { .argv = NULL }, &res), -EINVAL);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_exec_on_cpu_key_timeout) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct cmwq_exec_result *res;
+        uint64_t id1, id2;
+
+        res = run_ok(wq, &(struct cmwq_exec_args) {
+                .argv = ARGV("/bin/sh", "-c", "awk '{print $39}' /proc/self/stat"),
+                .pin_cpu = true,
+                .cpu = 0,
+        });
+        ck_assert_str_eq(res->out, "0\n");
+        cmwq_exec_result_free(res);
+
+        /* A key that is pending: no second item. */
+        ck_assert_int_eq(cmwq_exec(wq, &(struct cmwq_exec_args) {
+                                 .argv = ARGV("/bin/true"), .key = "k", .delay_usec = 2000000 }, &id1), 0);
+        ck_assert_int_eq(cmwq_exec(wq, &(struct cmwq_exec_args) {
+                                 .argv = ARGV("/bin/true"), .key = "k", .delay_usec = 2000000 }, &id2), 1);
+        ck_assert_uint_eq(id1, id2);
+        ck_assert_int_eq(cmwq_exec_cancel(c, id1), 0);
+        ck_assert_int_eq(cmwq_exec_wait(c, id1, &res), 0);
+        ck_assert_int_eq(res->state, CMWQ_EXEC_CANCELLED);
+        cmwq_exec_result_free(res);
+
+        res = run_ok(wq, &(struct cmwq_exec_args) { .argv = ARGV("/bin/sleep", "30"), .timeout_usec = 200000 });
+        ck_assert(res->timed_out);
+        ck_assert_int_ne(res->signal, 0);
+        cmwq_exec_result_free(res);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_exec_cancel_running_waits_for_it) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct cmwq_exec_result *res;
+        char started[400];
+        uint64_t id;
+
+        test_path(&d, "started", started, sizeof(started));
+        ck_assert_int_eq(cmwq_exec(wq, &(struct cmwq_exec_args) {
+                                 .argv = ARGV("/bin/sh", "-c", "echo x > \"$1\"; exec sleep 30", "sh", started) },
+                         &id), 0);
+        ck_assert(wait_for_lines(started, 1, 10000));
+        ck_assert_int_eq(cmwq_exec_cancel(c, id), 0);
+        /* Cancelled means ended: waiting now returns at once. */
+        ck_assert_int_eq(cmwq_exec_wait(c, id, &res), 0);
+        ck_assert_int_eq(res->state, CMWQ_EXEC_CANCELLED);
+        cmwq_exec_result_free(res);
+        ck_assert_int_eq(cmwq_exec_cancel(c, id), 0);
+
+        /* An item that ran to its end is not cancelled any more. */
+        res = run_ok(wq, &(struct cmwq_exec_args) { .argv = ARGV("/bin/true") });
+        ck_assert_int_eq(cmwq_exec_cancel(c, res->id), 1);
+        cmwq_exec_result_free(res);
+        ck_assert_int_eq(cmwq_exec_cancel(c, 999999), -ENOENT);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+struct done_log {
+        int calls;
+        int error;
+        int exit_status;
+        char out[64];
+        uint64_t id;
+};
+
+static void on_done(struct cmwq *c, uint64_t id, int error, const struct cmwq_exec_result *r, void *userdata) {
+        struct done_log *l = userdata;
+
+        l->calls++;
+        l->error = error;
+        l->id = id;
+        if (r) {
+                l->exit_status = r->exit_status;
+                snprintf(l->out, sizeof(l->out), "%s", r->out);
+        }
+}
+
+/* Drives @c from a poll loop, as a libevent or GLib service would, until
+ * @until callbacks ran or @timeout_ms passed.  Returns the last
+ * cmwq_process() result. */
+static int drive(struct cmwq *c, int *counter, int until, int timeout_ms) {
+        int r = 0;
+
+        for (int waited = 0; *counter < until && waited < timeout_ms; waited += 50) {
+                struct pollfd pfd = { .fd = cmwq_get_fd(c), .events = POLLIN };
+
+                if (poll(&pfd, 1, 50) > 0) {
+                        r = cmwq_process(c);
+                        if (r < 0)
+                                return r;
+                }
+        }
+        return r;
+}
+
+START_TEST(test_exec_async_from_an_event_loop) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND);
+        struct done_log logs[5] = {};
+        uint64_t ids[5];
+        int total = 0;
+
+        for (int i = 0; i < 5; i++) {
+                char cmd[64];
+
+                snprintf(cmd, sizeof(cmd), "echo item%d; exit %d", i, i);
+                ck_assert_int_eq(cmwq_exec_async(wq, &(struct cmwq_exec_args) { .argv = ARGV("/bin/sh", "-c", cmd) },
+                                                 on_done, &logs[i], &ids[i]), 0);
+        }
+        /* Nothing runs a callback but cmwq_process(). */
+        for (int i = 0; i < 5; i++)
+                ck_assert_int_eq(logs[i].calls, 0);
+
+        for (int waited = 0; waited < 20000; waited += 50) {
+                struct pollfd pfd = { .fd = cmwq_get_fd(c), .events = POLLIN };
+
+                total = 0;
+                for (int i = 0; i < 5; i++)
+                        total += logs[i].calls;
+                if (total == 5)
+                        break;
+                if (poll(&pfd, 1, 50) > 0)
+                        ck_assert_int_ge(cmwq_process(c), 0);
+        }
+        ck_assert_int_eq(total, 5);
+        for (int i = 0; i < 5; i++) {
+                char expect[16];
+
+                snprintf(expect, sizeof(expect), "item%d\n", i);
+                ck_assert_int_eq(logs[i].calls, 1);
+                ck_assert_int_eq(logs[i].error, 0);
+                ck_assert_int_eq(logs[i].exit_status, i);
+                ck_assert_str_eq(logs[i].out, expect);
+                ck_assert_uint_eq(logs[i].id, ids[i]);
+        }
+        /* Idle: the fd does not poll readable. */
+        struct pollfd pfd = { .fd = cmwq_get_fd(c), .events = POLLIN };
+        ck_assert_int_eq(poll(&pfd, 1, 100), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_flush_and_destroy_wait_for_queued_items) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_alloc_workqueue(c, "flushme", CMWQ_WQ_UNBOUND, 2);
+        char marks[400], cmd[600];
+
+        ck_assert_ptr_nonnull(wq);
+        test_path(&d, "marks", marks, sizeof(marks));
+        snprintf(cmd, sizeof(cmd), "sleep 0.3; echo done >> %s", marks);
+        for (int i = 0; i < 4; i++)
+                ck_assert_int_eq(cmwq_exec(wq, &(struct cmwq_exec_args) { .argv = ARGV("/bin/sh", "-c", cmd) }, NULL), 0);
+        ck_assert_int_eq(cmwq_flush_workqueue(wq), 0);
+        ck_assert_int_eq(count_lines(marks), 4);
+
+        for (int i = 0; i < 3; i++)
+                ck_assert_int_eq(cmwq_exec(wq, &(struct cmwq_exec_args) { .argv = ARGV("/bin/sh", "-c", cmd) }, NULL), 0);
+        ck_assert_int_eq(cmwq_drain_workqueue(wq), 0);
+        ck_assert_int_eq(count_lines(marks), 7);
+
+        /* Destroy drains first. */
+        for (int i = 0; i < 3; i++)
+                ck_assert_int_eq(cmwq_exec(wq, &(struct cmwq_exec_args) { .argv = ARGV("/bin/sh", "-c", cmd) }, NULL), 0);
+        ck_assert_int_eq(cmwq_destroy_workqueue(wq), 0);
+        ck_assert_int_eq(count_lines(marks), 10);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+struct sync_thread {
+        struct cmwq_workqueue *wq;
+        int index;
+        int r;
+        int exit_status;
+};
+
+static void *sync_thread_main(void *userdata) {
+        struct sync_thread *t = userdata;
+        struct cmwq_exec_result *res = NULL;
+        char cmd[32];
+
+        snprintf(cmd, sizeof(cmd), "exit %d", t->index);
+        t->r = cmwq_exec_sync(t->wq, &(struct cmwq_exec_args) { .argv = ARGV("/bin/sh", "-c", cmd) }, &res);
+        if (t->r == 0)
+                t->exit_status = res->exit_status;
+        cmwq_exec_result_free(res);
+        return NULL;
+}
+
+START_TEST(test_many_threads_share_a_connection) {
+        struct cmwq *c = connect_ok();
+        struct sync_thread t[8];
+        pthread_t th[8];
+
+        for (int i = 0; i < 8; i++) {
+                t[i] = (struct sync_thread) { .wq = cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND), .index = i + 1 };
+                ck_assert_int_eq(pthread_create(&th[i], NULL, sync_thread_main, &t[i]), 0);
+        }
+        for (int i = 0; i < 8; i++) {
+                pthread_join(th[i], NULL);
+                ck_assert_msg(t[i].r == 0, "thread %d: %d", i, t[i].r);
+                ck_assert_int_eq(t[i].exit_status, i + 1);
+        }
+        cmwq_disconnect(c);
+}
+END_TEST
+
+struct waiting_thread {
+        struct cmwq_workqueue *wq;
+        int r;
+};
+
+static void *waiting_thread_main(void *userdata) {
+        struct waiting_thread *t = userdata;
+        struct cmwq_exec_result *res = NULL;
+
+        t->r = cmwq_exec_sync(t->wq, &(struct cmwq_exec_args) { .argv = ARGV("/bin/sleep", "20") }, &res);
+        cmwq_exec_result_free(res);
+        return NULL;
+}
+
+START_TEST(test_daemon_death_ends_waiting_calls_then_reconnect) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND);
+        struct waiting_thread t = { .wq = wq, .r = 1 };
+        struct done_log log = {};
+        pthread_t th;
+        char *out;
+        int status, r;
+
+        ck_assert_int_eq(cmwq_exec_async(wq, &(struct cmwq_exec_args) { .argv = ARGV("/bin/sleep", "20") },
+                                         on_done, &log, NULL), 0);
+        ck_assert_int_eq(pthread_create(&th, NULL, waiting_thread_main, &t), 0);
+        /* Both items run (so both calls are really waiting). */
+        for (int waited = 0; waited < 10000; waited += 50) {
+                out = CTL_OK(&d, "--json", "list");
+                bool both = strstr(out, "\"running\": 2") || strstr(out, "\"running\":2");
+                free(out);
+                if (both)
+                        break;
+                usleep(50000);
+        }
+
+        kill(d.pid, SIGKILL);
+        waitpid(d.pid, &status, 0);
+        d.pid = 0;
+
+        pthread_join(th, NULL);
+        ck_assert_int_lt(t.r, 0);
+        r = drive(c, &log.calls, 1, 10000);
+        ck_assert_int_eq(log.calls, 1);
+        ck_assert_int_lt(log.error, 0);
+        ck_assert_int_lt(r, 0);
+        /* Every later call fails at once. */
+        ck_assert_int_lt(cmwq_flush_workqueue(wq), 0);
+        ck_assert_msg(strstr(cmwq_last_error(), "lost"), "message: %s", cmwq_last_error());
+        cmwq_disconnect(c);
+
+        /* A new daemon: connecting again just works. */
+        cmwqd_start(&d, NULL);
+        c = connect_ok();
+        struct cmwq_exec_result *res = run_ok(cmwq_system_workqueue(c, CMWQ_SYSTEM),
+                                              &(struct cmwq_exec_args) { .argv = ARGV("/bin/echo", "again") });
+        ck_assert_str_eq(res->out, "again\n");
+        cmwq_exec_result_free(res);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+/* The library exports its API and nothing of the code linked into it. */
+START_TEST(test_exports_only_cmwq_symbols) {
+        ck_assert_ptr_nonnull(dlsym(RTLD_DEFAULT, "cmwq_connect"));
+        ck_assert_ptr_nonnull(dlsym(RTLD_DEFAULT, "cmwq_exec_async"));
+        ck_assert_ptr_null(dlsym(RTLD_DEFAULT, "conn_call"));
+        ck_assert_ptr_null(dlsym(RTLD_DEFAULT, "frame_parse"));
+        ck_assert_ptr_null(dlsym(RTLD_DEFAULT, "client_call"));
+        ck_assert_ptr_null(dlsym(RTLD_DEFAULT, "cmwq__request__pack"));
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("client");
+        TCase *tc = tcase_create("client");
+        SRunner *sr;
+        int failed;
+
+        signal(SIGPIPE, SIG_IGN);
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, test_exports_only_cmwq_symbols);
+        tcase_add_test(tc, test_connect_finds_the_daemon);
+        tcase_add_test(tc, test_workqueue_lifecycle);
+        tcase_add_test(tc, test_exec_sync_argv_env_cwd_stdin);
+        tcase_add_test(tc, test_exec_on_cpu_key_timeout);
+        tcase_add_test(tc, test_exec_cancel_running_waits_for_it);
+        tcase_add_test(tc, test_exec_async_from_an_event_loop);
+        tcase_add_test(tc, test_flush_and_destroy_wait_for_queued_items);
+        tcase_add_test(tc, test_many_threads_share_a_connection);
+        tcase_add_test(tc, test_daemon_death_ends_waiting_calls_then_reconnect);
+        suite_add_tcase(s, tc);
+
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? 0 : 1;
+}
