@@ -503,6 +503,51 @@ static void dispatch_stats(struct ipc_client *c, const Cmwq__Request *req) {
         (void) ipc_client_send(c, &resp);
 }
 
+/* Unprompted: the response id 0 says it answers no request. */
+static void send_callback_grant(pid_t tid, bool yield, void *userdata) {
+        struct ipc_client *c = userdata;
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__CallbackGrant grant = CMWQ__CALLBACK_GRANT__INIT;
+
+        grant.tid = (uint32_t) tid;
+        grant.has_yield = yield;
+        grant.yield = yield;
+        resp.id = 0;
+        resp.body_case = CMWQ__RESPONSE__BODY_CALLBACK_GRANT;
+        resp.callback_grant = &grant;
+        (void) ipc_client_send(c, &resp);
+}
+
+static int dispatch_callback(struct ipc_client *c, const Cmwq__Request *req, struct core_error *e) {
+        struct callback_registry *registry;
+        int r;
+
+        if (!c->callback) {
+                if (req->body_case != CMWQ__REQUEST__BODY_CALLBACK_REGISTER)
+                        return core_error_set(e, -ENOENT, "no callback worker thread is registered");
+                r = ipc_server_callbacks(c->server, &registry);
+                if (r < 0)
+                        return core_error_set(e, r, "out of memory");
+                r = callback_client_new(registry, c->caller.pid, send_callback_grant, c, &c->callback);
+                if (r < 0)
+                        return core_error_set(e, r, "cannot serve callbacks for this client");
+        }
+
+        switch (req->body_case) {
+        case CMWQ__REQUEST__BODY_CALLBACK_REGISTER:
+                return callback_worker_register(c->callback, (pid_t) req->callback_register->tid,
+                                                req->callback_register->cpu,
+                                                req->callback_register->has_highpri && req->callback_register->highpri,
+                                                e);
+        case CMWQ__REQUEST__BODY_CALLBACK_UNREGISTER:
+                return callback_worker_unregister(c->callback, (pid_t) req->callback_unregister->tid, e);
+        case CMWQ__REQUEST__BODY_CALLBACK_DEMAND:
+                return callback_worker_demand(c->callback, (pid_t) req->callback_demand->tid, e);
+        default:
+                return callback_worker_idle(c->callback, (pid_t) req->callback_idle->tid, e);
+        }
+}
+
 void ipc_dispatch(struct ipc_client *c, Cmwq__Request *req) {
         struct core *core = client_core(c);
         struct core_error e = {};
@@ -545,6 +590,12 @@ void ipc_dispatch(struct ipc_client *c, Cmwq__Request *req) {
         case CMWQ__REQUEST__BODY_STATS:
                 dispatch_stats(c, req);
                 return;
+        case CMWQ__REQUEST__BODY_CALLBACK_REGISTER:
+        case CMWQ__REQUEST__BODY_CALLBACK_UNREGISTER:
+        case CMWQ__REQUEST__BODY_CALLBACK_DEMAND:
+        case CMWQ__REQUEST__BODY_CALLBACK_IDLE:
+                r = dispatch_callback(c, req, &e);
+                break;
         default:
                 ipc_client_send_error(c, req->id, -EPROTO, "unknown request", true);
                 return;

@@ -34,12 +34,25 @@ struct ipc_server {
         struct event *accept_pause;
         struct list_head clients;
         unsigned nr_clients;
+        struct callback_registry *callbacks;    /* made on first use */
 };
 
 static void ipc_client_free(struct ipc_client *c);
 
 struct core *ipc_server_core(struct ipc_server *s) {
         return s->core;
+}
+
+int ipc_server_callbacks(struct ipc_server *s, struct callback_registry **ret) {
+        int r;
+
+        if (!s->callbacks) {
+                r = callback_registry_new(s->core, &s->callbacks);
+                if (r < 0)
+                        return r;
+        }
+        *ret = s->callbacks;
+        return 0;
 }
 
 const char *ipc_server_path(struct ipc_server *s) {
@@ -346,6 +359,8 @@ static void ipc_client_free(struct ipc_client *c) {
         if (!c)
                 return;
         ipc_client_cancel_calls(c);
+        /* A client that went away, even killed, gives back its CPUs. */
+        c->callback = callback_client_free(c->callback);
         list_del_init(&c->entry);
         c->server->nr_clients--;
         if (c->usage)
@@ -599,6 +614,7 @@ struct ipc_server *ipc_server_free(struct ipc_server *s) {
                 return NULL;
         while (!list_empty(&s->clients))
                 ipc_client_free(list_first_entry(&s->clients, struct ipc_client, entry));
+        s->callbacks = callback_registry_free(s->callbacks);
         if (s->accept_event)
                 event_free(s->accept_event);
         if (s->accept_pause)

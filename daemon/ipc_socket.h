@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "callback.h"
 #include "cmwq.pb-c.h"
 #include "core.h"
 #include "list.h"
@@ -57,6 +58,7 @@ struct ipc_client {
         char *refusal_message;
         struct list_head calls; /* struct ipc_call: requests still waiting */
         unsigned nr_calls;
+        struct callback_client *callback;       /* once it registered a worker thread */
 };
 
 /* Listens on the socket passed by systemd when there is one, else on @path
@@ -68,6 +70,8 @@ struct core *ipc_server_core(struct ipc_server *s);
 const char *ipc_server_path(struct ipc_server *s);
 /* Whether the listening socket came from systemd (sd_listen_fds). */
 bool ipc_server_socket_activated(struct ipc_server *s);
+/* The server's callback registry (libcmwq-client worker threads). */
+int ipc_server_callbacks(struct ipc_server *s, struct callback_registry **ret);
 
 /* Queues @resp for the client.  Returns a negative errno if it could not. */
 int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp);

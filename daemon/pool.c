@@ -271,6 +271,8 @@ void pool_queue_work(struct pool *p, struct pool_work *work) {
         list_add_tail(&work->entry, &p->worklist);
         p->nr_pending++;
         pool_kick(p);
+        if (p->contended && list_linked(&work->entry) && !list_empty(&p->worklist))
+                p->contended(p, work, p->contended_userdata);
 }
 
 bool pool_cancel_pending(struct pool *p, struct pool_work *work) {

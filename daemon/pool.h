@@ -113,6 +113,11 @@ struct pool {
         struct event *idle_timer;
         struct event *retry_timer;
         unsigned retry_backoff_ms;
+        /* Optional: told when @work was queued and could not start at once,
+         * so that an executor holding the CPU with a run of items (a
+         * client's callback worker) can be asked to yield it. */
+        void (*contended)(struct pool *p, struct pool_work *work, void *userdata);
+        void *contended_userdata;
 };
 
 extern uint64_t pool_cpu_intensive_thresh_usec;    /* default 10 ms, as the kernel */

@@ -191,6 +191,7 @@ struct sleepwatch_target {
 
         /* proc */
         DIR *task_dir;          /* /proc/PID/task, pins the process */
+        pid_t only_tid;         /* a thread target: sample this thread alone */
         bool sampled_running;
         bool exec_seen;         /* sampled only from its execve() on */
 };
@@ -295,8 +296,16 @@ static int parse_tid(const char *s, pid_t *ret) {
         return 0;
 }
 
-static bool proc_sample(DIR *d) {
+static bool proc_sample(DIR *d, pid_t only_tid) {
         struct dirent *de;
+
+        if (only_tid > 0) {
+                char path[64];
+                char state;
+
+                snprintf(path, sizeof(path), "%d/stat", (int) only_tid);
+                return read_proc_state(dirfd(d), path, &state) >= 0 && state == 'R';
+        }
 
         /* A process that is gone (reaped) makes readdir() fail: no thread
          * runs, so it is blocked. */
@@ -328,7 +337,7 @@ static void proc_timer_cb(evutil_socket_t fd, short what, void *userdata) {
                  * perf's enable_on_exec, what it does then is not the item. */
                 if (!t->exec_seen)
                         continue;
-                t->sampled_running = proc_sample(t->task_dir);
+                t->sampled_running = proc_sample(t->task_dir, t->only_tid);
                 if (t->sampled_running != t->running && !list_linked(&t->dirty_link))
                         list_add_tail(&t->dirty_link, &sw->dirty);
         }
@@ -410,9 +419,10 @@ static void target_resync(struct sleepwatch_target *t) {
                 k->time = now;
         }
 
-        /* Threads of the main process that started while records were lost. */
+        /* Threads of the main process that started while records were lost
+         * (a thread target follows no other thread). */
         snprintf(path, sizeof(path), "/proc/%d/task", (int) t->pid);
-        d = opendir(path);
+        d = t->only_tid > 0 ? NULL : opendir(path);
         if (d) {
                 struct dirent *de;
 
@@ -875,8 +885,14 @@ static int target_watch_perf(struct sleepwatch_target *t) {
                 return -ENOMEM;
 
         target_attr(&attr);
+        if (t->only_tid > 0) {
+                /* An existing thread: enabled at once, and only it. */
+                attr.disabled = 0;
+                attr.enable_on_exec = 0;
+                attr.inherit = 0;
+        }
         for (size_t i = 0; i < sw->n_rings; i++) {
-                r = perf_open(&attr, t->pid, sw->rings[i].cpu);
+                r = perf_open(&attr, t->only_tid > 0 ? t->only_tid : t->pid, sw->rings[i].cpu);
                 if (r < 0)
                         return r;
                 t->fds[t->n_fds++] = r;
@@ -893,7 +909,7 @@ static int target_watch_perf(struct sleepwatch_target *t) {
         }
 
         /* The main process runs (or is about to) until a record says other. */
-        r = target_add_task(t, t->pid, &k);
+        r = target_add_task(t, t->only_tid > 0 ? t->only_tid : t->pid, &k);
         if (r < 0)
                 return r;
         k->state = SW_TASK_RUNNING;
@@ -958,8 +974,23 @@ static void sleepwatch_target_freep(struct sleepwatch_target **t) {
         sleepwatch_target_free(*t);
 }
 
+static int sleepwatch_watch_full(struct sleepwatch *sw, pid_t pid, pid_t tid, sleepwatch_cb cb, void *userdata,
+                                 struct sleepwatch_target **ret);
+
 int sleepwatch_watch(struct sleepwatch *sw, pid_t pid, sleepwatch_cb cb, void *userdata,
                      struct sleepwatch_target **ret) {
+        return sleepwatch_watch_full(sw, pid, 0, cb, userdata, ret);
+}
+
+int sleepwatch_watch_thread(struct sleepwatch *sw, pid_t pid, pid_t tid, sleepwatch_cb cb, void *userdata,
+                            struct sleepwatch_target **ret) {
+        if (tid <= 0)
+                return -EINVAL;
+        return sleepwatch_watch_full(sw, pid, tid, cb, userdata, ret);
+}
+
+static int sleepwatch_watch_full(struct sleepwatch *sw, pid_t pid, pid_t tid, sleepwatch_cb cb, void *userdata,
+                                 struct sleepwatch_target **ret) {
         _cleanup_(sleepwatch_target_freep) struct sleepwatch_target *t = NULL;
         int r;
 
@@ -970,6 +1001,9 @@ int sleepwatch_watch(struct sleepwatch *sw, pid_t pid, sleepwatch_cb cb, void *u
         if (!t)
                 return -ENOMEM;
         t->pid = pid;
+        t->only_tid = tid;
+        /* A running thread has long exec'd: watch it from now on. */
+        t->exec_seen = tid > 0;
         t->cb = cb;
         t->userdata = userdata;
         t->running = true;

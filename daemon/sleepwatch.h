@@ -65,6 +65,14 @@ enum sleepwatch_mode sleepwatch_get_mode(const struct sleepwatch *sw);
 int sleepwatch_watch(struct sleepwatch *sw, pid_t pid, sleepwatch_cb cb, void *userdata,
                      struct sleepwatch_target **ret);
 
+/*
+ * Starts watching one thread @tid of the running process @pid (a client's
+ * callback worker), from now on: the target is running while that thread
+ * is runnable.  Threads it creates are not followed.
+ */
+int sleepwatch_watch_thread(struct sleepwatch *sw, pid_t pid, pid_t tid, sleepwatch_cb cb, void *userdata,
+                            struct sleepwatch_target **ret);
+
 /* Stops watching and frees; no callback is made after this.  NULL is fine. */
 struct sleepwatch_target *sleepwatch_target_free(struct sleepwatch_target *t);
 

@@ -13,7 +13,8 @@
 #define CLIENT_WQ_FLAGS (CMWQ_WQ_UNBOUND | CMWQ_WQ_FREEZABLE | CMWQ_WQ_MEM_RECLAIM | \
                          CMWQ_WQ_HIGHPRI | CMWQ_WQ_CPU_INTENSIVE)
 
-static struct cmwq_workqueue *workqueue_handle_new(struct cmwq *c, const char *name) {
+static struct cmwq_workqueue *workqueue_handle_new(struct cmwq *c, const char *name, unsigned flags,
+                                                   unsigned max_active) {
         struct cmwq_workqueue *wq = calloc(1, sizeof(*wq));
 
         if (!wq || !(wq->name = strdup(name))) {
@@ -22,6 +23,9 @@ static struct cmwq_workqueue *workqueue_handle_new(struct cmwq *c, const char *n
                 return NULL;
         }
         wq->c = c;
+        wq->flags = flags;
+        wq->max_active = max_active;
+        client_workqueue_init(wq);
         pthread_mutex_lock(&c->lock);
         list_add_tail(&wq->entry, &c->workqueues);
         pthread_mutex_unlock(&c->lock);
@@ -63,7 +67,7 @@ static struct cmwq_workqueue *workqueue_create(struct cmwq *c, const char *name,
                 errno = -r;
                 return NULL;
         }
-        return workqueue_handle_new(c, name);
+        return workqueue_handle_new(c, name, flags, (flags & CLIENT_WQ_ORDERED) ? 1 : max_active);
 }
 
 struct cmwq_workqueue *cmwq_alloc_workqueue(struct cmwq *c, const char *name, unsigned flags,
@@ -87,6 +91,7 @@ struct cmwq_workqueue *cmwq_open_workqueue(struct cmwq *c, const char *name) {
         Cmwq__Request req = CMWQ__REQUEST__INIT;
         Cmwq__Empty empty = CMWQ__EMPTY__INIT;
         Cmwq__Response *resp = NULL;
+        unsigned flags = 0, max_active = 0;
         bool found = false;
         int r;
 
@@ -105,8 +110,11 @@ struct cmwq_workqueue *cmwq_open_workqueue(struct cmwq *c, const char *name) {
                 r = client_response_error(resp, "cannot list the workqueues");
         else if (resp->body_case == CMWQ__RESPONSE__BODY_LIST)
                 for (size_t i = 0; i < resp->list->n_workqueues; i++)
-                        if (strcmp(resp->list->workqueues[i]->name, name) == 0)
+                        if (strcmp(resp->list->workqueues[i]->name, name) == 0) {
                                 found = true;
+                                flags = resp->list->workqueues[i]->flags;
+                                max_active = resp->list->workqueues[i]->max_active;
+                        }
         cmwq__response__free_unpacked(resp, NULL);
         if (r < 0) {
                 errno = -r;
@@ -116,7 +124,7 @@ struct cmwq_workqueue *cmwq_open_workqueue(struct cmwq *c, const char *name) {
                 errno = -client_error(-ENOENT, "no workqueue '%s'", name);
                 return NULL;
         }
-        return workqueue_handle_new(c, name);
+        return workqueue_handle_new(c, name, flags, max_active);
 }
 
 struct cmwq_workqueue *cmwq_system_workqueue(struct cmwq *c, enum cmwq_system_queue which) {
@@ -159,12 +167,15 @@ int cmwq_destroy_workqueue(struct cmwq_workqueue *wq) {
                 return client_error(-EINVAL, "no workqueue");
         if (wq->builtin)
                 return client_error(-EPERM, "%s is a built-in workqueue and cannot be destroyed", wq->name);
+        /* Like the kernel's destroy_workqueue(): drain first. */
+        (void) client_workqueue_flush_callbacks(wq, true);
         r = workqueue_call(wq, CMWQ__REQUEST__BODY_DESTROY, "cannot destroy the workqueue");
         workqueue_handle_free(wq);
         return r;
 }
 
 int cmwq_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active) {
+        int r;
         Cmwq__Request req = CMWQ__REQUEST__INIT;
         Cmwq__SetMaxActive set = CMWQ__SET_MAX_ACTIVE__INIT;
 
@@ -172,13 +183,24 @@ int cmwq_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active
         set.max_active = max_active;
         req.body_case = CMWQ__REQUEST__BODY_SET_MAX_ACTIVE;
         req.set_max_active = &set;
-        return client_call_simple(wq->c, &req, "cannot set max_active");
+        r = client_call_simple(wq->c, &req, "cannot set max_active");
+        if (r >= 0)
+                wq->max_active = max_active;
+        return r;
 }
 
 int cmwq_flush_workqueue(struct cmwq_workqueue *wq) {
+        int r = client_workqueue_flush_callbacks(wq, false);
+
+        if (r < 0)
+                return r;
         return workqueue_call(wq, CMWQ__REQUEST__BODY_FLUSH, "cannot flush the workqueue");
 }
 
 int cmwq_drain_workqueue(struct cmwq_workqueue *wq) {
+        int r = client_workqueue_flush_callbacks(wq, true);
+
+        if (r < 0)
+                return r;
         return workqueue_call(wq, CMWQ__REQUEST__BODY_DRAIN, "cannot drain the workqueue");
 }

@@ -102,6 +102,14 @@ static int client_dead_error(const struct cmwq *c) {
 static void client_dispatch_locked(struct cmwq *c, Cmwq__Response *resp) {
         struct client_call *call;
 
+        if (resp->id == 0 && resp->error == CMWQ__ERROR__OK &&
+            resp->body_case == CMWQ__RESPONSE__BODY_CALLBACK_GRANT) {
+                client_work_grant(c, (pid_t) resp->callback_grant->tid,
+                                  resp->callback_grant->has_yield && resp->callback_grant->yield);
+                cmwq__response__free_unpacked(resp, NULL);
+                return;
+        }
+
         if (resp->id == 0 && resp->error != CMWQ__ERROR__OK) {
                 /* Not an answer: the daemon ends the conversation and says why. */
                 client_response_error(resp, "cmwqd closed the connection");
@@ -140,11 +148,11 @@ static int client_read_available_locked(struct cmwq *c) {
 
 /* Blocks (without the lock) until the socket is readable, then reads. */
 static void client_read_blocking_locked(struct cmwq *c) {
-        struct pollfd pfd = { .fd = c->fd, .events = POLLIN };
+        struct pollfd pfd[2] = { { .fd = c->fd, .events = POLLIN }, { .fd = c->stop_fd, .events = POLLIN } };
         int r;
 
         pthread_mutex_unlock(&c->lock);
-        r = poll(&pfd, 1, -1);
+        r = poll(pfd, 2, -1);
         pthread_mutex_lock(&c->lock);
         if (r < 0 && errno != EINTR) {
                 client_fail_locked(c, -errno);
@@ -216,6 +224,45 @@ int client_call_simple(struct cmwq *c, Cmwq__Request *req, const char *what) {
         return r;
 }
 
+int client_send_oneway(struct cmwq *c, Cmwq__Request *req) {
+        int r;
+
+        pthread_mutex_lock(&c->lock);
+        if (c->dead)
+                r = c->dead;
+        else {
+                r = conn_send_request(c->conn, req);
+                if (r < 0)
+                        client_fail_locked(c, r == -EPIPE ? -ECONNRESET : r);
+        }
+        pthread_mutex_unlock(&c->lock);
+        return r;
+}
+
+void client_read_forever(struct cmwq *c) {
+        pthread_mutex_lock(&c->lock);
+        while (!c->dead && !c->stopping) {
+                if (c->reading) {
+                        pthread_cond_wait(&c->cond, &c->lock);
+                        continue;
+                }
+                c->reading = true;
+                client_read_blocking_locked(c);
+                c->reading = false;
+                pthread_cond_broadcast(&c->cond);
+        }
+        pthread_mutex_unlock(&c->lock);
+}
+
+void client_wake_reader(struct cmwq *c) {
+        pthread_mutex_lock(&c->lock);
+        c->stopping = true;
+        pthread_cond_broadcast(&c->cond);
+        pthread_mutex_unlock(&c->lock);
+        uint64_t one = 1;
+        (void) !write(c->stop_fd, &one, sizeof(one));
+}
+
 int client_call_async(struct cmwq *c, Cmwq__Request *req, struct client_call *call) {
         int r;
 
@@ -281,6 +328,9 @@ static int client_setup_fds(struct cmwq *c) {
         c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (c->wake_fd < 0)
                 return -errno;
+        c->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (c->stop_fd < 0)
+                return -errno;
         c->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
         if (c->epoll_fd < 0)
                 return -errno;
@@ -297,7 +347,8 @@ static struct cmwq *client_new(void) {
                 return NULL;
         pthread_mutex_init(&c->lock, NULL);
         pthread_cond_init(&c->cond, NULL);
-        c->fd = c->epoll_fd = c->wake_fd = -1;
+        c->fd = c->epoll_fd = c->wake_fd = c->stop_fd = -1;
+        pthread_mutex_init(&c->work_init_lock, NULL);
         list_init(&c->calls);
         list_init(&c->ready);
         list_init(&c->workqueues);
@@ -306,6 +357,11 @@ static struct cmwq *client_new(void) {
                 c->system[i].name = (char *) system_queue_names[i];
                 c->system[i].builtin = true;
                 list_init(&c->system[i].entry);
+                client_workqueue_init(&c->system[i]);
+                if (i == CMWQ_SYSTEM_UNBOUND || i == CMWQ_SYSTEM_FREEZABLE_UNBOUND)
+                        c->system[i].flags = CMWQ_WQ_UNBOUND;
+                if (i == CMWQ_SYSTEM_HIGHPRI)
+                        c->system[i].flags = CMWQ_WQ_HIGHPRI;
         }
         return c;
 }
@@ -396,6 +452,9 @@ void cmwq_disconnect(struct cmwq *c) {
 
         if (!c)
                 return;
+        /* Worker threads finish what runs and end; nothing is read after. */
+        if (c->work)
+                client_work_stop(c);
         list_for_each_entry_safe(call, cn, &c->ready, entry)
                 client_call_free(call);
         /* Blocking calls live on their callers' stacks; by contract none is
@@ -412,6 +471,9 @@ void cmwq_disconnect(struct cmwq *c) {
                 close(c->epoll_fd);
         if (c->wake_fd >= 0)
                 close(c->wake_fd);
+        if (c->stop_fd >= 0)
+                close(c->stop_fd);
+        pthread_mutex_destroy(&c->work_init_lock);
         pthread_cond_destroy(&c->cond);
         pthread_mutex_destroy(&c->lock);
         free(c);

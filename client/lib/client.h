@@ -15,6 +15,7 @@
  */
 
 #include <pthread.h>
+#include <sys/types.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -43,9 +44,18 @@ struct cmwq_workqueue {
         struct list_head entry;         /* c->workqueues (not the system ones) */
         char *name;
         bool builtin;
+        unsigned flags;                 /* as far as known: CMWQ_WQ_* */
+        unsigned max_active;            /* 0: the default */
+        /* Callback work, under the work lock. */
+        struct cmwq_work inflight;      /* sentinel of the _inext/_iprev list */
+        uint64_t cb_seq;                /* queueings so far */
+        unsigned cb_active;             /* running now (unbound max_active) */
+        bool cb_draining;
 };
 
 #define CLIENT_NR_SYSTEM_QUEUES 6
+
+struct client_work;
 
 struct cmwq {
         pthread_mutex_t lock;
@@ -54,12 +64,16 @@ struct cmwq {
         int fd;                         /* the socket */
         int epoll_fd;                   /* cmwq_get_fd(): the socket + wake_fd */
         int wake_fd;                    /* eventfd: the ready list is not empty */
+        int stop_fd;                    /* eventfd: a blocked reader must look at stopping */
         bool reading;                   /* a thread is reading the socket */
         int dead;                       /* negative errno once the transport failed */
         struct list_head calls;         /* open */
         struct list_head ready;         /* completed, callbacks not run yet */
         struct list_head workqueues;
         struct cmwq_workqueue system[CLIENT_NR_SYSTEM_QUEUES];
+        bool stopping;                  /* cmwq_disconnect() has begun */
+        struct client_work *work;       /* callback machinery, made on first use */
+        pthread_mutex_t work_init_lock;
 };
 
 /* Sets the calling thread's message for cmwq_last_error(); returns @error. */
@@ -78,6 +92,18 @@ int client_call_simple(struct cmwq *c, Cmwq__Request *req, const char *what);
 int client_call_async(struct cmwq *c, Cmwq__Request *req, struct client_call *call);
 
 void client_call_free(struct client_call *call);
+/* Sends @req and forgets it: its answer is dropped. */
+int client_send_oneway(struct cmwq *c, Cmwq__Request *req);
+/* The manager thread's loop: reads until the connection ends. */
+void client_read_forever(struct cmwq *c);
+/* Wakes a reader blocked in poll() so that it sees c->stopping. */
+void client_wake_reader(struct cmwq *c);
+
+/* client-work.c */
+void client_work_grant(struct cmwq *c, pid_t tid, bool yield);   /* with c->lock held */
+void client_work_stop(struct cmwq *c);
+void client_workqueue_init(struct cmwq_workqueue *wq);
+int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain);
 
 /* client-exec.c: the exec result of an ItemInfo; takes @resp on success. */
 int client_exec_result_new(Cmwq__Response *resp, const Cmwq__ItemInfo *info, struct cmwq_exec_result **ret);

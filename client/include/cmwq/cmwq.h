@@ -165,19 +165,135 @@ int cmwq_destroy_workqueue(struct cmwq_workqueue *wq);
 int cmwq_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active);
 
 /*
- * Wait until every item queued on @wq before the call has finished.  Items
- * queued after the call are not waited for, so a busy queue cannot make this
- * wait forever.  Returns 0, -ENOENT (the queue was destroyed meanwhile),
- * -EPERM, -ECONNRESET.
+ * Wait until every item (callback and exec) queued on @wq before the call
+ * has finished.  Items queued after the call are not waited for, so a busy
+ * queue cannot make this wait forever.  Returns 0, -ENOENT (the queue was
+ * destroyed meanwhile), -EPERM, -ECONNRESET.  Must not be called from a work
+ * item of @wq.
  */
 int cmwq_flush_workqueue(struct cmwq_workqueue *wq);
 
 /*
- * Wait until @wq is empty, including items that requeue themselves (an exec
- * item exiting 75) while it drains; other queueing on @wq fails with -EBUSY
- * meanwhile.  Returns as cmwq_flush_workqueue().
+ * Wait until @wq is empty, including items that requeue themselves (a
+ * callback queueing itself, an exec item exiting 75) while it drains; other
+ * queueing on @wq fails meanwhile (cmwq_queue_work() returns false,
+ * cmwq_exec() -EBUSY).  Returns as cmwq_flush_workqueue().
  */
 int cmwq_drain_workqueue(struct cmwq_workqueue *wq);
+
+/* ---- callback work ------------------------------------------------------ */
+
+struct cmwq_work;
+typedef void (*cmwq_work_fn)(struct cmwq_work *work);
+
+/*
+ * A work item: a function run on a worker thread of this process, when the
+ * daemon's concurrency management lets it run on its CPU.  Caller-owned and
+ * embedded in the caller's own structure (find it again with
+ * cmwq_container_of()); initialize it with CMWQ_WORK_INIT() before first
+ * use and keep it alive and unmoved until it is neither pending nor running
+ * (cmwq_cancel_work_sync() or cmwq_flush_work() make sure).  The fields
+ * starting with '_' belong to the library.
+ */
+struct cmwq_work {
+        cmwq_work_fn func;
+        struct cmwq_work *_next, *_prev;        /* pending list */
+        struct cmwq_work *_inext, *_iprev;      /* its queue's in-flight list */
+        struct cmwq_workqueue *_wq;
+        void *_running;                         /* the worker running it */
+        unsigned _state;
+        int _cpu;
+        uint64_t _queued_seq, _running_seq;
+        uint64_t _nr_queued, _nr_started, _nr_finished;
+};
+
+/* Work that is queued after a delay. */
+struct cmwq_delayed_work {
+        struct cmwq_work work;
+        struct cmwq_delayed_work *_tnext, *_tprev;      /* timer list */
+        struct cmwq_workqueue *_twq;
+        uint64_t _expires;                      /* CLOCK_MONOTONIC, µs */
+        int _tcpu;
+};
+
+#define cmwq_container_of(ptr, type, member) \
+        ((type *) ((char *) (ptr) - offsetof(type, member)))
+#define cmwq_to_delayed_work(w) cmwq_container_of(w, struct cmwq_delayed_work, work)
+
+#define CMWQ_WORK_INIT(w, fn) \
+        (*(w) = (struct cmwq_work) { .func = (fn), ._cpu = -1 })
+#define CMWQ_DELAYED_WORK_INIT(dw, fn) \
+        (*(dw) = (struct cmwq_delayed_work) { .work = { .func = (fn), ._cpu = -1 }, ._tcpu = -1 })
+
+/*
+ * Queue @work on @wq, on the CPU the caller runs on.  Returns true if it was
+ * queued, false if it was already pending (nothing changes then: it runs
+ * once), if it is being cancelled, or if @wq is draining and the caller is
+ * not one of @wq's own work items.
+ *
+ * Guarantees, as the kernel's: once queued, @work runs at least once after
+ * this call; it never runs on two threads at once, whatever the number of
+ * threads queueing it; a work item may queue itself again from its own
+ * function (it is no longer pending once its function has started).  Items
+ * of a bound queue run on a worker pinned to their CPU, which counts toward
+ * that CPU's concurrency level in cmwqd together with the exec items and the
+ * callbacks of every other client there: while one runs without blocking,
+ * nothing else of that CPU's pool starts.  Never blocks on the daemon.
+ */
+bool cmwq_queue_work(struct cmwq_workqueue *wq, struct cmwq_work *work);
+
+/* As cmwq_queue_work(), on CPU @cpu (ignored for an unbound queue).  False
+ * also when @cpu is not a CPU of this machine. */
+bool cmwq_queue_work_on(int cpu, struct cmwq_workqueue *wq, struct cmwq_work *work);
+
+/*
+ * Queue @dwork on @wq once @delay_usec have passed (0: at once).  False if
+ * it was already pending (waiting for its timer or queued).  The item runs
+ * not before its time.
+ */
+bool cmwq_queue_delayed_work(struct cmwq_workqueue *wq, struct cmwq_delayed_work *dwork, uint64_t delay_usec);
+
+/*
+ * Queue @dwork after @delay_usec whether it was pending or not: a pending
+ * one gets the new time.  Returns true if it was pending before (its earlier
+ * queueing is replaced), false if it was idle.
+ */
+bool cmwq_mod_delayed_work(struct cmwq_workqueue *wq, struct cmwq_delayed_work *dwork, uint64_t delay_usec);
+
+/*
+ * Take @work off its queue if it is pending.  Returns true if it was pending
+ * (it will not run for that queueing), false otherwise.  Does not wait for a
+ * running instance.
+ */
+bool cmwq_cancel_work(struct cmwq_work *work);
+
+/*
+ * Take @work off its queue if pending and wait until a running instance has
+ * finished.  Queueing @work meanwhile fails.  On return @work is idle and
+ * may be freed, unless something queues it again.  Returns 1 if it was
+ * pending, 0 if not, -ECONNRESET if the connection was lost while waiting
+ * (then it will not run any more either).  Must not be called from @work
+ * itself.
+ */
+int cmwq_cancel_work_sync(struct cmwq_work *work);
+
+/* Delayed-work versions: also stop its timer. */
+bool cmwq_cancel_delayed_work(struct cmwq_delayed_work *dwork);
+int cmwq_cancel_delayed_work_sync(struct cmwq_delayed_work *dwork);
+
+/*
+ * Wait until the last queueing of @work has finished executing.  Returns 1
+ * if it waited, 0 if @work was idle, -ECONNRESET if the connection was lost
+ * (pending callbacks are dropped then).  Later queueings are not waited for.
+ */
+int cmwq_flush_work(struct cmwq_work *work);
+
+/* Queue @dwork at once if its timer is pending, then cmwq_flush_work(). */
+int cmwq_flush_delayed_work(struct cmwq_delayed_work *dwork);
+
+/* Whether @work is pending (queued or waiting for its timer, not yet started). */
+bool cmwq_work_pending(const struct cmwq_work *work);
+bool cmwq_delayed_work_pending(const struct cmwq_delayed_work *dwork);
 
 /* ---- exec work ----------------------------------------------------------- */
 

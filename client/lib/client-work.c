@@ -1,0 +1,944 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * libcmwq-client: callback work.
+ *
+ * The kernel's work-item state machine runs here, in the client, under one
+ * lock (the work lock): pending lists per CPU pool, non-reentrancy, flush,
+ * cancel, delayed work.  What the daemon decides is *when* a worker thread
+ * may run on its CPU: each bound worker thread is registered with cmwqd,
+ * asks for a grant when its pool has work ("demand"), and once granted runs
+ * items back to back until its pool is empty or the daemon asks it to yield
+ * (other work waits for that CPU), then gives the grant back ("idle").  The
+ * daemon sees it block and wake through perf on its thread id and counts it
+ * in the CPU's pool like any worker, so exec items and the callbacks of all
+ * clients share the CPU's concurrency level.
+ *
+ * A pool keeps one demand outstanding while it has pending items: if the
+ * granted thread blocks, the daemon starts that demand at once (a
+ * concurrency-management wake-up) and a second thread takes the next item.
+ *
+ * Unbound queues are not concurrency managed (in the kernel neither): their
+ * items run on a local pool of threads without asking the daemon, at most
+ * max_active of one queue at once.
+ *
+ * Lock order: work lock -> connection lock -> a thread's own lock.  The
+ * connection's reader delivers grants under the connection lock and takes
+ * only the thread's own lock.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "util.h"
+
+#define WORK_PENDING (1u << 0)          /* on a pending or scheduled list */
+#define WORK_TIMER (1u << 1)            /* delayed: on the timer list */
+#define WORK_RUNNING (1u << 2)
+#define WORK_CANCELING (1u << 3)
+#define WORK_INFLIGHT (1u << 4)         /* on its queue's in-flight list */
+
+#define WORK_THREADS_MAX 1024u
+#define WORK_UNBOUND_THREADS_MAX 512u
+
+enum thread_state {
+        THREAD_STARTING,                /* created for a demand, registering */
+        THREAD_IDLE,
+        THREAD_DEMANDING,
+        THREAD_GRANTED,
+        THREAD_DEAD,
+};
+
+struct work_pool;
+
+struct work_thread {
+        struct client_work *cw;
+        struct work_pool *pool;
+        pthread_t thread;
+        pid_t tid;
+        enum thread_state state;        /* work lock */
+        struct cmwq_work scheduled;     /* sentinel: parked behind current */
+        struct cmwq_work *current;
+        struct work_thread *next;       /* pool's threads */
+        /* Its own lock: what the reader tells it. */
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool grant;
+        bool yield;
+        bool stop;
+};
+
+struct work_pool {
+        int cpu;                        /* -1: unbound */
+        bool highpri;
+        struct cmwq_work pending;       /* sentinel */
+        struct work_thread *threads;
+        unsigned nr_threads;
+        unsigned nr_idle;               /* unbound */
+        bool demanding;                 /* a thread demands (or starts to) */
+};
+
+struct client_work {
+        struct cmwq *c;
+        pthread_mutex_t lock;
+        pthread_cond_t done;            /* an item finished or was cancelled */
+        unsigned nr_cpus;
+        struct work_pool *pools;        /* [cpu * 2 + highpri] */
+        struct work_pool unbound;
+        struct work_thread *threads[WORK_THREADS_MAX];  /* by tid, for grants */
+        unsigned nr_threads;            /* published with release */
+        pthread_t manager;
+        bool manager_started;
+        pthread_t timer;
+        bool timer_started;
+        pthread_cond_t timer_cond;
+        struct cmwq_delayed_work timers;        /* sentinel, by expiry */
+        bool stopping;
+        int dead;
+};
+
+static __thread struct work_thread *work_self;
+
+/* ---- lists of work items (circular, through a sentinel) ------------------ */
+
+static void wlist_init(struct cmwq_work *h) {
+        h->_next = h->_prev = h;
+}
+
+static bool wlist_empty(const struct cmwq_work *h) {
+        return h->_next == h;
+}
+
+static void wlist_add_tail(struct cmwq_work *w, struct cmwq_work *h) {
+        w->_prev = h->_prev;
+        w->_next = h;
+        h->_prev->_next = w;
+        h->_prev = w;
+}
+
+static void wlist_del(struct cmwq_work *w) {
+        w->_prev->_next = w->_next;
+        w->_next->_prev = w->_prev;
+        w->_next = w->_prev = NULL;
+}
+
+static void inflight_add(struct cmwq_workqueue *wq, struct cmwq_work *w) {
+        if (w->_state & WORK_INFLIGHT)
+                return;
+        w->_state |= WORK_INFLIGHT;
+        w->_iprev = wq->inflight._iprev;
+        w->_inext = &wq->inflight;
+        wq->inflight._iprev->_inext = w;
+        wq->inflight._iprev = w;
+}
+
+static void inflight_del_if_idle(struct cmwq_work *w) {
+        if (!(w->_state & WORK_INFLIGHT) || (w->_state & (WORK_PENDING | WORK_RUNNING)))
+                return;
+        w->_state &= ~WORK_INFLIGHT;
+        w->_iprev->_inext = w->_inext;
+        w->_inext->_iprev = w->_iprev;
+        w->_inext = w->_iprev = NULL;
+}
+
+void client_workqueue_init(struct cmwq_workqueue *wq) {
+        wq->inflight._inext = wq->inflight._iprev = &wq->inflight;
+}
+
+static void timers_del(struct cmwq_delayed_work *dw) {
+        dw->_tprev->_tnext = dw->_tnext;
+        dw->_tnext->_tprev = dw->_tprev;
+        dw->_tnext = dw->_tprev = NULL;
+        dw->work._state &= ~WORK_TIMER;
+}
+
+/* ---- talking to the daemon ------------------------------------------------ */
+
+static void send_tid(struct cmwq *c, Cmwq__Request__BodyCase kind, pid_t tid) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__CallbackWorkerTid t = CMWQ__CALLBACK_WORKER_TID__INIT;
+
+        t.tid = (uint32_t) tid;
+        req.body_case = kind;
+        if (kind == CMWQ__REQUEST__BODY_CALLBACK_DEMAND)
+                req.callback_demand = &t;
+        else
+                req.callback_idle = &t;
+        (void) client_send_oneway(c, &req);
+}
+
+void client_work_grant(struct cmwq *c, pid_t tid, bool yield) {
+        struct client_work *cw = c->work;
+        unsigned n;
+
+        if (!cw)
+                return;
+        n = __atomic_load_n(&cw->nr_threads, __ATOMIC_ACQUIRE);
+        for (unsigned i = 0; i < n; i++) {
+                struct work_thread *t = cw->threads[i];
+
+                if (t->tid != tid)
+                        continue;
+                pthread_mutex_lock(&t->lock);
+                if (yield)
+                        t->yield = true;
+                else {
+                        t->grant = true;
+                        t->yield = false;
+                }
+                pthread_cond_signal(&t->cond);
+                pthread_mutex_unlock(&t->lock);
+                return;
+        }
+}
+
+/* ---- threads -------------------------------------------------------------- */
+
+static void *work_thread_main(void *userdata);
+
+static struct work_thread *thread_new(struct client_work *cw, struct work_pool *p) {
+        struct work_thread *t;
+        pthread_attr_t attr;
+        int r;
+
+        if (cw->nr_threads >= WORK_THREADS_MAX)
+                return NULL;
+        t = calloc(1, sizeof(*t));
+        if (!t)
+                return NULL;
+        t->cw = cw;
+        t->pool = p;
+        t->state = THREAD_STARTING;
+        wlist_init(&t->scheduled);
+        pthread_mutex_init(&t->lock, NULL);
+        pthread_cond_init(&t->cond, NULL);
+
+        pthread_attr_init(&attr);
+        if (p->cpu >= 0) {
+                /* Bound workers run on their CPU only, from the start. */
+                cpu_set_t set;
+
+                CPU_ZERO(&set);
+                CPU_SET(p->cpu, &set);
+                pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+        }
+        r = pthread_create(&t->thread, &attr, work_thread_main, t);
+        pthread_attr_destroy(&attr);
+        if (r != 0) {
+                pthread_cond_destroy(&t->cond);
+                pthread_mutex_destroy(&t->lock);
+                free(t);
+                return NULL;
+        }
+        t->next = p->threads;
+        p->threads = t;
+        p->nr_threads++;
+        return t;
+}
+
+/* The next item @p may start, FIFO, honouring max_active for unbound. */
+static struct cmwq_work *pool_next(struct work_pool *p) {
+        for (struct cmwq_work *w = p->pending._next; w != &p->pending; w = w->_next) {
+                struct cmwq_workqueue *wq = w->_wq;
+
+                if (p->cpu < 0 && wq->max_active && wq->cb_active >= wq->max_active)
+                        continue;
+                return w;
+        }
+        return NULL;
+}
+
+/* Starts or asks for workers while @p has work.  Work lock held. */
+static void pool_kick(struct client_work *cw, struct work_pool *p) {
+        struct work_thread *t;
+
+        if (cw->stopping || cw->dead || !pool_next(p))
+                return;
+
+        if (p->cpu < 0) {
+                if (p->nr_idle > 0) {
+                        for (t = p->threads; t; t = t->next)
+                                if (t->state == THREAD_IDLE) {
+                                        t->state = THREAD_GRANTED;
+                                        p->nr_idle--;
+                                        pthread_mutex_lock(&t->lock);
+                                        t->grant = true;
+                                        pthread_cond_signal(&t->cond);
+                                        pthread_mutex_unlock(&t->lock);
+                                        return;
+                                }
+                }
+                if (p->nr_threads < WORK_UNBOUND_THREADS_MAX && !p->demanding) {
+                        p->demanding = true;    /* one start at a time */
+                        if (!thread_new(cw, p))
+                                p->demanding = false;
+                }
+                return;
+        }
+
+        if (p->demanding)
+                return;
+        for (t = p->threads; t; t = t->next)
+                if (t->state == THREAD_IDLE) {
+                        t->state = THREAD_DEMANDING;
+                        p->demanding = true;
+                        send_tid(cw->c, CMWQ__REQUEST__BODY_CALLBACK_DEMAND, t->tid);
+                        return;
+                }
+        p->demanding = true;
+        if (!thread_new(cw, p))
+                p->demanding = false;
+}
+
+/* Runs @w on @t.  Work lock held; dropped around the function. */
+static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_work *w) {
+        struct cmwq_workqueue *wq = w->_wq;
+
+        w->_state &= ~WORK_PENDING;
+        w->_state |= WORK_RUNNING;
+        w->_running = t;
+        w->_running_seq = w->_queued_seq;
+        w->_nr_started++;
+        wq->cb_active++;
+        t->current = w;
+
+        pthread_mutex_unlock(&cw->lock);
+        w->func(w);
+        pthread_mutex_lock(&cw->lock);
+
+        t->current = NULL;
+        wq->cb_active--;
+        w->_nr_finished++;
+        w->_running = NULL;
+        w->_state &= ~WORK_RUNNING;
+        inflight_del_if_idle(w);
+        pthread_cond_broadcast(&cw->done);
+}
+
+/* Takes the next item for @t: its parked ones first, then its pool's.
+ * Non-reentrancy: an item running elsewhere is parked behind that thread. */
+static struct cmwq_work *thread_take(struct work_thread *t) {
+        struct cmwq_work *w;
+
+        for (;;) {
+                if (!wlist_empty(&t->scheduled)) {
+                        w = t->scheduled._next;
+                        wlist_del(w);
+                        return w;
+                }
+                w = pool_next(t->pool);
+                if (!w)
+                        return NULL;
+                wlist_del(w);
+                if (w->_running && w->_running != t) {
+                        wlist_add_tail(w, &((struct work_thread *) w->_running)->scheduled);
+                        continue;
+                }
+                return w;
+        }
+}
+
+static bool thread_wait_grant(struct client_work *cw, struct work_thread *t) {
+        bool stop;
+
+        pthread_mutex_unlock(&cw->lock);
+        pthread_mutex_lock(&t->lock);
+        while (!t->grant && !t->stop)
+                pthread_cond_wait(&t->cond, &t->lock);
+        t->grant = false;
+        stop = t->stop;
+        pthread_mutex_unlock(&t->lock);
+        pthread_mutex_lock(&cw->lock);
+        return !stop;
+}
+
+static bool thread_yield_asked(struct work_thread *t) {
+        bool y;
+
+        pthread_mutex_lock(&t->lock);
+        y = t->yield;
+        pthread_mutex_unlock(&t->lock);
+        return y;
+}
+
+static int thread_register(struct client_work *cw, struct work_thread *t) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__CallbackWorker reg = CMWQ__CALLBACK_WORKER__INIT;
+
+        reg.tid = (uint32_t) t->tid;
+        reg.cpu = (uint32_t) t->pool->cpu;
+        reg.has_highpri = true;
+        reg.highpri = t->pool->highpri;
+        req.body_case = CMWQ__REQUEST__BODY_CALLBACK_REGISTER;
+        req.callback_register = &reg;
+        return client_call_simple(cw->c, &req, "cannot register a callback worker thread");
+}
+
+static void *work_thread_main(void *userdata) {
+        struct work_thread *t = userdata;
+        struct client_work *cw = t->cw;
+        struct work_pool *p = t->pool;
+        bool bound = p->cpu >= 0;
+
+        work_self = t;
+        t->tid = (pid_t) syscall(SYS_gettid);
+
+        pthread_mutex_lock(&cw->lock);
+        cw->threads[cw->nr_threads] = t;
+        __atomic_store_n(&cw->nr_threads, cw->nr_threads + 1, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&cw->lock);
+
+        if (bound && thread_register(cw, t) < 0) {
+                pthread_mutex_lock(&cw->lock);
+                t->state = THREAD_DEAD;
+                p->demanding = false;
+                pthread_mutex_unlock(&cw->lock);
+                return NULL;
+        }
+
+        pthread_mutex_lock(&cw->lock);
+        p->demanding = false;
+        if (bound) {
+                t->state = THREAD_IDLE;
+                pool_kick(cw, p);       /* this thread demands if work waits */
+        } else {
+                /* Started for work: take it at once. */
+                t->state = THREAD_GRANTED;
+                pthread_mutex_lock(&t->lock);
+                t->grant = true;
+                pthread_mutex_unlock(&t->lock);
+        }
+
+        while (thread_wait_grant(cw, t) && !cw->stopping) {
+                struct cmwq_work *w;
+
+                if (bound) {
+                        t->state = THREAD_GRANTED;
+                        p->demanding = false;
+                }
+
+                for (;;) {
+                        if (cw->stopping)
+                                break;
+                        w = NULL;
+                        if (!wlist_empty(&t->scheduled)) {
+                                /* Parked behind our last item: ours to run. */
+                                w = t->scheduled._next;
+                                wlist_del(w);
+                        } else if (!(bound && thread_yield_asked(t)))
+                                w = thread_take(t);
+                        if (!w)
+                                break;
+                        /* Keep one demand out while more waits. */
+                        pool_kick(cw, p);
+                        run_one(cw, t, w);
+                }
+
+                t->state = THREAD_IDLE;
+                if (bound) {
+                        pthread_mutex_lock(&t->lock);
+                        t->yield = false;
+                        pthread_mutex_unlock(&t->lock);
+                        send_tid(cw->c, CMWQ__REQUEST__BODY_CALLBACK_IDLE, t->tid);
+                } else
+                        p->nr_idle++;
+                pool_kick(cw, p);
+        }
+        t->state = THREAD_DEAD;
+        pthread_mutex_unlock(&cw->lock);
+        return NULL;
+}
+
+/* ---- the manager (reader) and the timer ---------------------------------- */
+
+/* Drops every pending item: nothing will grant them any more. */
+static void work_connection_lost(struct client_work *cw, int error) {
+        pthread_mutex_lock(&cw->lock);
+        cw->dead = error;
+        for (unsigned i = 0; i <= cw->nr_cpus * 2; i++) {
+                struct work_pool *p = i < cw->nr_cpus * 2 ? &cw->pools[i] : &cw->unbound;
+
+                if (p->cpu < 0 && i < cw->nr_cpus * 2)
+                        continue;
+                while (!wlist_empty(&p->pending)) {
+                        struct cmwq_work *w = p->pending._next;
+
+                        wlist_del(w);
+                        w->_state &= ~WORK_PENDING;
+                        w->_nr_started++;
+                        w->_nr_finished++;
+                        inflight_del_if_idle(w);
+                }
+                for (struct work_thread *t = p->threads; t; t = t->next) {
+                        while (!wlist_empty(&t->scheduled)) {
+                                struct cmwq_work *w = t->scheduled._next;
+
+                                wlist_del(w);
+                                w->_state &= ~WORK_PENDING;
+                                w->_nr_started++;
+                                w->_nr_finished++;
+                                inflight_del_if_idle(w);
+                        }
+                        pthread_mutex_lock(&t->lock);
+                        t->stop = p->cpu >= 0;  /* unbound threads need no daemon */
+                        pthread_cond_signal(&t->cond);
+                        pthread_mutex_unlock(&t->lock);
+                }
+        }
+        pthread_cond_broadcast(&cw->done);
+        pthread_cond_broadcast(&cw->timer_cond);
+        pthread_mutex_unlock(&cw->lock);
+}
+
+static void *manager_main(void *userdata) {
+        struct client_work *cw = userdata;
+        struct cmwq *c = cw->c;
+        int dead;
+
+        client_read_forever(c);
+        pthread_mutex_lock(&c->lock);
+        dead = c->dead;
+        pthread_mutex_unlock(&c->lock);
+        if (dead < 0)
+                work_connection_lost(cw, dead);
+        return NULL;
+}
+
+static void queue_locked(struct client_work *cw, struct cmwq_workqueue *wq, struct cmwq_work *w, int cpu);
+
+static uint64_t mono_usec(void) {
+        return now_usec(CLOCK_MONOTONIC);
+}
+
+static void *timer_main(void *userdata) {
+        struct client_work *cw = userdata;
+
+        pthread_mutex_lock(&cw->lock);
+        while (!cw->stopping) {
+                struct cmwq_delayed_work *dw = cw->timers._tnext;
+                uint64_t now = mono_usec();
+
+                if (dw == &cw->timers) {
+                        pthread_cond_wait(&cw->timer_cond, &cw->lock);
+                        continue;
+                }
+                if (dw->_expires > now) {
+                        struct timespec ts = {
+                                .tv_sec = (time_t) (dw->_expires / USEC_PER_SEC),
+                                .tv_nsec = (long) (dw->_expires % USEC_PER_SEC) * 1000,
+                        };
+                        pthread_cond_timedwait(&cw->timer_cond, &cw->lock, &ts);
+                        continue;
+                }
+                timers_del(dw);
+                if (cw->dead) {
+                        dw->work._nr_started++;
+                        dw->work._nr_finished++;
+                        pthread_cond_broadcast(&cw->done);
+                        continue;
+                }
+                queue_locked(cw, dw->_twq, &dw->work, dw->_tcpu);
+        }
+        pthread_mutex_unlock(&cw->lock);
+        return NULL;
+}
+
+/* ---- set-up and tear-down ------------------------------------------------- */
+
+static int work_get(struct cmwq *c, struct client_work **ret) {
+        struct client_work *cw;
+        pthread_condattr_t ca;
+        long n;
+        int r = 0;
+
+        cw = __atomic_load_n(&c->work, __ATOMIC_ACQUIRE);
+        if (cw) {
+                *ret = cw;
+                return 0;
+        }
+
+        pthread_mutex_lock(&c->work_init_lock);
+        if (c->work)
+                goto done;
+        cw = calloc(1, sizeof(*cw));
+        n = sysconf(_SC_NPROCESSORS_CONF);
+        if (!cw || n <= 0) {
+                free(cw);
+                r = client_error(-ENOMEM, "out of memory");
+                goto done;
+        }
+        cw->c = c;
+        cw->nr_cpus = (unsigned) n;
+        cw->pools = calloc(cw->nr_cpus * 2, sizeof(*cw->pools));
+        if (!cw->pools) {
+                free(cw);
+                r = client_error(-ENOMEM, "out of memory");
+                goto done;
+        }
+        for (unsigned i = 0; i < cw->nr_cpus * 2; i++) {
+                cw->pools[i].cpu = (int) (i / 2);
+                cw->pools[i].highpri = i % 2;
+                wlist_init(&cw->pools[i].pending);
+        }
+        cw->unbound.cpu = -1;
+        wlist_init(&cw->unbound.pending);
+        cw->timers._tnext = cw->timers._tprev = &cw->timers;
+        pthread_mutex_init(&cw->lock, NULL);
+        pthread_cond_init(&cw->done, NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&cw->timer_cond, &ca);
+        pthread_condattr_destroy(&ca);
+
+        /* Published before the threads start: the reader looks it up. */
+        __atomic_store_n(&c->work, cw, __ATOMIC_RELEASE);
+        if (pthread_create(&cw->manager, NULL, manager_main, cw) == 0)
+                cw->manager_started = true;
+        if (pthread_create(&cw->timer, NULL, timer_main, cw) == 0)
+                cw->timer_started = true;
+        if (!cw->manager_started || !cw->timer_started)
+                r = client_error(-EAGAIN, "cannot start the library's threads");
+done:
+        if (r >= 0)
+                *ret = c->work;
+        pthread_mutex_unlock(&c->work_init_lock);
+        return r;
+}
+
+void client_work_stop(struct cmwq *c) {
+        struct client_work *cw = c->work;
+        struct work_thread *all = NULL;
+
+        pthread_mutex_lock(&cw->lock);
+        cw->stopping = true;
+        pthread_cond_broadcast(&cw->timer_cond);
+        for (unsigned i = 0; i < cw->nr_threads; i++) {
+                struct work_thread *t = cw->threads[i];
+
+                pthread_mutex_lock(&t->lock);
+                t->stop = true;
+                pthread_cond_signal(&t->cond);
+                pthread_mutex_unlock(&t->lock);
+        }
+        pthread_mutex_unlock(&cw->lock);
+
+        /* Threads created but not yet in the table are on their pool's list. */
+        for (unsigned i = 0; i <= cw->nr_cpus * 2; i++) {
+                struct work_pool *p = i < cw->nr_cpus * 2 ? &cw->pools[i] : &cw->unbound;
+
+                for (struct work_thread *t = p->threads, *n; t; t = n) {
+                        n = t->next;
+                        /* Racing a thread that registers: tell it again. */
+                        pthread_mutex_lock(&t->lock);
+                        t->stop = true;
+                        pthread_cond_signal(&t->cond);
+                        pthread_mutex_unlock(&t->lock);
+                        pthread_join(t->thread, NULL);
+                        t->next = all;
+                        all = t;
+                }
+                p->threads = NULL;
+        }
+
+        client_wake_reader(c);
+        if (cw->manager_started)
+                pthread_join(cw->manager, NULL);
+        if (cw->timer_started)
+                pthread_join(cw->timer, NULL);
+
+        while (all) {
+                struct work_thread *t = all;
+
+                all = t->next;
+                pthread_cond_destroy(&t->cond);
+                pthread_mutex_destroy(&t->lock);
+                free(t);
+        }
+        pthread_cond_destroy(&cw->timer_cond);
+        pthread_cond_destroy(&cw->done);
+        pthread_mutex_destroy(&cw->lock);
+        free(cw->pools);
+        free(cw);
+        c->work = NULL;
+}
+
+/* ---- the API -------------------------------------------------------------- */
+
+static struct work_pool *pool_for(struct client_work *cw, struct cmwq_workqueue *wq, int cpu) {
+        if (wq->flags & CMWQ_WQ_UNBOUND)
+                return &cw->unbound;
+        return &cw->pools[cpu * 2 + ((wq->flags & CMWQ_WQ_HIGHPRI) ? 1 : 0)];
+}
+
+static void queue_locked(struct client_work *cw, struct cmwq_workqueue *wq, struct cmwq_work *w, int cpu) {
+        struct work_pool *p;
+
+        if (cpu < 0 || (unsigned) cpu >= cw->nr_cpus)
+                cpu = sched_getcpu();
+        if (cpu < 0 || (unsigned) cpu >= cw->nr_cpus)
+                cpu = 0;
+        p = pool_for(cw, wq, cpu);
+
+        w->_state |= WORK_PENDING;
+        w->_wq = wq;
+        w->_cpu = cpu;
+        w->_queued_seq = ++wq->cb_seq;
+        w->_nr_queued++;
+        inflight_add(wq, w);
+        if (w->_running)
+                /* Running: it runs next on that thread, never beside itself. */
+                wlist_add_tail(w, &((struct work_thread *) w->_running)->scheduled);
+        else
+                wlist_add_tail(w, &p->pending);
+        pool_kick(cw, p);
+}
+
+/* Whether the caller may queue on @wq now (draining lets only its own
+ * items queue, as the kernel's chained work). */
+static bool may_queue(struct cmwq_workqueue *wq, struct cmwq_work *w) {
+        if (w->_state & (WORK_PENDING | WORK_TIMER | WORK_CANCELING))
+                return false;
+        if (wq->cb_draining && !(work_self && work_self->current && work_self->current->_wq == wq))
+                return false;
+        return true;
+}
+
+bool cmwq_queue_work_on(int cpu, struct cmwq_workqueue *wq, struct cmwq_work *work) {
+        struct client_work *cw;
+        bool queued = false;
+
+        if (!wq || !work || !work->func || work_get(wq->c, &cw) < 0)
+                return false;
+        if (cpu < -1 || (cpu >= 0 && (unsigned) cpu >= cw->nr_cpus))
+                return false;
+        pthread_mutex_lock(&cw->lock);
+        if (!cw->dead && !cw->stopping && may_queue(wq, work)) {
+                queue_locked(cw, wq, work, cpu);
+                queued = true;
+        }
+        pthread_mutex_unlock(&cw->lock);
+        return queued;
+}
+
+bool cmwq_queue_work(struct cmwq_workqueue *wq, struct cmwq_work *work) {
+        return cmwq_queue_work_on(-1, wq, work);
+}
+
+static void timer_add_locked(struct client_work *cw, struct cmwq_workqueue *wq, struct cmwq_delayed_work *dw,
+                             uint64_t delay_usec) {
+        struct cmwq_delayed_work *pos;
+
+        dw->_twq = wq;
+        dw->_tcpu = sched_getcpu();
+        dw->_expires = mono_usec() + delay_usec;
+        dw->work._state |= WORK_TIMER;
+        dw->work._wq = wq;
+        for (pos = cw->timers._tnext; pos != &cw->timers && pos->_expires <= dw->_expires; pos = pos->_tnext)
+                ;
+        dw->_tnext = pos;
+        dw->_tprev = pos->_tprev;
+        pos->_tprev->_tnext = dw;
+        pos->_tprev = dw;
+        pthread_cond_broadcast(&cw->timer_cond);
+}
+
+static bool queue_delayed_locked(struct client_work *cw, struct cmwq_workqueue *wq, struct cmwq_delayed_work *dw,
+                                 uint64_t delay_usec) {
+        if (cw->dead || cw->stopping || !may_queue(wq, &dw->work))
+                return false;
+        if (delay_usec == 0)
+                queue_locked(cw, wq, &dw->work, -1);
+        else
+                timer_add_locked(cw, wq, dw, delay_usec);
+        return true;
+}
+
+bool cmwq_queue_delayed_work(struct cmwq_workqueue *wq, struct cmwq_delayed_work *dwork, uint64_t delay_usec) {
+        struct client_work *cw;
+        bool queued;
+
+        if (!wq || !dwork || !dwork->work.func || work_get(wq->c, &cw) < 0)
+                return false;
+        pthread_mutex_lock(&cw->lock);
+        queued = queue_delayed_locked(cw, wq, dwork, delay_usec);
+        pthread_mutex_unlock(&cw->lock);
+        return queued;
+}
+
+/* Takes a pending (queued or timed) instance back; it counts as done. */
+static bool cancel_locked(struct client_work *cw, struct cmwq_work *w) {
+        if (w->_state & WORK_TIMER)
+                timers_del(cmwq_to_delayed_work(w));
+        else if (w->_state & WORK_PENDING) {
+                wlist_del(w);
+                w->_state &= ~WORK_PENDING;
+                inflight_del_if_idle(w);
+        } else
+                return false;
+        w->_nr_started++;
+        w->_nr_finished++;
+        pthread_cond_broadcast(&cw->done);
+        return true;
+}
+
+bool cmwq_mod_delayed_work(struct cmwq_workqueue *wq, struct cmwq_delayed_work *dwork, uint64_t delay_usec) {
+        struct client_work *cw;
+        bool was;
+
+        if (!wq || !dwork || !dwork->work.func || work_get(wq->c, &cw) < 0)
+                return false;
+        pthread_mutex_lock(&cw->lock);
+        if (dwork->work._state & WORK_CANCELING)
+                was = false;
+        else {
+                was = cancel_locked(cw, &dwork->work);
+                (void) queue_delayed_locked(cw, wq, dwork, delay_usec);
+        }
+        pthread_mutex_unlock(&cw->lock);
+        return was;
+}
+
+/* The connection of a work item that was queued at least once. */
+static struct client_work *work_of(const struct cmwq_work *w) {
+        if (!w || !w->_wq)
+                return NULL;
+        return __atomic_load_n(&w->_wq->c->work, __ATOMIC_ACQUIRE);
+}
+
+bool cmwq_cancel_work(struct cmwq_work *work) {
+        struct client_work *cw = work_of(work);
+        bool was;
+
+        if (!cw)
+                return false;
+        pthread_mutex_lock(&cw->lock);
+        was = cancel_locked(cw, work);
+        pthread_mutex_unlock(&cw->lock);
+        return was;
+}
+
+bool cmwq_cancel_delayed_work(struct cmwq_delayed_work *dwork) {
+        return cmwq_cancel_work(&dwork->work);
+}
+
+int cmwq_cancel_work_sync(struct cmwq_work *work) {
+        struct client_work *cw = work_of(work);
+        bool was;
+        int r;
+
+        if (!cw)
+                return 0;
+        pthread_mutex_lock(&cw->lock);
+        work->_state |= WORK_CANCELING;
+        was = cancel_locked(cw, work);
+        while (work->_state & WORK_RUNNING)
+                pthread_cond_wait(&cw->done, &cw->lock);
+        /* Queued again by its own function while we waited? */
+        (void) cancel_locked(cw, work);
+        work->_state &= ~WORK_CANCELING;
+        r = cw->dead ? client_error(cw->dead, "the connection to cmwqd was lost") : was;
+        pthread_mutex_unlock(&cw->lock);
+        return r;
+}
+
+int cmwq_cancel_delayed_work_sync(struct cmwq_delayed_work *dwork) {
+        return cmwq_cancel_work_sync(&dwork->work);
+}
+
+int cmwq_flush_work(struct cmwq_work *work) {
+        struct client_work *cw = work_of(work);
+        uint64_t target;
+        int r;
+
+        if (!cw)
+                return 0;
+        pthread_mutex_lock(&cw->lock);
+        if (work->_state & (WORK_PENDING | WORK_TIMER))
+                target = work->_nr_started + 1;         /* the pending instance */
+        else if (work->_state & WORK_RUNNING)
+                target = work->_nr_started;
+        else {
+                pthread_mutex_unlock(&cw->lock);
+                return 0;
+        }
+        while (work->_nr_finished < target && !(cw->dead && !(work->_state & WORK_RUNNING)))
+                pthread_cond_wait(&cw->done, &cw->lock);
+        /* Instances dropped with the connection count as finished, but
+         * they did not run: say so. */
+        r = !cw->dead ? 1 : client_error(cw->dead, "the connection to cmwqd was lost");
+        pthread_mutex_unlock(&cw->lock);
+        return r;
+}
+
+int cmwq_flush_delayed_work(struct cmwq_delayed_work *dwork) {
+        struct client_work *cw = work_of(&dwork->work);
+
+        if (!cw)
+                return 0;
+        pthread_mutex_lock(&cw->lock);
+        if (dwork->work._state & WORK_TIMER) {
+                timers_del(dwork);
+                queue_locked(cw, dwork->_twq, &dwork->work, dwork->_tcpu);
+        }
+        pthread_mutex_unlock(&cw->lock);
+        return cmwq_flush_work(&dwork->work);
+}
+
+bool cmwq_work_pending(const struct cmwq_work *work) {
+        struct client_work *cw = work_of(work);
+        bool pending;
+
+        if (!cw)
+                return false;
+        pthread_mutex_lock(&cw->lock);
+        pending = work->_state & (WORK_PENDING | WORK_TIMER);
+        pthread_mutex_unlock(&cw->lock);
+        return pending;
+}
+
+bool cmwq_delayed_work_pending(const struct cmwq_delayed_work *dwork) {
+        return cmwq_work_pending(&dwork->work);
+}
+
+/* Whether an item queued up to @seq is still pending or running on @wq. */
+static bool flush_busy(struct cmwq_workqueue *wq, uint64_t seq) {
+        for (struct cmwq_work *w = wq->inflight._inext; w != &wq->inflight; w = w->_inext) {
+                if ((w->_state & WORK_PENDING) && w->_queued_seq <= seq)
+                        return true;
+                if ((w->_state & WORK_RUNNING) && w->_running_seq <= seq)
+                        return true;
+        }
+        return false;
+}
+
+int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain) {
+        struct client_work *cw = __atomic_load_n(&wq->c->work, __ATOMIC_ACQUIRE);
+        uint64_t seq;
+        int r = 0;
+
+        if (!cw)
+                return 0;       /* no callback was ever queued */
+        pthread_mutex_lock(&cw->lock);
+        if (drain) {
+                wq->cb_draining = true;
+                while (wq->inflight._inext != &wq->inflight && !cw->dead)
+                        pthread_cond_wait(&cw->done, &cw->lock);
+                wq->cb_draining = false;
+        } else {
+                seq = wq->cb_seq;
+                while (flush_busy(wq, seq) && !cw->dead)
+                        pthread_cond_wait(&cw->done, &cw->lock);
+        }
+        /* Running items finish even on a lost connection; wait for them. */
+        while (cw->dead && wq->cb_active > 0)
+                pthread_cond_wait(&cw->done, &cw->lock);
+        if (cw->dead)
+                r = client_error(cw->dead, "the connection to cmwqd was lost");
+        pthread_mutex_unlock(&cw->lock);
+        return r;
+}

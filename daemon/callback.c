@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Callback work: client worker threads as pool workers, see callback.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "callback.h"
+#include "log.h"
+#include "util.h"
+
+struct callback_registry {
+        struct core *core;
+        struct list_head clients;
+        unsigned nr_workers;
+};
+
+struct callback_client {
+        struct callback_registry *registry;
+        struct list_head entry;
+        pid_t pid;
+        callback_grant_fn grant;
+        void *userdata;
+        struct list_head workers;
+        unsigned nr_workers;
+        struct pool_work_stats stats;
+};
+
+struct callback_worker {
+        struct callback_client *client;
+        struct list_head entry;
+        pid_t tid;
+        struct pool *pool;
+        struct pool_work work;          /* the demand: queued while it waits */
+        struct worker *granted;         /* the pool's worker while it holds a grant */
+        struct sleepwatch_target *target;
+        bool yield_sent;
+};
+
+static int callback_execute(struct worker *pw, struct pool_work *work);
+static uint64_t callback_cpu_usec(struct worker *pw);
+
+static const struct pool_work_ops callback_ops = {
+        .execute = callback_execute,
+        .cpu_usec = callback_cpu_usec,
+};
+
+static int callback_execute(struct worker *pw, struct pool_work *work) {
+        struct callback_worker *w = container_of(work, struct callback_worker, work);
+
+        pw->userdata = w;
+        w->granted = pw;
+        w->yield_sent = false;
+        w->client->grant(w->tid, false, w->client->userdata);
+        return 0;
+}
+
+/* CPU time of the thread (not of one item: a grant runs many). */
+static uint64_t callback_cpu_usec(struct worker *pw) {
+        struct callback_worker *w = pw->userdata;
+        unsigned long long ns;
+        char path[64];
+        FILE *f;
+        int n;
+
+        if (!w)
+                return POOL_CPU_UNKNOWN;
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int) w->client->pid, (int) w->tid);
+        f = fopen(path, "re");
+        if (!f)
+                return POOL_CPU_UNKNOWN;
+        n = fscanf(f, "%llu", &ns);
+        fclose(f);
+        return n == 1 ? ns / 1000 : POOL_CPU_UNKNOWN;
+}
+
+static void callback_sleep_changed(struct sleepwatch_target *t, bool running, void *userdata) {
+        struct callback_worker *w = userdata;
+
+        if (!w->granted)
+                return;         /* waiting for a grant: that is not work blocking */
+        if (running)
+                pool_worker_running(w->granted);
+        else
+                pool_worker_sleeping(w->granted);
+}
+
+/* Other work waits for @p: threads of other clients holding it yield. */
+static void callback_pool_contended(struct pool *p, struct pool_work *work, void *userdata) {
+        struct callback_registry *r = userdata;
+        struct callback_client *owner = NULL, *c;
+        struct callback_worker *w;
+
+        if (work->ops == &callback_ops)
+                owner = container_of(work, struct callback_worker, work)->client;
+
+        list_for_each_entry(c, &r->clients, entry) {
+                if (c == owner)
+                        continue;       /* its own next demand: the thread keeps going */
+                list_for_each_entry(w, &c->workers, entry)
+                        if (w->pool == p && w->granted && !w->yield_sent && worker_counts_running(w->granted)) {
+                                w->yield_sent = true;
+                                c->grant(w->tid, true, c->userdata);
+                        }
+        }
+}
+
+static void callback_set_hooks(struct core *core, struct callback_registry *r) {
+        for (unsigned cpu = 0; cpu < core->nr_cpus; cpu++)
+                for (int hi = 0; hi < 2; hi++) {
+                        struct pool *p = &core->cpu_pools[cpu * 2 + hi];
+
+                        p->contended = r ? callback_pool_contended : NULL;
+                        p->contended_userdata = r;
+                }
+}
+
+int callback_registry_new(struct core *core, struct callback_registry **ret) {
+        struct callback_registry *r = calloc(1, sizeof(*r));
+
+        if (!r)
+                return -ENOMEM;
+        r->core = core;
+        list_init(&r->clients);
+        callback_set_hooks(core, r);
+        *ret = r;
+        return 0;
+}
+
+struct callback_registry *callback_registry_free(struct callback_registry *r) {
+        if (!r)
+                return NULL;
+        while (!list_empty(&r->clients))
+                callback_client_free(list_first_entry(&r->clients, struct callback_client, entry));
+        callback_set_hooks(r->core, NULL);
+        free(r);
+        return NULL;
+}
+
+unsigned callback_registry_nr_workers(const struct callback_registry *r) {
+        return r ? r->nr_workers : 0;
+}
+
+int callback_client_new(struct callback_registry *r, pid_t pid, callback_grant_fn grant, void *userdata,
+                        struct callback_client **ret) {
+        struct callback_client *c;
+
+        if (pid <= 0)
+                return -EINVAL;
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return -ENOMEM;
+        c->registry = r;
+        c->pid = pid;
+        c->grant = grant;
+        c->userdata = userdata;
+        list_init(&c->workers);
+        list_add_tail(&c->entry, &r->clients);
+        *ret = c;
+        return 0;
+}
+
+/* Gives back the grant or withdraws the demand. */
+static void callback_worker_release(struct callback_worker *w) {
+        struct worker *pw = w->granted;
+
+        if (pw) {
+                w->granted = NULL;
+                pw->userdata = NULL;
+                pool_worker_done(pw);
+        } else if (list_linked(&w->work.entry))
+                pool_cancel_pending(w->pool, &w->work);
+}
+
+static void callback_worker_free(struct callback_worker *w) {
+        callback_worker_release(w);
+        sleepwatch_target_free(w->target);
+        list_del_init(&w->entry);
+        w->client->nr_workers--;
+        w->client->registry->nr_workers--;
+        free(w);
+}
+
+struct callback_client *callback_client_free(struct callback_client *c) {
+        if (!c)
+                return NULL;
+        while (!list_empty(&c->workers))
+                callback_worker_free(list_first_entry(&c->workers, struct callback_worker, entry));
+        list_del_init(&c->entry);
+        free(c);
+        return NULL;
+}
+
+static struct callback_worker *callback_worker_find(struct callback_client *c, pid_t tid) {
+        struct callback_worker *w;
+
+        list_for_each_entry(w, &c->workers, entry)
+                if (w->tid == tid)
+                        return w;
+        return NULL;
+}
+
+/* Whether @tid is a thread of @pid (as the daemon sees the client). */
+static bool thread_of(pid_t pid, pid_t tid) {
+        char path[64];
+        struct stat st;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d", (int) pid, (int) tid);
+        return stat(path, &st) == 0;
+}
+
+int callback_worker_register(struct callback_client *c, pid_t tid, unsigned cpu, bool highpri,
+                             struct core_error *e) {
+        struct core *core = c->registry->core;
+        struct callback_worker *w;
+        int r;
+
+        if (tid <= 0 || !thread_of(c->pid, tid))
+                return core_error_set(e, -EINVAL, "thread %d is not a thread of the client (PID %d)", (int) tid,
+                                      (int) c->pid);
+        if (callback_worker_find(c, tid))
+                return core_error_set(e, -EEXIST, "thread %d is registered already", (int) tid);
+        if (cpu >= core->nr_cpus || !CPU_ISSET(cpu, &core->cpus_allowed))
+                return core_error_set(e, -EINVAL, "CPU %u is offline or outside cmwqd's CPU set", cpu);
+        if (c->nr_workers >= CALLBACK_WORKERS_MAX)
+                return core_error_set(e, -ENOSPC, "a client may have at most %u callback worker threads",
+                                      CALLBACK_WORKERS_MAX);
+
+        w = calloc(1, sizeof(*w));
+        if (!w)
+                return core_error_set(e, -ENOMEM, "out of memory");
+        w->client = c;
+        w->tid = tid;
+        w->pool = core_pool_for(core, (int) cpu, highpri);
+        list_init(&w->work.entry);
+        w->work.ops = &callback_ops;
+        w->work.identity = w;
+        w->work.stats = &c->stats;
+
+        r = sleepwatch_watch_thread(core->sleepwatch, c->pid, tid, callback_sleep_changed, w, &w->target);
+        if (r < 0) {
+                free(w);
+                return core_error_set(e, r, "cannot watch thread %d: %s", (int) tid, strerror(-r));
+        }
+        list_add_tail(&w->entry, &c->workers);
+        c->nr_workers++;
+        c->registry->nr_workers++;
+        log_debug("callback: PID %d registered worker thread %d on CPU %u%s", (int) c->pid, (int) tid, cpu,
+                  highpri ? " (highpri)" : "");
+        return 0;
+}
+
+static int callback_worker_get(struct callback_client *c, pid_t tid, struct callback_worker **ret,
+                               struct core_error *e) {
+        struct callback_worker *w = callback_worker_find(c, tid);
+
+        if (!w)
+                return core_error_set(e, -ENOENT, "thread %d is not a registered worker", (int) tid);
+        *ret = w;
+        return 0;
+}
+
+int callback_worker_unregister(struct callback_client *c, pid_t tid, struct core_error *e) {
+        struct callback_worker *w = NULL;
+        int r;
+
+        r = callback_worker_get(c, tid, &w, e);
+        if (r < 0)
+                return r;
+        callback_worker_free(w);
+        return 0;
+}
+
+int callback_worker_demand(struct callback_client *c, pid_t tid, struct core_error *e) {
+        struct callback_worker *w = NULL;
+        int r;
+
+        r = callback_worker_get(c, tid, &w, e);
+        if (r < 0)
+                return r;
+        if (w->granted || list_linked(&w->work.entry))
+                return 0;
+        pool_queue_work(w->pool, &w->work);
+        return 0;
+}
+
+int callback_worker_idle(struct callback_client *c, pid_t tid, struct core_error *e) {
+        struct callback_worker *w = NULL;
+        int r;
+
+        r = callback_worker_get(c, tid, &w, e);
+        if (r < 0)
+                return r;
+        callback_worker_release(w);
+        return 0;
+}

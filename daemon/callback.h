@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/*
+ * Callback work of libcmwq-client clients: their worker threads as workers
+ * of the daemon's pools.
+ *
+ * A client registers each worker thread (pinned to one CPU, normal or high
+ * priority).  When the thread has work it "demands": its embedded pool_work
+ * is queued on its CPU's pool like any work, and when the pool starts it the
+ * thread is granted the CPU -- it counts toward the pool's nr_running until
+ * it gives the grant back ("idle").  While granted it runs the client's
+ * items back to back without asking again.  Its blocking and waking are
+ * seen with the sleepwatch on its thread id, exactly as for exec items, and
+ * the pool's CPU-intensive timer applies to it.  When other work waits for
+ * a pool while a client thread holds it, that thread is told to yield after
+ * its current item.
+ *
+ * Everything a client sends is checked: thread ids must be threads of the
+ * connecting process and registered, CPUs must be the daemon's, and the
+ * number of threads is bounded.  A client that goes away (even killed)
+ * leaves nothing: its grants are returned, its demands withdrawn, its
+ * sleepwatch targets closed.
+ */
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "core.h"
+
+/* Worker threads one client may register. */
+#define CALLBACK_WORKERS_MAX 1024u
+
+struct callback_registry;
+struct callback_client;
+
+/* Sends "thread @tid is granted its CPU" (or, with @yield, "give it back
+ * after the current item") to the client. */
+typedef void (*callback_grant_fn)(pid_t tid, bool yield, void *userdata);
+
+int callback_registry_new(struct core *core, struct callback_registry **ret);
+struct callback_registry *callback_registry_free(struct callback_registry *r);
+
+int callback_client_new(struct callback_registry *r, pid_t pid, callback_grant_fn grant, void *userdata,
+                        struct callback_client **ret);
+struct callback_client *callback_client_free(struct callback_client *c);
+
+int callback_worker_register(struct callback_client *c, pid_t tid, unsigned cpu, bool highpri,
+                             struct core_error *e);
+int callback_worker_unregister(struct callback_client *c, pid_t tid, struct core_error *e);
+/* The thread has work: queue its demand (a no-op if queued or granted). */
+int callback_worker_demand(struct callback_client *c, pid_t tid, struct core_error *e);
+/* The thread gives its grant back, or withdraws its demand. */
+int callback_worker_idle(struct callback_client *c, pid_t tid, struct core_error *e);
+
+/* For tests and `cmwqctl pools`-like views. */
+unsigned callback_registry_nr_workers(const struct callback_registry *r);

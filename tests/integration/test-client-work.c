@@ -1,0 +1,699 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* libcmwq-client callback work against a real cmwqd: queueing, non-reentrancy,
+ * flush, cancel, delayed work, two clients sharing a CPU, kill -9 of a client,
+ * and the daemon going away under a waiting call. */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmwq/cmwq.h>
+
+#include "harness.h"
+
+static struct cmwqd d;
+
+static void setup(void) {
+        cmwqd_start(&d, NULL);
+}
+
+static void teardown(void) {
+        cmwqd_stop(&d);
+}
+
+static struct cmwq *connect_ok(void) {
+        struct cmwq *c = cmwq_connect(d.socket);
+
+        ck_assert_msg(c, "cmwq_connect(%s): %s", d.socket, cmwq_last_error());
+        return c;
+}
+
+static int64_t now_ns(void) {
+        return mono_ns();
+}
+
+static void spin_cpu_ns(int64_t ns) {
+        struct timespec a, b;
+
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        do
+                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        while ((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec) < ns);
+}
+
+static int nr_cpus(void) {
+        return (int) sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+/* The sum of every "key": N in cmwqctl's JSON output. */
+static long json_sum(const char *json, const char *key) {
+        char pat[64];
+        long sum = 0;
+
+        snprintf(pat, sizeof(pat), "\"%s\":", key);
+        for (const char *p = strstr(json, pat); p; p = strstr(p + 1, pat))
+                sum += strtol(p + strlen(pat), NULL, 10);
+        return sum;
+}
+
+/* Busy workers in all of the daemon's pools. */
+static long pools_busy(void) {
+        char *out = CTL_OK(&d, "--json", "pools");
+        long n = json_sum(out, "busy");
+
+        ck_assert_msg(strstr(out, "\"busy\":"), "pools: %s", out);
+        free(out);
+        return n;
+}
+
+/* ---- basic queueing ------------------------------------------------------ */
+
+struct probe_work {
+        struct cmwq_work work;
+        atomic_int runs;
+        atomic_int cpu;
+        atomic_long tid;
+};
+
+static void probe_fn(struct cmwq_work *w) {
+        struct probe_work *p = cmwq_container_of(w, struct probe_work, work);
+
+        atomic_store(&p->cpu, sched_getcpu());
+        atomic_store(&p->tid, (long) syscall(SYS_gettid));
+        atomic_fetch_add(&p->runs, 1);
+}
+
+START_TEST(test_queue_work_runs_on_a_worker_thread) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct probe_work p = {};
+
+        CMWQ_WORK_INIT(&p.work, probe_fn);
+        ck_assert(!cmwq_work_pending(&p.work));
+        ck_assert(cmwq_queue_work(wq, &p.work));
+        ck_assert_int_ge(cmwq_flush_work(&p.work), 0);
+        ck_assert_int_eq(atomic_load(&p.runs), 1);
+        ck_assert_int_ne(atomic_load(&p.tid), (long) syscall(SYS_gettid));
+        ck_assert(!cmwq_work_pending(&p.work));
+        ck_assert_int_eq(cmwq_flush_work(&p.work), 0);         /* idle: nothing to wait for */
+
+        /* On a given CPU, pinned there. */
+        for (int cpu = 0; cpu < nr_cpus(); cpu++) {
+                ck_assert(cmwq_queue_work_on(cpu, wq, &p.work));
+                ck_assert_int_ge(cmwq_flush_work(&p.work), 0);
+                ck_assert_int_eq(atomic_load(&p.cpu), cpu);
+        }
+        ck_assert(!cmwq_queue_work_on(nr_cpus() + 100, wq, &p.work));
+
+        /* Unbound and high-priority queues too. */
+        ck_assert(cmwq_queue_work(cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND), &p.work));
+        ck_assert_int_ge(cmwq_flush_work(&p.work), 0);
+        ck_assert(cmwq_queue_work(cmwq_system_workqueue(c, CMWQ_SYSTEM_HIGHPRI), &p.work));
+        ck_assert_int_ge(cmwq_flush_work(&p.work), 0);
+        ck_assert_int_eq(atomic_load(&p.runs), 3 + nr_cpus());
+
+        /* The daemon counts our worker threads in its pools. */
+        char *out = CTL_OK(&d, "--json", "pools");
+        ck_assert_msg(strstr(out, "\"workers\""), "pools: %s", out);
+        free(out);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+/* A gate a work function waits at, so that the test controls "running". */
+struct gated_work {
+        struct cmwq_work work;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool open;
+        atomic_int started;
+        atomic_int finished;
+};
+
+static void gated_fn(struct cmwq_work *w) {
+        struct gated_work *g = cmwq_container_of(w, struct gated_work, work);
+
+        atomic_fetch_add(&g->started, 1);
+        pthread_mutex_lock(&g->lock);
+        while (!g->open)
+                pthread_cond_wait(&g->cond, &g->lock);
+        pthread_mutex_unlock(&g->lock);
+        atomic_fetch_add(&g->finished, 1);
+}
+
+static void gate_init(struct gated_work *g) {
+        memset(g, 0, sizeof(*g));
+        pthread_mutex_init(&g->lock, NULL);
+        pthread_cond_init(&g->cond, NULL);
+        CMWQ_WORK_INIT(&g->work, gated_fn);
+}
+
+static void gate_open(struct gated_work *g) {
+        pthread_mutex_lock(&g->lock);
+        g->open = true;
+        pthread_cond_broadcast(&g->cond);
+        pthread_mutex_unlock(&g->lock);
+}
+
+static void wait_until(atomic_int *v, int at_least) {
+        for (int waited = 0; atomic_load(v) < at_least; waited++) {
+                ck_assert_msg(waited < 10000, "waited 10 s for %d (at %d)", at_least, atomic_load(v));
+                usleep(1000);
+        }
+}
+
+START_TEST(test_pending_is_a_noop_and_a_running_item_may_be_requeued) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct gated_work g;
+
+        gate_init(&g);
+        ck_assert(cmwq_queue_work_on(0, wq, &g.work));
+        wait_until(&g.started, 1);
+        /* Running, not pending: it may be queued again, once. */
+        ck_assert(!cmwq_work_pending(&g.work));
+        ck_assert(cmwq_queue_work_on(0, wq, &g.work));
+        ck_assert(cmwq_work_pending(&g.work));
+        ck_assert(!cmwq_queue_work_on(0, wq, &g.work));
+        ck_assert(!cmwq_queue_work(wq, &g.work));
+        gate_open(&g);
+        ck_assert_int_eq(cmwq_flush_work(&g.work), 1);
+        ck_assert_int_eq(atomic_load(&g.finished), 2);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+/* ---- self-requeue and non-reentrancy ------------------------------------ */
+
+struct counted_work {
+        struct cmwq_work work;
+        struct cmwq_workqueue *wq;
+        atomic_int inside;
+        atomic_int max_inside;
+        atomic_int runs;
+        int requeue_until;
+};
+
+static void counted_fn(struct cmwq_work *w) {
+        struct counted_work *k = cmwq_container_of(w, struct counted_work, work);
+        int in = atomic_fetch_add(&k->inside, 1) + 1;
+        int max = atomic_load(&k->max_inside);
+
+        while (in > max && !atomic_compare_exchange_weak(&k->max_inside, &max, in))
+                ;
+        usleep(50);
+        int runs = atomic_fetch_add(&k->runs, 1) + 1;
+        atomic_fetch_sub(&k->inside, 1);
+        if (runs < k->requeue_until)
+                ck_assert(cmwq_queue_work(k->wq, w));
+}
+
+START_TEST(test_a_work_item_requeues_itself) {
+        struct cmwq *c = connect_ok();
+        struct counted_work k = { .requeue_until = 100 };
+
+        k.wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        CMWQ_WORK_INIT(&k.work, counted_fn);
+        ck_assert(cmwq_queue_work(k.wq, &k.work));
+        /* drain waits for chained queueing too */
+        ck_assert_int_eq(cmwq_drain_workqueue(k.wq), 0);
+        ck_assert_int_eq(atomic_load(&k.runs), 100);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+struct hammer {
+        struct cmwq_workqueue *wq;
+        struct cmwq_work *work;
+        int cpu;
+        int queued;
+};
+
+static void *hammer_main(void *userdata) {
+        struct hammer *h = userdata;
+
+        for (int i = 0; i < 3000; i++) {
+                if (cmwq_queue_work_on(h->cpu, h->wq, h->work))
+                        h->queued++;
+                if (i % 64 == 0)
+                        sched_yield();
+        }
+        return NULL;
+}
+
+START_TEST(test_never_runs_on_two_threads_at_once) {
+        struct cmwq *c = connect_ok();
+        struct counted_work k = {};
+        struct hammer h[8];
+        pthread_t th[8];
+        int queued = 0;
+
+        CMWQ_WORK_INIT(&k.work, counted_fn);
+        for (int i = 0; i < 8; i++) {
+                /* Queued from threads on every CPU and onto every CPU, bound
+                 * and unbound: runs can overlap only if non-reentrancy fails. */
+                h[i] = (struct hammer) {
+                        .wq = cmwq_system_workqueue(c, i % 4 == 3 ? CMWQ_SYSTEM_UNBOUND : CMWQ_SYSTEM),
+                        .work = &k.work,
+                        .cpu = i % nr_cpus(),
+                };
+                ck_assert_int_eq(pthread_create(&th[i], NULL, hammer_main, &h[i]), 0);
+        }
+        for (int i = 0; i < 8; i++) {
+                pthread_join(th[i], NULL);
+                queued += h[i].queued;
+        }
+        ck_assert_int_ge(cmwq_flush_work(&k.work), 0);
+        ck_assert_int_eq(atomic_load(&k.max_inside), 1);
+        ck_assert_int_gt(queued, 0);
+        ck_assert_int_eq(atomic_load(&k.runs), queued);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+/* ---- flush ordering ------------------------------------------------------ */
+
+struct stamp_work {
+        struct cmwq_work work;
+        atomic_int *done;
+};
+
+static void stamp_fn(struct cmwq_work *w) {
+        struct stamp_work *s = cmwq_container_of(w, struct stamp_work, work);
+
+        usleep(20000);
+        atomic_fetch_add(s->done, 1);
+}
+
+struct forever_work {
+        struct cmwq_work work;
+        struct cmwq_workqueue *wq;
+        atomic_bool stop;
+        atomic_int runs;
+};
+
+static void forever_fn(struct cmwq_work *w) {
+        struct forever_work *f = cmwq_container_of(w, struct forever_work, work);
+
+        usleep(1000);
+        atomic_fetch_add(&f->runs, 1);
+        if (!atomic_load(&f->stop))
+                cmwq_queue_work(f->wq, w);
+}
+
+START_TEST(test_flush_workqueue_waits_for_earlier_items_only) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_alloc_workqueue(c, "flush-order", 0, 0);
+        struct stamp_work s[12];
+        struct forever_work f = {};
+        atomic_int done = 0;
+
+        ck_assert_ptr_nonnull(wq);
+        f.wq = wq;
+        CMWQ_WORK_INIT(&f.work, forever_fn);
+        ck_assert(cmwq_queue_work(wq, &f.work));
+        for (int i = 0; i < 12; i++) {
+                s[i].done = &done;
+                CMWQ_WORK_INIT(&s[i].work, stamp_fn);
+                ck_assert(cmwq_queue_work_on(i % nr_cpus(), wq, &s[i].work));
+        }
+        /* Returns although one item keeps queueing itself, and only once
+         * everything queued before it has run. */
+        ck_assert_int_eq(cmwq_flush_workqueue(wq), 0);
+        ck_assert_int_eq(atomic_load(&done), 12);
+
+        atomic_store(&f.stop, true);
+        ck_assert_int_eq(cmwq_destroy_workqueue(wq), 0);
+        ck_assert(atomic_load(&f.runs) > 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+/* ---- cancel ---------------------------------------------------------------- */
+
+static void *open_later(void *userdata) {
+        usleep(300000);
+        gate_open(userdata);
+        return NULL;
+}
+
+START_TEST(test_cancel_work_sync_waits_for_a_running_item) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct gated_work g;
+
+        gate_init(&g);
+        ck_assert(cmwq_queue_work_on(0, wq, &g.work));
+        wait_until(&g.started, 1);
+
+        /* Open the gate a little later from another thread: cancel_work_sync
+         * must not return before the function has. */
+        pthread_t th;
+        int64_t t0 = now_ns();
+        ck_assert_int_eq(pthread_create(&th, NULL, open_later, &g), 0);
+        ck_assert_int_eq(cmwq_cancel_work_sync(&g.work), 0);   /* was running, not pending */
+        ck_assert_int_eq(atomic_load(&g.finished), 1);
+        ck_assert_int_ge(now_ns() - t0, 200000000);
+        pthread_join(th, NULL);
+
+        /* A pending item is taken back and never runs. */
+        gate_init(&g);
+        ck_assert(cmwq_queue_work_on(0, cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND), &g.work));
+        wait_until(&g.started, 1);
+        ck_assert(cmwq_queue_work_on(0, cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND), &g.work));
+        ck_assert(cmwq_cancel_work(&g.work));
+        ck_assert(!cmwq_work_pending(&g.work));
+        ck_assert(!cmwq_cancel_work(&g.work));
+        gate_open(&g);
+        ck_assert_int_eq(cmwq_cancel_work_sync(&g.work), 0);
+        ck_assert_int_eq(atomic_load(&g.started), 1);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+/* ---- delayed work ---------------------------------------------------------- */
+
+struct timed_work {
+        struct cmwq_delayed_work dwork;
+        atomic_long ran_ns;
+        atomic_int runs;
+};
+
+static void timed_fn(struct cmwq_work *w) {
+        struct timed_work *t = cmwq_container_of(cmwq_to_delayed_work(w), struct timed_work, dwork);
+
+        atomic_store(&t->ran_ns, (long) now_ns());
+        atomic_fetch_add(&t->runs, 1);
+}
+
+START_TEST(test_delayed_work_fires_not_before_its_time) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct timed_work t = {};
+        int64_t t0;
+
+        CMWQ_DELAYED_WORK_INIT(&t.dwork, timed_fn);
+        t0 = now_ns();
+        ck_assert(cmwq_queue_delayed_work(wq, &t.dwork, 200000));
+        ck_assert(cmwq_delayed_work_pending(&t.dwork));
+        ck_assert(!cmwq_queue_delayed_work(wq, &t.dwork, 1000));
+        ck_assert_int_eq(cmwq_flush_work(&t.dwork.work), 1);
+        ck_assert_int_eq(atomic_load(&t.runs), 1);
+        ck_assert_int_ge(atomic_load(&t.ran_ns) - t0, 200000000);
+
+        /* mod_delayed_work moves the time (here: later). */
+        t0 = now_ns();
+        ck_assert(!cmwq_mod_delayed_work(wq, &t.dwork, 100000));
+        ck_assert(cmwq_mod_delayed_work(wq, &t.dwork, 300000));
+        ck_assert_int_eq(cmwq_flush_work(&t.dwork.work), 1);
+        ck_assert_int_ge(atomic_load(&t.ran_ns) - t0, 300000000);
+        ck_assert_int_eq(atomic_load(&t.runs), 2);
+
+        /* Cancelled before its time: never runs. */
+        ck_assert(cmwq_queue_delayed_work(wq, &t.dwork, 100000));
+        ck_assert_int_eq(cmwq_cancel_delayed_work_sync(&t.dwork), 1);
+        usleep(250000);
+        ck_assert_int_eq(atomic_load(&t.runs), 2);
+
+        /* flush_delayed_work runs it now. */
+        t0 = now_ns();
+        ck_assert(cmwq_queue_delayed_work(wq, &t.dwork, 10000000));
+        ck_assert_int_eq(cmwq_flush_delayed_work(&t.dwork), 1);
+        ck_assert_int_eq(atomic_load(&t.runs), 3);
+        ck_assert_int_lt(now_ns() - t0, 5000000000LL);
+        ck_assert(!cmwq_cancel_delayed_work(&t.dwork));
+        cmwq_disconnect(c);
+}
+END_TEST
+
+/* ---- two clients on one CPU --------------------------------------------- */
+
+struct shared_times {
+        atomic_long a_spin1_end;
+        atomic_long a_blocked_end;
+        atomic_long a_end;
+        atomic_long b_start;
+        atomic_int a_started;
+        atomic_int b_done;
+};
+
+static struct shared_times *shared;
+
+static void a_fn(struct cmwq_work *w) {
+        atomic_store(&shared->a_started, 1);
+        /* Hold CPU 0 without blocking (short of the 10 ms CPU-intensive
+         * threshold), long enough for the other client's item to arrive. */
+        spin_cpu_ns(8000000);
+        atomic_store(&shared->a_spin1_end, (long) now_ns());
+        usleep(300000);                 /* blocks: the CPU is free for others */
+        atomic_store(&shared->a_blocked_end, (long) now_ns());
+        spin_cpu_ns(2000000);
+        atomic_store(&shared->a_end, (long) now_ns());
+}
+
+static void b_fn(struct cmwq_work *w) {
+        atomic_store(&shared->b_start, (long) now_ns());
+}
+
+START_TEST(test_two_clients_share_a_cpu) {
+        shared = mmap(NULL, sizeof(*shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ck_assert_ptr_ne(shared, MAP_FAILED);
+        memset(shared, 0, sizeof(*shared));
+
+        pid_t a = fork();
+        ck_assert_int_ge(a, 0);
+        if (a == 0) {
+                struct cmwq *c = cmwq_connect(d.socket);
+                struct cmwq_work w;
+
+                if (!c)
+                        _exit(2);
+                CMWQ_WORK_INIT(&w, a_fn);
+                cmwq_queue_work_on(0, cmwq_system_workqueue(c, CMWQ_SYSTEM), &w);
+                cmwq_flush_work(&w);
+                cmwq_disconnect(c);
+                _exit(0);
+        }
+
+        struct cmwq *c = connect_ok();
+        struct cmwq_work w;
+        /* Register our worker for CPU 0 before A starts holding it. */
+        CMWQ_WORK_INIT(&w, b_fn);
+        ck_assert(cmwq_queue_work_on(0, cmwq_system_workqueue(c, CMWQ_SYSTEM), &w));
+        ck_assert_int_eq(cmwq_flush_work(&w), 1);
+        atomic_store(&shared->b_start, 0);
+
+        wait_until(&shared->a_started, 1);
+        ck_assert(cmwq_queue_work_on(0, cmwq_system_workqueue(c, CMWQ_SYSTEM), &w));
+        ck_assert_int_eq(cmwq_flush_work(&w), 1);
+        atomic_store(&shared->b_done, 1);
+
+        int status;
+        ck_assert_int_eq(waitpid(a, &status, 0), a);
+        ck_assert_int_eq(status, 0);
+
+        long b = atomic_load(&shared->b_start), s1 = atomic_load(&shared->a_spin1_end);
+        /* B's item waited while A ran on CPU 0 without blocking, and did not
+         * wait for A to finish: it ran while A was blocked. */
+        ck_assert_msg(b >= s1, "B started %.3f ms before A blocked", (s1 - b) / 1e6);
+        ck_assert_msg(b < atomic_load(&shared->a_blocked_end),
+                      "B started only %.3f ms after A woke up", (b - atomic_load(&shared->a_blocked_end)) / 1e6);
+        cmwq_disconnect(c);
+        munmap(shared, sizeof(*shared));
+}
+END_TEST
+
+/* ---- kill -9 of a client ---------------------------------------------------- */
+
+static int count_fds(pid_t pid) {
+        char path[64];
+        struct dirent *de;
+        DIR *dir;
+        int n = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/fd", (int) pid);
+        dir = opendir(path);
+        ck_assert_ptr_nonnull(dir);
+        while ((de = readdir(dir)))
+                if (de->d_name[0] != '.')
+                        n++;
+        closedir(dir);
+        return n;
+}
+
+static long rss_kb(pid_t pid) {
+        char path[64], line[256];
+        long kb = -1;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int) pid);
+        f = fopen(path, "re");
+        ck_assert_ptr_nonnull(f);
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "VmRSS: %ld", &kb) == 1)
+                        break;
+        fclose(f);
+        return kb;
+}
+
+static void sleeper_fn(struct cmwq_work *w) {
+        pause();
+}
+
+/* A client with workers on every CPU, killed while its callbacks run. */
+static void kill_a_busy_client(void) {
+        int pipefd[2];
+        char ch;
+
+        ck_assert_int_eq(pipe(pipefd), 0);
+        pid_t p = fork();
+        ck_assert_int_ge(p, 0);
+        if (p == 0) {
+                struct cmwq *c = cmwq_connect(d.socket);
+                struct cmwq_work w[8];
+                struct cmwq_workqueue *wq;
+
+                if (!c)
+                        _exit(2);
+                wq = cmwq_alloc_workqueue(c, "doomed", 0, 0);
+                for (int i = 0; i < 8; i++) {
+                        CMWQ_WORK_INIT(&w[i], sleeper_fn);
+                        cmwq_queue_work_on(i % nr_cpus(), wq ? wq : cmwq_system_workqueue(c, CMWQ_SYSTEM), &w[i]);
+                }
+                usleep(300000);
+                (void) !write(pipefd[1], "x", 1);
+                pause();
+                _exit(0);
+        }
+        close(pipefd[1]);
+        ck_assert_int_eq(read(pipefd[0], &ch, 1), 1);
+        close(pipefd[0]);
+        kill(p, SIGKILL);
+        waitpid(p, NULL, 0);
+}
+
+START_TEST(test_kill_9_of_a_client_leaves_nothing_behind) {
+        int fds_before, fds_after = -1;
+        long rss_before, rss_after;
+
+        /* Once, so that the daemon's one-time allocations are made. */
+        kill_a_busy_client();
+        free(CTL_OK(&d, "destroy", "doomed"));
+        usleep(200000);
+        fds_before = count_fds(d.pid);
+        rss_before = rss_kb(d.pid);
+
+        for (int i = 0; i < 3; i++) {
+                kill_a_busy_client();
+                free(CTL_OK(&d, "destroy", "doomed"));
+        }
+        for (int waited = 0; waited < 5000; waited += 50) {
+                fds_after = count_fds(d.pid);
+                if (fds_after == fds_before)
+                        break;
+                usleep(50000);
+        }
+        rss_after = rss_kb(d.pid);
+        ck_assert_int_eq(fds_after, fds_before);
+        ck_assert_msg(rss_after - rss_before < 1024, "RSS grew from %ld to %ld kB", rss_before, rss_after);
+
+        /* No pool still counts a worker of the dead clients. */
+        ck_assert_int_eq(pools_busy(), 0);
+}
+END_TEST
+
+/* ---- the daemon goes away -------------------------------------------------- */
+
+struct flusher {
+        struct cmwq_work *work;
+        int r;
+};
+
+static void *flusher_main(void *userdata) {
+        struct flusher *f = userdata;
+
+        f->r = cmwq_flush_work(f->work);
+        return NULL;
+}
+
+START_TEST(test_daemon_death_ends_a_waiting_flush) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct probe_work p = {};
+        struct flusher f = { .work = &p.work, .r = 1 };
+        pthread_t th;
+
+        CMWQ_WORK_INIT(&p.work, probe_fn);
+        ck_assert(cmwq_queue_work_on(0, wq, &p.work));
+        ck_assert_int_eq(cmwq_flush_work(&p.work), 1);
+
+        /* Once our worker gave its grant back, a stopped daemon grants
+         * nothing: the item stays pending. */
+        for (int waited = 0;; waited += 20) {
+                if (pools_busy() == 0)
+                        break;
+                ck_assert_msg(waited < 10000, "the worker never gave its grant back");
+                usleep(20000);
+        }
+        kill(d.pid, SIGSTOP);
+        ck_assert(cmwq_queue_work_on(0, wq, &p.work));
+        ck_assert_int_eq(pthread_create(&th, NULL, flusher_main, &f), 0);
+        usleep(200000);
+        ck_assert_int_eq(f.r, 1);       /* still waiting */
+        kill(d.pid, SIGKILL);
+        waitpid(d.pid, NULL, 0);
+        d.pid = 0;
+        pthread_join(th, NULL);
+        ck_assert_int_lt(f.r, 0);
+        ck_assert_int_eq(atomic_load(&p.runs), 1);
+        ck_assert(!cmwq_queue_work(wq, &p.work));
+        ck_assert_int_lt(cmwq_flush_workqueue(wq), 0);
+        cmwq_disconnect(c);
+
+        cmwqd_start(&d, NULL);
+        c = connect_ok();
+        ck_assert(cmwq_queue_work_on(0, cmwq_system_workqueue(c, CMWQ_SYSTEM), &p.work));
+        ck_assert_int_eq(cmwq_flush_work(&p.work), 1);
+        ck_assert_int_eq(atomic_load(&p.runs), 2);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("client-work");
+        TCase *tc = tcase_create("client-work");
+        SRunner *sr;
+        int failed;
+
+        signal(SIGPIPE, SIG_IGN);
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 90);
+        tcase_add_test(tc, test_queue_work_runs_on_a_worker_thread);
+        tcase_add_test(tc, test_pending_is_a_noop_and_a_running_item_may_be_requeued);
+        tcase_add_test(tc, test_a_work_item_requeues_itself);
+        tcase_add_test(tc, test_never_runs_on_two_threads_at_once);
+        tcase_add_test(tc, test_flush_workqueue_waits_for_earlier_items_only);
+        tcase_add_test(tc, test_cancel_work_sync_waits_for_a_running_item);
+        tcase_add_test(tc, test_delayed_work_fires_not_before_its_time);
+        tcase_add_test(tc, test_two_clients_share_a_cpu);
+        tcase_add_test(tc, test_kill_9_of_a_client_leaves_nothing_behind);
+        tcase_add_test(tc, test_daemon_death_ends_a_waiting_flush);
+        suite_add_tcase(s, tc);
+
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? 0 : 1;
+}
