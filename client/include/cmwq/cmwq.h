@@ -55,9 +55,11 @@ struct cmwq *cmwq_connect(const char *socket_path);
 
 /*
  * Close the connection and free it with every workqueue handle made from it.
- * Completions not yet delivered are dropped without their callbacks being
- * called.  Workqueues created on the connection are not destroyed.  Accepts
- * NULL.
+ * Callback work items that are running finish first (this waits for them);
+ * pending ones are dropped, and the library's threads end.  Completions not
+ * yet delivered are dropped without their callbacks being called.
+ * Workqueues created on the connection are not destroyed.  Must not be
+ * called from a work item or a completion callback.  Accepts NULL.
  */
 void cmwq_disconnect(struct cmwq *c);
 
