@@ -21,6 +21,7 @@ packages=(
         util-linux procps
         dbus-daemon python3-dbusmock    # the suspend tests: a private system bus with a mock logind
         systemd debootstrap debian-archive-keyring systemd-container    # the units' tests and the end-to-end tier
+        libuv1-dev libglib2.0-dev   # peers of "make bench" only: the build and tests do not need them
 )
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }

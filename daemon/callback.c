@@ -85,10 +85,18 @@ static void callback_sleep_changed(struct sleepwatch_target *t, bool running, vo
 
         if (!w->granted)
                 return;         /* waiting for a grant: that is not work blocking */
-        if (running)
-                pool_worker_running(w->granted);
-        else
+        if (!running) {
                 pool_worker_sleeping(w->granted);
+                return;
+        }
+        pool_worker_running(w->granted);
+        /* Woke up to find others running: like the kernel's keep_working(),
+         * finish this item and go idle rather than take more, so that the
+         * CPU is not oversubscribed and no new thread is needed. */
+        if (worker_counts_running(w->granted) && w->pool->nr_running > 1 && !w->yield_sent) {
+                w->yield_sent = true;
+                w->client->grant(w->tid, true, w->client->userdata);
+        }
 }
 
 /* Other work waits for @p: threads of other clients holding it yield. */

@@ -19,7 +19,9 @@
 #   CMWQ_BENCH_CLIENTS=1000    load: concurrent clients (own connection each)
 #   CMWQ_BENCH_CLIENT_ITEMS=100  load: items each client submits before its flush
 #   CMWQ_BENCH_PENDING=1000000 load: items kept pending for the memory figure
-#   CMWQ_BENCH_ONLY=throughput,reaction,idle,load   the benchmarks to run
+#   CMWQ_BENCH_ONLY=throughput,reaction,idle,load,lib   the benchmarks to run
+#   CMWQ_BENCH_LIB_N=100000    empty callbacks per library run
+#   CMWQ_BENCH_MIX_N=10000     block-1-ms-then-compute-100-us items per library run
 set -eu
 
 if [ $# -lt 1 ] || [ ! -x "$1/cmwqd" ]; then
@@ -32,7 +34,8 @@ CTL=$BUILD/cmwqctl
 BENCH=$BUILD/tests/bench/cmwq-bench
 BLOCKER=$BUILD/tests/bench/blocker
 LOADTOOL=$BUILD/tests/bench/cmwq-load
-for f in "$CMWQD" "$CTL" "$BENCH" "$BLOCKER" "$LOADTOOL"; do
+LIBBENCH=$BUILD/tests/bench/lib-bench
+for f in "$CMWQD" "$CTL" "$BENCH" "$BLOCKER" "$LOADTOOL" "$LIBBENCH"; do
         [ -x "$f" ] || { echo "$0: $f is not built (make bench builds it)" >&2; exit 2; }
 done
 if [ "$(id -u)" != 0 ]; then
@@ -49,7 +52,9 @@ PROFILE=${CMWQ_BENCH_PROFILE:-0}
 CLIENTS=${CMWQ_BENCH_CLIENTS:-1000}
 CLIENT_ITEMS=${CMWQ_BENCH_CLIENT_ITEMS:-100}
 PENDING=${CMWQ_BENCH_PENDING:-1000000}
-ONLY=${CMWQ_BENCH_ONLY:-throughput,reaction,idle,load}
+ONLY=${CMWQ_BENCH_ONLY:-throughput,reaction,idle,load,lib}
+LIB_N=${CMWQ_BENCH_LIB_N:-100000}
+MIX_N=${CMWQ_BENCH_MIX_N:-10000}
 NCPU=$(nproc)
 
 TMP=$(mktemp -d /tmp/cmwq-bench-XXXXXX)
@@ -330,6 +335,18 @@ for who in 0 65533; do
         echo "  $out"
 done
 stop_daemon "$DAEMON_PID" flood
+fi
+hr
+if want lib; then
+echo "5. libcmwq-client callbacks vs libuv uv_queue_work (default pool) and GLib GThreadPool"
+echo "   (max threads = CPUs), all in one process, one after the other"
+start_daemon lib perf
+echo " [empty callbacks: $LIB_N items (target: items/s >= 0.5x the faster peer)]"
+"$LIBBENCH" empty "$DAEMON_SOCK" "$LIB_N"
+echo " [$MIX_N items that block 1 ms, then compute 100 us (targets: shorter makespan than both,"
+echo "  threads <= max blocked + $NCPU CPUs); bound: queued round-robin over the CPUs]"
+"$LIBBENCH" mix "$DAEMON_SOCK" "$MIX_N"
+stop_daemon "$DAEMON_PID" lib
 fi
 hr
 echo "all daemons stopped cleanly"
