@@ -57,6 +57,13 @@ static int callback_execute(struct worker *pw, struct pool_work *work) {
         pw->userdata = w;
         w->granted = pw;
         w->yield_sent = false;
+        /* The pool took its CPU-time baseline before it knew the thread:
+         * take it now, so that the CPU-intensive threshold counts this
+         * grant's CPU time, not the wall time. */
+        pw->cpu_baseline_usec = callback_cpu_usec(pw);
+        /* It waits for this grant asleep; from now on it runs. */
+        sleepwatch_target_assume_running(w->target);
+        log_debug("callback: thread %d (PID %d) granted CPU %d", (int) w->tid, (int) w->client->pid, w->pool->cpu);
         w->client->grant(w->tid, false, w->client->userdata);
         return 0;
 }
@@ -85,6 +92,8 @@ static void callback_sleep_changed(struct sleepwatch_target *t, bool running, vo
 
         if (!w->granted)
                 return;         /* waiting for a grant: that is not work blocking */
+        log_debug("callback: thread %d (PID %d) %s", (int) w->tid, (int) w->client->pid,
+                  running ? "runs again" : "blocked");
         if (!running) {
                 pool_worker_sleeping(w->granted);
                 return;
@@ -113,6 +122,8 @@ static void callback_pool_contended(struct pool *p, struct pool_work *work, void
                         continue;       /* its own next demand: the thread keeps going */
                 list_for_each_entry(w, &c->workers, entry)
                         if (w->pool == p && w->granted && !w->yield_sent && worker_counts_running(w->granted)) {
+                                log_debug("callback: thread %d (PID %d) asked to yield CPU %d", (int) w->tid,
+                                          (int) c->pid, p->cpu);
                                 w->yield_sent = true;
                                 c->grant(w->tid, true, c->userdata);
                         }
@@ -179,6 +190,8 @@ static void callback_worker_release(struct callback_worker *w) {
         struct worker *pw = w->granted;
 
         if (pw) {
+                log_debug("callback: thread %d (PID %d) gives CPU %d back%s", (int) w->tid, (int) w->client->pid,
+                          w->pool->cpu, pw->flags & WORKER_CPU_INTENSIVE ? " (was CPU-intensive)" : "");
                 w->granted = NULL;
                 pw->userdata = NULL;
                 pool_worker_done(pw);
@@ -294,6 +307,8 @@ int callback_worker_demand(struct callback_client *c, pid_t tid, struct core_err
                 return r;
         if (w->granted || list_linked(&w->work.entry))
                 return 0;
+        log_debug("callback: thread %d (PID %d) demands CPU %d (%u running there)", (int) tid, (int) c->pid,
+                  w->pool->cpu, w->pool->nr_running);
         pool_queue_work(w->pool, &w->work);
         return 0;
 }

@@ -242,6 +242,25 @@ bool sleepwatch_target_is_running(const struct sleepwatch_target *t) {
         return t->running;
 }
 
+static uint64_t now_nsec(void);
+
+void sleepwatch_target_assume_running(struct sleepwatch_target *t) {
+        uint64_t now = now_nsec();
+
+        if (!t)
+                return;
+        t->running = true;
+        t->sampled_running = true;
+        /* As a resync does: records older than now are ignored from here on,
+         * so a switch-out from before this moment, read late, cannot say
+         * the target blocked. */
+        for (size_t i = 0; i < t->n_tasks; i++)
+                if (t->tasks[i].state != SW_TASK_GONE) {
+                        t->tasks[i].state = SW_TASK_RUNNING;
+                        t->tasks[i].time = now;
+                }
+}
+
 int sleepwatch_parse_proc_state(const char *stat_line, char *ret_state) {
         const char *p;
 

@@ -79,6 +79,14 @@ struct sleepwatch_target *sleepwatch_target_free(struct sleepwatch_target *t);
 bool sleepwatch_target_is_running(const struct sleepwatch_target *t);
 
 /*
+ * Takes the target as running from now on, without a report: what it did
+ * before (records not yet read included) no longer counts.  For a thread
+ * that is being woken to run (a callback worker granted its CPU): its last
+ * switch-out must not be read later as the work blocking.
+ */
+void sleepwatch_target_assume_running(struct sleepwatch_target *t);
+
+/*
  * Tells that the target's child has called execve() (the caller sees its
  * close-on-exec error pipe close).  A proc-mode target is not sampled before:
  * sleeps of the child's own set-up are not the item blocking.  Perf targets

@@ -686,6 +686,7 @@ static void queue_locked(struct client_work *cw, struct cmwq_workqueue *wq, stru
 
         w->_state |= WORK_PENDING;
         w->_wq = wq;
+        w->_conn = wq->c;
         w->_cpu = cpu;
         w->_queued_seq = ++wq->cb_seq;
         w->_nr_queued++;
@@ -738,6 +739,7 @@ static void timer_add_locked(struct client_work *cw, struct cmwq_workqueue *wq, 
         dw->_expires = mono_usec() + delay_usec;
         dw->work._state |= WORK_TIMER;
         dw->work._wq = wq;
+        dw->work._conn = wq->c;
         for (pos = cw->timers._tnext; pos != &cw->timers && pos->_expires <= dw->_expires; pos = pos->_tnext)
                 ;
         dw->_tnext = pos;
@@ -803,11 +805,12 @@ bool cmwq_mod_delayed_work(struct cmwq_workqueue *wq, struct cmwq_delayed_work *
         return was;
 }
 
-/* The connection of a work item that was queued at least once. */
+/* The callback state of the connection a work item was queued on (the
+ * connection, not the queue: the queue may have been destroyed since). */
 static struct client_work *work_of(const struct cmwq_work *w) {
-        if (!w || !w->_wq)
+        if (!w || !w->_conn)
                 return NULL;
-        return __atomic_load_n(&w->_wq->c->work, __ATOMIC_ACQUIRE);
+        return __atomic_load_n(&w->_conn->work, __ATOMIC_ACQUIRE);
 }
 
 bool cmwq_cancel_work(struct cmwq_work *work) {

@@ -202,6 +202,7 @@ struct cmwq_work {
         struct cmwq_work *_next, *_prev;        /* pending list */
         struct cmwq_work *_inext, *_iprev;      /* its queue's in-flight list */
         struct cmwq_workqueue *_wq;
+        struct cmwq *_conn;                     /* set at first queueing */
         void *_running;                         /* the worker running it */
         unsigned _state;
         int _cpu;
