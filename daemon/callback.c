@@ -18,7 +18,6 @@
 struct callback_registry {
         struct core *core;
         struct list_head clients;
-        unsigned nr_workers;
 };
 
 struct callback_client {
@@ -162,10 +161,6 @@ struct callback_registry *callback_registry_free(struct callback_registry *r) {
         return NULL;
 }
 
-unsigned callback_registry_nr_workers(const struct callback_registry *r) {
-        return r ? r->nr_workers : 0;
-}
-
 int callback_client_new(struct callback_registry *r, pid_t pid, callback_grant_fn grant, void *userdata,
                         struct callback_client **ret) {
         struct callback_client *c;
@@ -204,7 +199,6 @@ static void callback_worker_free(struct callback_worker *w) {
         sleepwatch_target_free(w->target);
         list_del_init(&w->entry);
         w->client->nr_workers--;
-        w->client->registry->nr_workers--;
         free(w);
 }
 
@@ -271,7 +265,6 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned cpu,
         }
         list_add_tail(&w->entry, &c->workers);
         c->nr_workers++;
-        c->registry->nr_workers++;
         log_debug("callback: PID %d registered worker thread %d on CPU %u%s", (int) c->pid, (int) tid, cpu,
                   highpri ? " (highpri)" : "");
         return 0;

@@ -52,6 +52,3 @@ int callback_worker_unregister(struct callback_client *c, pid_t tid, struct core
 int callback_worker_demand(struct callback_client *c, pid_t tid, struct core_error *e);
 /* The thread gives its grant back, or withdraws its demand. */
 int callback_worker_idle(struct callback_client *c, pid_t tid, struct core_error *e);
-
-/* For tests and `cmwqctl pools`-like views. */
-unsigned callback_registry_nr_workers(const struct callback_registry *r);
