@@ -853,33 +853,38 @@ int cmwq_cancel_delayed_work_sync(struct cmwq_delayed_work *dwork) {
         return cmwq_cancel_work_sync(&dwork->work);
 }
 
+/* With the work lock held (and still held on return). */
+static int flush_work_locked(struct client_work *cw, struct cmwq_work *work) {
+        uint64_t target;
+
+        if (work->_state & (WORK_PENDING | WORK_TIMER))
+                target = work->_nr_started + 1;         /* the pending instance */
+        else if (work->_state & WORK_RUNNING)
+                target = work->_nr_started;
+        else
+                return 0;
+        while (work->_nr_finished < target && !(cw->dead && !(work->_state & WORK_RUNNING)))
+                pthread_cond_wait(&cw->done, &cw->lock);
+        /* Instances dropped with the connection count as finished, but
+         * they did not run: say so. */
+        return !cw->dead ? 1 : client_error(cw->dead, "the connection to cmwqd was lost");
+}
+
 int cmwq_flush_work(struct cmwq_work *work) {
         struct client_work *cw = work_of(work);
-        uint64_t target;
         int r;
 
         if (!cw)
                 return 0;
         pthread_mutex_lock(&cw->lock);
-        if (work->_state & (WORK_PENDING | WORK_TIMER))
-                target = work->_nr_started + 1;         /* the pending instance */
-        else if (work->_state & WORK_RUNNING)
-                target = work->_nr_started;
-        else {
-                pthread_mutex_unlock(&cw->lock);
-                return 0;
-        }
-        while (work->_nr_finished < target && !(cw->dead && !(work->_state & WORK_RUNNING)))
-                pthread_cond_wait(&cw->done, &cw->lock);
-        /* Instances dropped with the connection count as finished, but
-         * they did not run: say so. */
-        r = !cw->dead ? 1 : client_error(cw->dead, "the connection to cmwqd was lost");
+        r = flush_work_locked(cw, work);
         pthread_mutex_unlock(&cw->lock);
         return r;
 }
 
 int cmwq_flush_delayed_work(struct cmwq_delayed_work *dwork) {
         struct client_work *cw = work_of(&dwork->work);
+        int r;
 
         if (!cw)
                 return 0;
@@ -888,8 +893,9 @@ int cmwq_flush_delayed_work(struct cmwq_delayed_work *dwork) {
                 timers_del(dwork);
                 queue_locked(cw, dwork->_twq, &dwork->work, dwork->_tcpu);
         }
+        r = flush_work_locked(cw, &dwork->work);
         pthread_mutex_unlock(&cw->lock);
-        return cmwq_flush_work(&dwork->work);
+        return r;
 }
 
 bool cmwq_work_pending(const struct cmwq_work *work) {
