@@ -491,12 +491,12 @@ START_TEST(test_two_clients_share_a_cpu) {
         /* Register our worker for CPU 0 before A starts holding it. */
         CMWQ_WORK_INIT(&w, b_fn);
         ck_assert(cmwq_queue_work_on(0, cmwq_system_workqueue(c, CMWQ_SYSTEM), &w));
-        ck_assert_int_eq(cmwq_flush_work(&w), 1);
+        ck_assert_int_ge(cmwq_flush_work(&w), 0);     /* 0: it already ran */
         atomic_store(&shared->b_start, 0);
 
         wait_until(&shared->a_started, 1);
         ck_assert(cmwq_queue_work_on(0, cmwq_system_workqueue(c, CMWQ_SYSTEM), &w));
-        ck_assert_int_eq(cmwq_flush_work(&w), 1);
+        ck_assert_int_ge(cmwq_flush_work(&w), 0);     /* 0: it already ran */
         atomic_store(&shared->b_done, 1);
 
         int status;
@@ -653,7 +653,7 @@ START_TEST(test_daemon_death_ends_a_waiting_flush) {
 
         CMWQ_WORK_INIT(&p.work, probe_fn);
         ck_assert(cmwq_queue_work_on(0, wq, &p.work));
-        ck_assert_int_eq(cmwq_flush_work(&p.work), 1);
+        ck_assert_int_ge(cmwq_flush_work(&p.work), 0);        /* 0: it already ran */
 
         /* Once our worker gave its grant back, a stopped daemon grants
          * nothing: the item stays pending. */
@@ -681,7 +681,7 @@ START_TEST(test_daemon_death_ends_a_waiting_flush) {
         cmwqd_start(&d, NULL);
         c = connect_ok();
         ck_assert(cmwq_queue_work_on(0, cmwq_system_workqueue(c, CMWQ_SYSTEM), &p.work));
-        ck_assert_int_eq(cmwq_flush_work(&p.work), 1);
+        ck_assert_int_ge(cmwq_flush_work(&p.work), 0);        /* 0: it already ran */
         ck_assert_int_eq(atomic_load(&p.runs), 2);
         cmwq_disconnect(c);
 }
