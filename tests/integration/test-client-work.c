@@ -243,7 +243,7 @@ struct hammer {
 static void *hammer_main(void *userdata) {
         struct hammer *h = userdata;
 
-        for (int i = 0; i < 3000; i++) {
+        for (int i = 0; i < 1000; i++) {
                 if (cmwq_queue_work_on(h->cpu, h->wq, h->work))
                         h->queued++;
                 if (i % 64 == 0)
