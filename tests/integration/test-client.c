@@ -436,6 +436,10 @@ START_TEST(test_daemon_death_ends_waiting_calls_then_reconnect) {
         kill(d.pid, SIGKILL);
         waitpid(d.pid, &status, 0);
         d.pid = 0;
+        /* The killed daemon's directory goes; the new one has its own. */
+        char rm[300];
+        snprintf(rm, sizeof(rm), "rm -rf '%s'", d.dir);
+        ck_assert_int_eq(system(rm), 0);
 
         pthread_join(th, NULL);
         ck_assert_int_lt(t.r, 0);
