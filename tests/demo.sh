@@ -23,6 +23,7 @@ say() { printf '\n\033[1m%s\033[0m\n' "$*"; }
 # timeline LOG: one bar per item, 1 character = 10 ms from the first start
 timeline() {
         sort -k3,3n "$1" | awk '
+                $2 != "start" && $2 != "end" { next }
                 !($1 in s) { order[++n] = $1; s[$1] = 0 }
                 { if ($2 == "start") s[$1] = $3; else e[$1] = $3; if (!t0) t0 = $3 }
                 END {

@@ -4,7 +4,7 @@
  * CLOCK_MONOTONIC timestamps (comparable across processes), to a log file so
  * that a test can tell which items overlapped.
  *
- *   probe spin MS LOG TAG     burn MS ms of CPU time
+ *   probe spin MS LOG TAG     burn MS ms of CPU time ("up" first, its span after)
  *   probe sleep MS LOG TAG    sleep MS ms
  *   probe cpu                 print the CPU it runs on
  *   probe exit N              exit with status N
@@ -25,12 +25,11 @@ static int64_t now_ns(clockid_t clock) {
         return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void log_line(const char *path, const char *tag, const char *what) {
+static void log_line_at(const char *path, const char *tag, const char *what, int64_t when, int cpu) {
         char line[256];
         int fd, n;
 
-        n = snprintf(line, sizeof(line), "%s %s %lld %d\n", tag, what, (long long) now_ns(CLOCK_MONOTONIC),
-                     sched_getcpu());
+        n = snprintf(line, sizeof(line), "%s %s %lld %d\n", tag, what, (long long) when, cpu);
         fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
         if (fd < 0) {
                 perror(path);
@@ -40,6 +39,10 @@ static void log_line(const char *path, const char *tag, const char *what) {
         if (write(fd, line, n) != n)
                 exit(2);
         close(fd);
+}
+
+static void log_line(const char *path, const char *tag, const char *what) {
+        log_line_at(path, tag, what, now_ns(CLOCK_MONOTONIC), sched_getcpu());
 }
 
 static int count_lines(const char *path, const char *tag) {
@@ -58,13 +61,23 @@ static int count_lines(const char *path, const char *tag) {
 
 int main(int argc, char **argv) {
         if (argc >= 5 && strcmp(argv[1], "spin") == 0) {
-                int64_t ms = atoll(argv[2]), start;
+                int64_t ms = atoll(argv[2]), start, t_start, t_end;
+                int cpu_start, cpu_end;
 
-                log_line(argv[3], argv[4], "start");
+                /* Appending to a file on ext4 can sleep (in the journal)
+                 * and a sleeping item rightly lets the next one start: so
+                 * the span holds nothing but the spin, its lines are
+                 * written after it, and "up" says early that it runs. */
+                log_line(argv[3], argv[4], "up");
+                t_start = now_ns(CLOCK_MONOTONIC);
+                cpu_start = sched_getcpu();
                 start = now_ns(CLOCK_THREAD_CPUTIME_ID);
                 while (now_ns(CLOCK_THREAD_CPUTIME_ID) - start < ms * 1000000)
                         ;
-                log_line(argv[3], argv[4], "end");
+                t_end = now_ns(CLOCK_MONOTONIC);
+                cpu_end = sched_getcpu();
+                log_line_at(argv[3], argv[4], "start", t_start, cpu_start);
+                log_line_at(argv[3], argv[4], "end", t_end, cpu_end);
                 return 0;
         }
         if (argc >= 5 && strcmp(argv[1], "sleep") == 0) {
