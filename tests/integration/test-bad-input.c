@@ -1138,10 +1138,12 @@ START_TEST(test_silent_and_stalled_clients_are_dropped) {
         assert_usable(busy, "2.5 s of silence after Hello");
         close(busy);
 
-        /* Every connection's fd is closed again. */
-        for (int waited = 0; count_fds(d.pid) != fds_before && waited < 5000; waited += 50)
+        /* Every connection's fd is closed again.  Not "equal": the count
+         * taken just after start can include an fd the daemon was still
+         * using for its start-up (seen under AddressSanitizer). */
+        for (int waited = 0; count_fds(d.pid) > fds_before && waited < 5000; waited += 50)
                 usleep(50000);
-        ck_assert_int_eq(count_fds(d.pid), fds_before);
+        ck_assert_int_le(count_fds(d.pid), fds_before);
         assert_serving("stalled clients");
 }
 END_TEST
