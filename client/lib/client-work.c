@@ -241,12 +241,34 @@ static struct work_thread *thread_new(struct client_work *cw, struct work_pool *
         return t;
 }
 
-/* The next item @p may start, FIFO, honouring max_active for unbound. */
+/* Items of @wq running on threads of @p (a bound queue's items on one CPU
+ * all go to one pool: its priority's). */
+static unsigned pool_active_of(const struct work_pool *p, const struct cmwq_workqueue *wq) {
+        unsigned n = 0;
+
+        for (const struct work_thread *t = p->threads; t; t = t->next)
+                if (t->current && t->current->_wq == wq)
+                        n++;
+        return n;
+}
+
+/* The next item @p may start, FIFO, honouring max_active: per queue for
+ * unbound, per queue and CPU for bound (as the kernel's per-pwq limit).
+ *
+ * Enforced here, not in the daemon: the daemon grants a thread its CPU, not
+ * an item, and never sees the items; and max_active of a client's queue
+ * only limits that client's own items -- what protects the other clients
+ * (the CPU's concurrency level) is the daemon's grants, which this does not
+ * touch. */
 static struct cmwq_work *pool_next(struct work_pool *p) {
         for (struct cmwq_work *w = p->pending._next; w != &p->pending; w = w->_next) {
                 struct cmwq_workqueue *wq = w->_wq;
 
-                if (p->cpu < 0 && wq->max_active && wq->cb_active >= wq->max_active)
+                unsigned max = wq->max_active ? wq->max_active : CMWQ_DFL_ACTIVE;
+
+                if (p->cpu < 0 && wq->cb_active >= max)
+                        continue;
+                if (p->cpu >= 0 && pool_active_of(p, wq) >= max)
                         continue;
                 return w;
         }
@@ -950,4 +972,20 @@ int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain) {
                 r = client_error(cw->dead, "the connection to cmwqd was lost");
         pthread_mutex_unlock(&cw->lock);
         return r;
+}
+
+void client_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active) {
+        struct client_work *cw = __atomic_load_n(&wq->c->work, __ATOMIC_ACQUIRE);
+
+        if (!cw) {
+                wq->max_active = max_active;
+                return;
+        }
+        pthread_mutex_lock(&cw->lock);
+        wq->max_active = max_active;
+        /* A higher limit may let waiting items start. */
+        for (unsigned i = 0; i < cw->nr_cpus * 2; i++)
+                pool_kick(cw, &cw->pools[i]);
+        pool_kick(cw, &cw->unbound);
+        pthread_mutex_unlock(&cw->lock);
 }

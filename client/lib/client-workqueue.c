@@ -185,7 +185,7 @@ int cmwq_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active
         req.set_max_active = &set;
         r = client_call_simple(wq->c, &req, "cannot set max_active");
         if (r >= 0)
-                wq->max_active = max_active;
+                client_workqueue_set_max_active(wq, max_active);
         return r;
 }
 

@@ -104,6 +104,7 @@ void client_work_grant(struct cmwq *c, pid_t tid, bool yield);   /* with c->lock
 void client_work_stop(struct cmwq *c);
 void client_workqueue_init(struct cmwq_workqueue *wq);
 int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain);
+void client_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active);
 
 /* client-exec.c: the exec result of an ItemInfo; takes @resp on success. */
 int client_exec_result_new(Cmwq__Response *resp, const Cmwq__ItemInfo *info, struct cmwq_exec_result **ret);

@@ -691,6 +691,90 @@ START_TEST(test_daemon_death_ends_a_waiting_flush) {
 }
 END_TEST
 
+/* ---- limits of bound queues ---------------------------------------------- */
+
+/* Items that block on one shared gate, counting how many are inside. */
+struct shared_gate {
+        atomic_bool open;
+        atomic_int inside;
+        atomic_int max_inside;
+        atomic_int started;
+};
+
+struct gate_item {
+        struct cmwq_work work;
+        struct shared_gate *gate;
+};
+
+static void gate_item_fn(struct cmwq_work *w) {
+        struct shared_gate *g = cmwq_container_of(w, struct gate_item, work)->gate;
+        int in = atomic_fetch_add(&g->inside, 1) + 1;
+
+        for (int m = atomic_load(&g->max_inside); in > m && !atomic_compare_exchange_weak(&g->max_inside, &m, in);)
+                ;
+        atomic_fetch_add(&g->started, 1);
+        /* Blocks again and again (not once, for good), so that the daemon
+         * surely sees it blocked and lets the next start. */
+        while (!atomic_load(&g->open))
+                usleep(1000);
+        atomic_fetch_sub(&g->inside, 1);
+}
+
+static void shared_gate_init(struct shared_gate *g) {
+        memset(g, 0, sizeof(*g));
+}
+
+static void shared_gate_open(struct shared_gate *g) {
+        atomic_store(&g->open, true);
+}
+
+/* Queues @p on @cpu of @wq and waits until it ran: everything queued there
+ * before it has been looked at by the CPU's pool. */
+static void run_marker_on(int cpu, struct cmwq_workqueue *wq, struct probe_work *p) {
+        int before = atomic_load(&p->runs);
+
+        CMWQ_WORK_INIT(&p->work, probe_fn);
+        ck_assert(cmwq_queue_work_on(cpu, wq, &p->work));
+        ck_assert_int_ge(cmwq_flush_work(&p->work), 0);
+        ck_assert_int_eq(atomic_load(&p->runs), before + 1);
+}
+
+START_TEST(test_bound_max_active_limits_callbacks_per_cpu) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_alloc_workqueue(c, "limited", 0, 2);
+        struct cmwq_workqueue *other = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct shared_gate g;
+        struct gate_item it[4];
+        struct probe_work marker = {};
+
+        ck_assert_msg(wq, "alloc: %s", cmwq_last_error());
+        shared_gate_init(&g);
+        for (int i = 0; i < 4; i++) {
+                CMWQ_WORK_INIT(&it[i].work, gate_item_fn);
+                it[i].gate = &g;
+                ck_assert(cmwq_queue_work_on(0, wq, &it[i].work));
+        }
+        /* Each blocks: the daemon lets the next one start at once, but the
+         * queue allows only two on CPU 0.  A marker queued behind them on
+         * another queue of the same pool runs, so the pool went past them. */
+        wait_until(&g.started, 2);
+        run_marker_on(0, other, &marker);
+        ck_assert_msg(atomic_load(&g.started) == 2, "%d items of a max_active 2 queue started on CPU 0",
+                      atomic_load(&g.started));
+        ck_assert(cmwq_work_pending(&it[2].work));
+        ck_assert(cmwq_work_pending(&it[3].work));
+
+        /* Raised: the waiting ones start. */
+        ck_assert_int_eq(cmwq_workqueue_set_max_active(wq, 4), 0);
+        wait_until(&g.started, 4);
+        shared_gate_open(&g);
+        ck_assert_int_eq(cmwq_flush_workqueue(wq), 0);
+        ck_assert_int_le(atomic_load(&g.max_inside), 4);
+        ck_assert_int_eq(cmwq_destroy_workqueue(wq), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("client-work");
         TCase *tc = tcase_create("client-work");
@@ -710,6 +794,7 @@ int main(void) {
         tcase_add_test(tc, test_two_clients_share_a_cpu);
         tcase_add_test(tc, test_kill_9_of_a_client_leaves_nothing_behind);
         tcase_add_test(tc, test_daemon_death_ends_a_waiting_flush);
+        tcase_add_test(tc, test_bound_max_active_limits_callbacks_per_cpu);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
