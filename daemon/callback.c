@@ -306,6 +306,21 @@ int callback_worker_demand(struct callback_client *c, pid_t tid, struct core_err
         return 0;
 }
 
+int callback_worker_intensive(struct callback_client *c, pid_t tid, struct core_error *e) {
+        struct callback_worker *w = NULL;
+        int r;
+
+        r = callback_worker_get(c, tid, &w, e);
+        if (r < 0)
+                return r;
+        if (!w->granted)
+                return core_error_set(e, -EINVAL, "thread %d holds no grant", (int) tid);
+        log_debug("callback: thread %d (PID %d) runs CPU-intensive work on CPU %d", (int) tid, (int) c->pid,
+                  w->pool->cpu);
+        pool_worker_cpu_intensive(w->granted);
+        return 0;
+}
+
 int callback_worker_idle(struct callback_client *c, pid_t tid, struct core_error *e) {
         struct callback_worker *w = NULL;
         int r;

@@ -12,7 +12,9 @@
  * it gives the grant back ("idle").  While granted it runs the client's
  * items back to back without asking again.  Its blocking and waking are
  * seen with the sleepwatch on its thread id, exactly as for exec items, and
- * the pool's CPU-intensive timer applies to it.  When other work waits for
+ * the pool's CPU-intensive timer applies to it; a thread that starts an item
+ * of a CPU_INTENSIVE queue says so and stops counting at once (and gives the
+ * grant back after that item).  When other work waits for
  * a pool while a client thread holds it, that thread is told to yield after
  * its current item.
  *
@@ -50,5 +52,10 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned cpu,
 int callback_worker_unregister(struct callback_client *c, pid_t tid, struct core_error *e);
 /* The thread has work: queue its demand (a no-op if queued or granted). */
 int callback_worker_demand(struct callback_client *c, pid_t tid, struct core_error *e);
+/* The granted thread runs an item of a CPU_INTENSIVE queue: it stops
+ * counting toward the pool's concurrency until it gives the grant back.
+ * Taken on the client's word: it cannot hold back anyone by it, only let
+ * others start, as its own threads outside cmwq would. */
+int callback_worker_intensive(struct callback_client *c, pid_t tid, struct core_error *e);
 /* The thread gives its grant back, or withdraws its demand. */
 int callback_worker_idle(struct callback_client *c, pid_t tid, struct core_error *e);

@@ -543,6 +543,8 @@ static int dispatch_callback(struct ipc_client *c, const Cmwq__Request *req, str
                 return callback_worker_unregister(c->callback, (pid_t) req->callback_unregister->tid, e);
         case CMWQ__REQUEST__BODY_CALLBACK_DEMAND:
                 return callback_worker_demand(c->callback, (pid_t) req->callback_demand->tid, e);
+        case CMWQ__REQUEST__BODY_CALLBACK_INTENSIVE:
+                return callback_worker_intensive(c->callback, (pid_t) req->callback_intensive->tid, e);
         default:
                 return callback_worker_idle(c->callback, (pid_t) req->callback_idle->tid, e);
         }
@@ -594,6 +596,7 @@ void ipc_dispatch(struct ipc_client *c, Cmwq__Request *req) {
         case CMWQ__REQUEST__BODY_CALLBACK_UNREGISTER:
         case CMWQ__REQUEST__BODY_CALLBACK_DEMAND:
         case CMWQ__REQUEST__BODY_CALLBACK_IDLE:
+        case CMWQ__REQUEST__BODY_CALLBACK_INTENSIVE:
                 r = dispatch_callback(c, req, &e);
                 break;
         default:

@@ -331,8 +331,6 @@ void pool_worker_running(struct worker *w) {
 
 static void worker_intensive_timer_fired(evutil_socket_t fd, short what, void *userdata) {
         struct worker *w = userdata;
-        struct pool *p = w->pool;
-
         uint64_t cpu;
 
         if (!worker_counts_running(w))
@@ -347,6 +345,14 @@ static void worker_intensive_timer_fired(evutil_socket_t fd, short what, void *u
                 return;
         }
 
+        pool_worker_cpu_intensive(w);
+}
+
+void pool_worker_cpu_intensive(struct worker *w) {
+        struct pool *p = w->pool;
+
+        if (!worker_counts_running(w))
+                return;
         worker_stop_counting(w);
         w->flags |= WORKER_CPU_INTENSIVE;
         w->current->stats->cpu_intensive++;

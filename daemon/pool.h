@@ -142,6 +142,9 @@ void pool_kick(struct pool *p);
 void pool_worker_sleeping(struct worker *w);
 void pool_worker_running(struct worker *w);
 void pool_worker_done(struct worker *w);
+/* @w's current work stops counting toward the pool's concurrency, as
+ * CPU_INTENSIVE work does (a no-op if it does not count now). */
+void pool_worker_cpu_intensive(struct worker *w);
 
 /* Whether @w counts toward its pool's concurrency level. */
 static inline bool worker_counts_running(const struct worker *w) {

@@ -167,6 +167,8 @@ static void send_tid(struct cmwq *c, Cmwq__Request__BodyCase kind, pid_t tid) {
         req.body_case = kind;
         if (kind == CMWQ__REQUEST__BODY_CALLBACK_DEMAND)
                 req.callback_demand = &t;
+        else if (kind == CMWQ__REQUEST__BODY_CALLBACK_INTENSIVE)
+                req.callback_intensive = &t;
         else
                 req.callback_idle = &t;
         (void) client_send_oneway(c, &req);
@@ -458,6 +460,23 @@ static void *work_thread_main(void *userdata) {
                                 break;
                         /* Keep one demand out while more waits. */
                         pool_kick(cw, p);
+                        if (bound && (w->_wq->flags & CMWQ_WQ_CPU_INTENSIVE)) {
+                                /* It must not hold back the CPU's other
+                                 * work: the daemon stops counting this
+                                 * grant, which is then given back after
+                                 * the item, so that no further item runs
+                                 * uncounted on it. */
+                                send_tid(cw->c, CMWQ__REQUEST__BODY_CALLBACK_INTENSIVE, t->tid);
+                                run_one(cw, t, w);
+                                /* Parked behind it: first in line again. */
+                                while (!wlist_empty(&t->scheduled)) {
+                                        struct cmwq_work *x = t->scheduled._prev;
+
+                                        wlist_del(x);
+                                        wlist_add_tail(x, p->pending._next);
+                                }
+                                break;
+                        }
                         run_one(cw, t, w);
                 }
 

@@ -775,6 +775,89 @@ START_TEST(test_bound_max_active_limits_callbacks_per_cpu) {
 }
 END_TEST
 
+/* Spins on CPU 0 until the gate opens, for at most 8 ms of its CPU time:
+ * short of the daemon's 10 ms threshold, so that only the queue's flag can
+ * make it stop counting while it spins. */
+struct hog_work {
+        struct cmwq_work work;
+        atomic_bool gate;
+        atomic_int started;
+        atomic_int opened_while_spinning;
+};
+
+static void hog_fn(struct cmwq_work *w) {
+        struct hog_work *h = cmwq_container_of(w, struct hog_work, work);
+        struct timespec a, b;
+
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        atomic_store(&h->started, 1);
+        do {
+                if (atomic_load(&h->gate)) {
+                        atomic_store(&h->opened_while_spinning, 1);
+                        return;
+                }
+                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        } while ((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec) < 8000000);
+}
+
+struct opener_work {
+        struct cmwq_work work;
+        struct hog_work *hog;
+};
+
+static void opener_fn(struct cmwq_work *w) {
+        atomic_store(&cmwq_container_of(w, struct opener_work, work)->hog->gate, true);
+}
+
+START_TEST(test_cpu_intensive_callbacks_do_not_hold_back_their_cpu) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *hogs = cmwq_alloc_workqueue(c, "hogs", CMWQ_WQ_CPU_INTENSIVE, 0);
+        struct cmwq_workqueue *other = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct shared_gate g;
+        struct gate_item warm[2];
+        bool opened = false;
+        cpu_set_t set;
+
+        ck_assert_msg(hogs, "alloc: %s", cmwq_last_error());
+        /* The test itself keeps off CPU 0 where it can. */
+        if (nr_cpus() > 1) {
+                CPU_ZERO(&set);
+                CPU_SET(nr_cpus() - 1, &set);
+                ck_assert_int_eq(sched_setaffinity(0, sizeof(set), &set), 0);
+        }
+        /* Two threads for CPU 0 exist: the opener needs no new one. */
+        shared_gate_init(&g);
+        for (int i = 0; i < 2; i++) {
+                CMWQ_WORK_INIT(&warm[i].work, gate_item_fn);
+                warm[i].gate = &g;
+                ck_assert(cmwq_queue_work_on(0, other, &warm[i].work));
+        }
+        wait_until(&g.started, 2);
+        shared_gate_open(&g);
+        ck_assert_int_eq(cmwq_flush_workqueue(other), 0);
+
+        /* A scheduler may keep the opener off CPU 0 for a while: a few
+         * tries, each deciding nothing by time.  Without the flag counting
+         * no try can open the gate while the hog spins. */
+        for (int try = 0; try < 10 && !opened; try++) {
+                struct hog_work h = {};
+                struct opener_work o = { .hog = &h };
+
+                CMWQ_WORK_INIT(&h.work, hog_fn);
+                CMWQ_WORK_INIT(&o.work, opener_fn);
+                ck_assert(cmwq_queue_work_on(0, hogs, &h.work));
+                wait_until(&h.started, 1);
+                ck_assert(cmwq_queue_work_on(0, other, &o.work));
+                ck_assert_int_ge(cmwq_flush_work(&h.work), 0);
+                ck_assert_int_ge(cmwq_flush_work(&o.work), 0);
+                opened = atomic_load(&h.opened_while_spinning);
+        }
+        ck_assert_msg(opened, "a CPU_INTENSIVE callback spinning on CPU 0 held back other work there");
+        ck_assert_int_eq(cmwq_destroy_workqueue(hogs), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("client-work");
         TCase *tc = tcase_create("client-work");
@@ -795,6 +878,7 @@ int main(void) {
         tcase_add_test(tc, test_kill_9_of_a_client_leaves_nothing_behind);
         tcase_add_test(tc, test_daemon_death_ends_a_waiting_flush);
         tcase_add_test(tc, test_bound_max_active_limits_callbacks_per_cpu);
+        tcase_add_test(tc, test_cpu_intensive_callbacks_do_not_hold_back_their_cpu);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
