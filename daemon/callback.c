@@ -24,7 +24,9 @@ struct callback_client {
         struct callback_registry *registry;
         struct list_head entry;
         pid_t pid;
+        const struct core_caller *caller;
         callback_grant_fn grant;
+        callback_freeze_fn freeze;
         void *userdata;
         struct list_head workers;
         unsigned nr_workers;
@@ -129,7 +131,30 @@ static void callback_pool_contended(struct pool *p, struct pool_work *work, void
         }
 }
 
+/* Tells @c that @wq was frozen or thawed, under the name it knows. */
+static void callback_client_tell_freeze(struct callback_client *c, const struct workqueue *wq) {
+        char name[WQ_NAME_MAX + 16];  /* UID/NAME */
+
+        if (!workqueue_visible_to(wq, c->caller))
+                return;
+        if (wq->builtin || wq->owner == c->caller->uid)
+                snprintf(name, sizeof(name), "%s", wq->name);
+        else
+                snprintf(name, sizeof(name), "%u/%s", (unsigned) wq->owner, wq->name);
+        c->freeze(name, wq->frozen, c->userdata);
+}
+
+static void callback_freeze_changed(struct workqueue *wq, void *userdata) {
+        struct callback_registry *r = userdata;
+        struct callback_client *c;
+
+        list_for_each_entry(c, &r->clients, entry)
+                callback_client_tell_freeze(c, wq);
+}
+
 static void callback_set_hooks(struct core *core, struct callback_registry *r) {
+        core->freeze_changed = r ? callback_freeze_changed : NULL;
+        core->freeze_changed_userdata = r;
         for (unsigned cpu = 0; cpu < core->nr_cpus; cpu++)
                 for (int hi = 0; hi < 2; hi++) {
                         struct pool *p = &core->cpu_pools[cpu * 2 + hi];
@@ -161,9 +186,11 @@ struct callback_registry *callback_registry_free(struct callback_registry *r) {
         return NULL;
 }
 
-int callback_client_new(struct callback_registry *r, pid_t pid, callback_grant_fn grant, void *userdata,
-                        struct callback_client **ret) {
+int callback_client_new(struct callback_registry *r, const struct core_caller *caller, callback_grant_fn grant,
+                        callback_freeze_fn freeze, void *userdata, struct callback_client **ret) {
         struct callback_client *c;
+        struct workqueue *wq;
+        pid_t pid = caller->pid;
 
         if (pid <= 0)
                 return -EINVAL;
@@ -172,10 +199,16 @@ int callback_client_new(struct callback_registry *r, pid_t pid, callback_grant_f
                 return -ENOMEM;
         c->registry = r;
         c->pid = pid;
+        c->caller = caller;
         c->grant = grant;
+        c->freeze = freeze;
         c->userdata = userdata;
         list_init(&c->workers);
         list_add_tail(&c->entry, &r->clients);
+        /* Before any grant: no callback of a frozen queue may start. */
+        list_for_each_entry(wq, &r->core->workqueues, entry)
+                if (wq->frozen)
+                        callback_client_tell_freeze(c, wq);
         *ret = c;
         return 0;
 }

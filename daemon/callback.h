@@ -39,12 +39,19 @@ struct callback_client;
 /* Sends "thread @tid is granted its CPU" (or, with @yield, "give it back
  * after the current item") to the client. */
 typedef void (*callback_grant_fn)(pid_t tid, bool yield, void *userdata);
+/* Sends "the queue the client calls @name is frozen (or thawed)".  The
+ * client keeps its callbacks of a frozen queue from starting: the daemon
+ * grants threads, not items, and does not see them. */
+typedef void (*callback_freeze_fn)(const char *name, bool frozen, void *userdata);
 
 int callback_registry_new(struct core *core, struct callback_registry **ret);
 struct callback_registry *callback_registry_free(struct callback_registry *r);
 
-int callback_client_new(struct callback_registry *r, pid_t pid, callback_grant_fn grant, void *userdata,
-                        struct callback_client **ret);
+/* @caller (the connection's, alive as long as the client) decides which
+ * queues' freezing it is told of: those it can see.  The queues frozen now
+ * are sent at once. */
+int callback_client_new(struct callback_registry *r, const struct core_caller *caller, callback_grant_fn grant,
+                        callback_freeze_fn freeze, void *userdata, struct callback_client **ret);
 struct callback_client *callback_client_free(struct callback_client *c);
 
 int callback_worker_register(struct callback_client *c, pid_t tid, unsigned cpu, bool highpri,

@@ -241,6 +241,10 @@ struct core {
         struct list_head freezers;      /* waiting for frozen queues to go idle */
         struct event *freeze_timer;
         bool shutting_down;
+        /* Told when a queue is frozen or thawed (callback work, whose
+         * items the core does not see). */
+        void (*freeze_changed)(struct workqueue *wq, void *userdata);
+        void *freeze_changed_userdata;
 };
 
 int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_config *config,

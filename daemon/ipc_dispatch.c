@@ -518,6 +518,19 @@ static void send_callback_grant(pid_t tid, bool yield, void *userdata) {
         (void) ipc_client_send(c, &resp);
 }
 
+static void send_callback_freeze(const char *name, bool frozen, void *userdata) {
+        struct ipc_client *c = userdata;
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__CallbackFreeze freeze = CMWQ__CALLBACK_FREEZE__INIT;
+
+        freeze.workqueue = (char *) name;
+        freeze.frozen = frozen;
+        resp.id = 0;
+        resp.body_case = CMWQ__RESPONSE__BODY_CALLBACK_FREEZE;
+        resp.callback_freeze = &freeze;
+        (void) ipc_client_send(c, &resp);
+}
+
 static int dispatch_callback(struct ipc_client *c, const Cmwq__Request *req, struct core_error *e) {
         struct callback_registry *registry;
         int r;
@@ -528,7 +541,8 @@ static int dispatch_callback(struct ipc_client *c, const Cmwq__Request *req, str
                 r = ipc_server_callbacks(c->server, &registry);
                 if (r < 0)
                         return core_error_set(e, r, "out of memory");
-                r = callback_client_new(registry, c->caller.pid, send_callback_grant, c, &c->callback);
+                r = callback_client_new(registry, &c->caller, send_callback_grant, send_callback_freeze, c,
+                                        &c->callback);
                 if (r < 0)
                         return core_error_set(e, r, "cannot serve callbacks for this client");
         }

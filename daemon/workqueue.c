@@ -509,6 +509,8 @@ static void workqueue_freeze(struct workqueue *wq) {
                 return;
         wq->frozen = true;
         workqueue_deactivate_pending(wq);
+        if (wq->core->freeze_changed)
+                wq->core->freeze_changed(wq, wq->core->freeze_changed_userdata);
 }
 
 static void workqueue_thaw(struct workqueue *wq) {
@@ -517,6 +519,8 @@ static void workqueue_thaw(struct workqueue *wq) {
         wq->frozen = false;
         for (size_t k = 0; k < wq->n_pwqs; k++)
                 pwq_activate_inactive(&wq->pwqs[k]);
+        if (wq->core->freeze_changed)
+                wq->core->freeze_changed(wq, wq->core->freeze_changed_userdata);
 }
 
 /* Freezing and thawing are root's: applies @apply to the queue @name, or to

@@ -21,6 +21,11 @@
  * items run on a local pool of threads without asking the daemon, at most
  * max_active of one queue at once.
  *
+ * What concerns only this client's own items is kept here, where the items
+ * are: max_active (per CPU for bound queues) and freezing (the daemon says
+ * which queues are frozen; their items stay pending).  What protects the
+ * other clients -- the CPU's concurrency level -- is the daemon's grants.
+ *
  * Lock order: work lock -> connection lock -> a thread's own lock.  The
  * connection's reader delivers grants under the connection lock and takes
  * only the thread's own lock.
@@ -199,6 +204,30 @@ void client_work_grant(struct cmwq *c, pid_t tid, bool yield) {
         }
 }
 
+/* Freezing is the daemon's decision, but only the library sees the items:
+ * it keeps those of a frozen queue from starting.  That concerns this
+ * client's own items only; nothing of other clients depends on it. */
+void client_work_freeze(struct cmwq *c, const char *name, bool frozen) {
+        struct cmwq_workqueue *wq;
+
+        list_for_each_entry(wq, &c->workqueues, entry)
+                if (strcmp(wq->name, name) == 0)
+                        __atomic_store_n(&wq->cb_frozen, frozen, __ATOMIC_RELEASE);
+        for (unsigned i = 0; i < CLIENT_NR_SYSTEM_QUEUES; i++)
+                if (c->system[i].name && strcmp(c->system[i].name, name) == 0)
+                        __atomic_store_n(&c->system[i].cb_frozen, frozen, __ATOMIC_RELEASE);
+        if (!frozen && c->work) {
+                /* Kicking the pools takes the work lock, which must not be
+                 * taken under the connection's: the manager does it. */
+                c->work_kick = true;
+                pthread_cond_broadcast(&c->cond);
+        }
+}
+
+static bool wq_frozen(const struct cmwq_workqueue *wq) {
+        return __atomic_load_n(&wq->cb_frozen, __ATOMIC_ACQUIRE);
+}
+
 /* ---- threads -------------------------------------------------------------- */
 
 static void *work_thread_main(void *userdata);
@@ -268,6 +297,8 @@ static struct cmwq_work *pool_next(struct work_pool *p) {
 
                 unsigned max = wq->max_active ? wq->max_active : CMWQ_DFL_ACTIVE;
 
+                if (wq_frozen(wq))
+                        continue;
                 if (p->cpu < 0 && wq->cb_active >= max)
                         continue;
                 if (p->cpu >= 0 && pool_active_of(p, wq) >= max)
@@ -342,6 +373,18 @@ static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_w
         w->_state &= ~WORK_RUNNING;
         inflight_del_if_idle(w);
         pthread_cond_broadcast(&cw->done);
+}
+
+/* Items parked behind @t's last item go back to the head of its pool, in
+ * order, when their queue is frozen (@all: every one): they wait there. */
+static void thread_unpark(struct work_thread *t, bool all) {
+        for (struct cmwq_work *w = t->scheduled._prev, *prev; w != &t->scheduled; w = prev) {
+                prev = w->_prev;
+                if (!all && !wq_frozen(w->_wq))
+                        continue;
+                wlist_del(w);
+                wlist_add_tail(w, t->pool->pending._next);
+        }
 }
 
 /* Takes the next item for @t: its parked ones first, then its pool's.
@@ -449,6 +492,7 @@ static void *work_thread_main(void *userdata) {
                 for (;;) {
                         if (cw->stopping)
                                 break;
+                        thread_unpark(t, false);
                         w = NULL;
                         if (!wlist_empty(&t->scheduled)) {
                                 /* Parked behind our last item: ours to run. */
@@ -469,12 +513,7 @@ static void *work_thread_main(void *userdata) {
                                 send_tid(cw->c, CMWQ__REQUEST__BODY_CALLBACK_INTENSIVE, t->tid);
                                 run_one(cw, t, w);
                                 /* Parked behind it: first in line again. */
-                                while (!wlist_empty(&t->scheduled)) {
-                                        struct cmwq_work *x = t->scheduled._prev;
-
-                                        wlist_del(x);
-                                        wlist_add_tail(x, p->pending._next);
-                                }
+                                thread_unpark(t, true);
                                 break;
                         }
                         run_one(cw, t, w);
@@ -1002,9 +1041,20 @@ void client_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_act
         }
         pthread_mutex_lock(&cw->lock);
         wq->max_active = max_active;
+        pthread_mutex_unlock(&cw->lock);
         /* A higher limit may let waiting items start. */
+        client_work_kick(wq->c);
+}
+
+void client_work_kick(struct cmwq *c) {
+        struct client_work *cw = __atomic_load_n(&c->work, __ATOMIC_ACQUIRE);
+
+        if (!cw)
+                return;
+        pthread_mutex_lock(&cw->lock);
         for (unsigned i = 0; i < cw->nr_cpus * 2; i++)
                 pool_kick(cw, &cw->pools[i]);
         pool_kick(cw, &cw->unbound);
+        pthread_cond_broadcast(&cw->done);
         pthread_mutex_unlock(&cw->lock);
 }

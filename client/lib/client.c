@@ -110,6 +110,13 @@ static void client_dispatch_locked(struct cmwq *c, Cmwq__Response *resp) {
                 return;
         }
 
+        if (resp->id == 0 && resp->error == CMWQ__ERROR__OK &&
+            resp->body_case == CMWQ__RESPONSE__BODY_CALLBACK_FREEZE) {
+                client_work_freeze(c, resp->callback_freeze->workqueue, resp->callback_freeze->frozen);
+                cmwq__response__free_unpacked(resp, NULL);
+                return;
+        }
+
         if (resp->id == 0 && resp->error != CMWQ__ERROR__OK) {
                 /* Not an answer: the daemon ends the conversation and says why. */
                 client_response_error(resp, "cmwqd closed the connection");
@@ -242,6 +249,14 @@ int client_send_oneway(struct cmwq *c, Cmwq__Request *req) {
 void client_read_forever(struct cmwq *c) {
         pthread_mutex_lock(&c->lock);
         while (!c->dead && !c->stopping) {
+                if (c->work_kick) {
+                        /* The work lock comes before the connection's. */
+                        c->work_kick = false;
+                        pthread_mutex_unlock(&c->lock);
+                        client_work_kick(c);
+                        pthread_mutex_lock(&c->lock);
+                        continue;
+                }
                 if (c->reading) {
                         pthread_cond_wait(&c->cond, &c->lock);
                         continue;

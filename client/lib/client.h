@@ -51,6 +51,9 @@ struct cmwq_workqueue {
         uint64_t cb_seq;                /* queueings so far */
         unsigned cb_active;             /* running now (unbound max_active) */
         bool cb_draining;
+        /* Frozen by the daemon: none of its callbacks start.  Set by the
+         * reader (connection lock), read under the work lock: atomic. */
+        bool cb_frozen;
 };
 
 #define CLIENT_NR_SYSTEM_QUEUES 6
@@ -73,6 +76,7 @@ struct cmwq {
         struct cmwq_workqueue system[CLIENT_NR_SYSTEM_QUEUES];
         bool stopping;                  /* cmwq_disconnect() has begun */
         struct client_work *work;       /* callback machinery, made on first use */
+        bool work_kick;                 /* a queue thawed: the manager kicks the pools */
         pthread_mutex_t work_init_lock;
 };
 
@@ -101,6 +105,9 @@ void client_wake_reader(struct cmwq *c);
 
 /* client-work.c */
 void client_work_grant(struct cmwq *c, pid_t tid, bool yield);   /* with c->lock held */
+void client_work_freeze(struct cmwq *c, const char *name, bool frozen);   /* with c->lock held */
+/* Lets every pool look for work again (after a thaw); without c->lock. */
+void client_work_kick(struct cmwq *c);
 void client_work_stop(struct cmwq *c);
 void client_workqueue_init(struct cmwq_workqueue *wq);
 int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain);

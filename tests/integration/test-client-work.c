@@ -858,6 +858,89 @@ START_TEST(test_cpu_intensive_callbacks_do_not_hold_back_their_cpu) {
 }
 END_TEST
 
+/* ---- freeze ---------------------------------------------------------------- */
+
+struct ordered_probe {
+        struct cmwq_work work;
+        atomic_int *clock;
+        atomic_int ran_at;              /* 0: not yet */
+};
+
+static void ordered_probe_fn(struct cmwq_work *w) {
+        struct ordered_probe *o = cmwq_container_of(w, struct ordered_probe, work);
+
+        atomic_store(&o->ran_at, atomic_fetch_add(o->clock, 1) + 1);
+}
+
+START_TEST(test_freeze_stops_callbacks_of_a_freezable_queue) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_alloc_workqueue(c, "cold", CMWQ_WQ_FREEZABLE, 0);
+        struct cmwq_workqueue *other = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct cmwq_workqueue *unrelated = cmwq_alloc_workqueue(c, "unrelated", 0, 0);
+        struct shared_gate g;
+        struct gate_item a;
+        struct ordered_probe b = {}, e = {};
+        struct probe_work marker = {};
+        atomic_int clock = 0;
+
+        ck_assert_msg(wq && unrelated, "alloc: %s", cmwq_last_error());
+        shared_gate_init(&g);
+        CMWQ_WORK_INIT(&a.work, gate_item_fn);
+        a.gate = &g;
+        ck_assert(cmwq_queue_work_on(0, wq, &a.work));
+        wait_until(&g.started, 1);
+
+        free(CTL_OK(&d, "freeze", "cold"));
+        /* A call answered after the freeze: the library has read it. */
+        ck_assert_int_eq(cmwq_flush_workqueue(unrelated), 0);
+
+        b.clock = e.clock = &clock;
+        CMWQ_WORK_INIT(&b.work, ordered_probe_fn);
+        CMWQ_WORK_INIT(&e.work, ordered_probe_fn);
+        ck_assert(cmwq_queue_work_on(0, wq, &b.work));
+        ck_assert(cmwq_queue_work_on(0, wq, &e.work));
+        /* The pool went past them: a later item of another queue ran. */
+        run_marker_on(0, other, &marker);
+        ck_assert_msg(atomic_load(&b.ran_at) == 0 && atomic_load(&e.ran_at) == 0,
+                      "callbacks of a frozen queue started");
+        ck_assert(cmwq_work_pending(&b.work));
+
+        /* The running one finishes. */
+        shared_gate_open(&g);
+        ck_assert_int_ge(cmwq_flush_work(&a.work), 0);
+        run_marker_on(0, other, &marker);
+        ck_assert_int_eq(atomic_load(&b.ran_at), 0);
+
+        /* Thawed: they start, in order. */
+        free(CTL_OK(&d, "thaw", "cold"));
+        ck_assert_int_eq(cmwq_flush_workqueue(wq), 0);
+        ck_assert_int_eq(atomic_load(&b.ran_at), 1);
+        ck_assert_int_eq(atomic_load(&e.ran_at), 2);
+
+        /* A queue frozen before the client's first callback is known too. */
+        free(CTL_OK(&d, "freeze", "cold"));
+        {
+                struct cmwq *c2 = connect_ok();
+                struct cmwq_workqueue *wq2 = cmwq_open_workqueue(c2, "cold");
+                struct cmwq_workqueue *other2 = cmwq_system_workqueue(c2, CMWQ_SYSTEM);
+                struct ordered_probe f = { .clock = &clock };
+
+                ck_assert_msg(wq2, "open: %s", cmwq_last_error());
+                CMWQ_WORK_INIT(&f.work, ordered_probe_fn);
+                ck_assert(cmwq_queue_work_on(0, wq2, &f.work));
+                run_marker_on(0, other2, &marker);
+                ck_assert_msg(atomic_load(&f.ran_at) == 0, "a new client started a frozen queue's callback");
+                free(CTL_OK(&d, "thaw", "cold"));
+                ck_assert_int_ge(cmwq_flush_work(&f.work), 0);
+                ck_assert_int_eq(atomic_load(&f.ran_at), 3);
+                cmwq_disconnect(c2);
+        }
+        ck_assert_int_eq(cmwq_destroy_workqueue(unrelated), 0);
+        ck_assert_int_eq(cmwq_destroy_workqueue(wq), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("client-work");
         TCase *tc = tcase_create("client-work");
@@ -879,6 +962,7 @@ int main(void) {
         tcase_add_test(tc, test_daemon_death_ends_a_waiting_flush);
         tcase_add_test(tc, test_bound_max_active_limits_callbacks_per_cpu);
         tcase_add_test(tc, test_cpu_intensive_callbacks_do_not_hold_back_their_cpu);
+        tcase_add_test(tc, test_freeze_stops_callbacks_of_a_freezable_queue);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);

@@ -94,7 +94,9 @@ int cmwq_process(struct cmwq *c);
 /* Workqueue flags: the kernel's WQ_* bits. */
 enum {
         CMWQ_WQ_UNBOUND = 1 << 0,       /* unbound pools, no concurrency management */
-        CMWQ_WQ_FREEZABLE = 1 << 1,     /* frozen across suspend */
+        CMWQ_WQ_FREEZABLE = 1 << 1,     /* frozen across suspend: no item
+                                         * (callback or exec) starts while
+                                         * frozen; thaw starts them in order */
         CMWQ_WQ_MEM_RECLAIM = 1 << 2,   /* a rescuer guarantees forward progress */
         CMWQ_WQ_HIGHPRI = 1 << 4,       /* high-priority pools */
         CMWQ_WQ_CPU_INTENSIVE = 1 << 5, /* does not count toward concurrency */
