@@ -38,6 +38,8 @@ struct ipc_server {
 };
 
 static void ipc_client_free(struct ipc_client *c);
+static int ipc_server_new_fd(struct event_base *base, struct core *core, int fd, const char *path,
+                             bool user_mode, struct ipc_server **ret);
 
 struct core *ipc_server_core(struct ipc_server *s) {
         return s->core;
@@ -423,9 +425,7 @@ static void ipc_server_resume_accept(evutil_socket_t fd, short what, void *userd
 
 static void ipc_server_accept(evutil_socket_t fd, short what, void *userdata) {
         struct ipc_server *s = userdata;
-        struct core_error e = {};
-        struct ipc_client *c;
-        int cfd, r;
+        int cfd;
 
         cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (cfd < 0) {
@@ -445,10 +445,18 @@ static void ipc_server_accept(evutil_socket_t fd, short what, void *userdata) {
                 return;
         }
 
+        (void) ipc_server_add_client(s, cfd, NULL);
+}
+
+int ipc_server_add_client(struct ipc_server *s, int cfd, struct ipc_client **ret) {
+        struct core_error e = {};
+        struct ipc_client *c;
+        int r;
+
         c = calloc(1, sizeof(*c));
         if (!c) {
                 close(cfd);
-                return;
+                return -ENOMEM;
         }
         c->server = s;
         c->fd = cfd;
@@ -460,7 +468,7 @@ static void ipc_server_accept(evutil_socket_t fd, short what, void *userdata) {
         if (r < 0) {
                 log_warning_errno(r, "Cannot read a client's credentials: %m");
                 ipc_client_free(c);
-                return;
+                return r;
         }
         c->in = evbuffer_new();
         c->out = evbuffer_new();
@@ -469,14 +477,16 @@ static void ipc_server_accept(evutil_socket_t fd, short what, void *userdata) {
         c->deadline = evtimer_new(s->base, ipc_client_deadline, c);
         if (!c->in || !c->out || !c->read_event || !c->write_event || !c->deadline) {
                 ipc_client_free(c);
-                return;
+                return -ENOMEM;
         }
         ipc_client_arm_deadline(c);
+        if (ret)
+                *ret = c;
 
         /* A user's own instance serves that user alone. */
         if (s->user_mode && c->caller.uid != getuid()) {
                 ipc_client_send_error(c, 0, -EPERM, "this is another user's cmwqd instance", true);
-                return;
+                return -EPERM;
         }
         r = core_user_connect(s->core, &c->caller, &e);
         if (r < 0) {
@@ -485,7 +495,9 @@ static void ipc_server_accept(evutil_socket_t fd, short what, void *userdata) {
                 c->refusal_message = strdup(e.message);
                 if (!c->refusal_message) {
                         ipc_client_free(c);
-                        return;
+                        if (ret)
+                                *ret = NULL;
+                        return -ENOMEM;
                 }
         } else {
                 c->counted = true;
@@ -493,6 +505,7 @@ static void ipc_server_accept(evutil_socket_t fd, short what, void *userdata) {
         }
         log_debug("Client connected: pid %d uid %u", (int) c->caller.pid, (unsigned) c->caller.uid);
         ipc_client_update_events(c);
+        return 0;
 }
 
 /* A socket file left by a daemon that died is removed; a live one is not. */
@@ -564,7 +577,6 @@ static int ipc_listen(const char *path, bool user_mode, int *ret_fd) {
 
 int ipc_server_new(struct event_base *base, struct core *core, const char *path, bool user_mode,
                    struct ipc_server **ret) {
-        struct ipc_server *s;
         int fd = -1, n, r;
 
         /* Socket activation: systemd hands us the listening socket. */
@@ -585,9 +597,18 @@ int ipc_server_new(struct event_base *base, struct core *core, const char *path,
                         return r;
         }
 
+        return ipc_server_new_fd(base, core, fd, path, user_mode, ret);
+}
+
+/* Takes @fd (-1: no listening socket). */
+static int ipc_server_new_fd(struct event_base *base, struct core *core, int fd, const char *path,
+                             bool user_mode, struct ipc_server **ret) {
+        struct ipc_server *s;
+
         s = calloc(1, sizeof(*s));
         if (!s) {
-                close(fd);
+                if (fd >= 0)
+                        close(fd);
                 return -ENOMEM;
         }
         s->base = base;
@@ -596,17 +617,25 @@ int ipc_server_new(struct event_base *base, struct core *core, const char *path,
         s->user_mode = user_mode;
         list_init(&s->clients);
         s->path = path ? strdup(path) : NULL;
-        if (!path)
+        if (!path && fd >= 0)
                 s->activated_path = ipc_socket_bound_path(fd);
-        s->accept_event = event_new(base, fd, EV_READ | EV_PERSIST, ipc_server_accept, s);
-        s->accept_pause = evtimer_new(base, ipc_server_resume_accept, s);
-        if ((path && !s->path) || !s->accept_event || !s->accept_pause) {
+        if (fd >= 0) {
+                s->accept_event = event_new(base, fd, EV_READ | EV_PERSIST, ipc_server_accept, s);
+                s->accept_pause = evtimer_new(base, ipc_server_resume_accept, s);
+        }
+        if ((path && !s->path) || (fd >= 0 && (!s->accept_event || !s->accept_pause))) {
                 ipc_server_free(s);
                 return -ENOMEM;
         }
-        event_add(s->accept_event, NULL);
+        if (s->accept_event)
+                event_add(s->accept_event, NULL);
         *ret = s;
         return 0;
+}
+
+int ipc_server_new_detached(struct event_base *base, struct core *core, bool user_mode,
+                            struct ipc_server **ret) {
+        return ipc_server_new_fd(base, core, -1, NULL, user_mode, ret);
 }
 
 struct ipc_server *ipc_server_free(struct ipc_server *s) {

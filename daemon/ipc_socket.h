@@ -65,6 +65,14 @@ struct ipc_client {
  * (which may then not be NULL). */
 int ipc_server_new(struct event_base *base, struct core *core, const char *path, bool user_mode,
                    struct ipc_server **ret);
+/* A server without a listening socket: its clients come from
+ * ipc_server_add_client() alone (the fuzzer drives the protocol this way). */
+int ipc_server_new_detached(struct event_base *base, struct core *core, bool user_mode,
+                            struct ipc_server **ret);
+/* Serves @fd, a connected Unix stream socket (accepted, or one end of a
+ * socketpair); takes it, and closes it on failure.  *ret (may be NULL) is set
+ * once the client exists, even if it is refused at once and being closed. */
+int ipc_server_add_client(struct ipc_server *s, int fd, struct ipc_client **ret);
 struct ipc_server *ipc_server_free(struct ipc_server *s);
 struct core *ipc_server_core(struct ipc_server *s);
 const char *ipc_server_path(struct ipc_server *s);
