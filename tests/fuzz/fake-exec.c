@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * A stand-in for exec.c in the dispatch fuzzer, linked in place of it with
+ * -Wl,--wrap: items "run" without a process, so that every input can submit,
+ * run, block, finish, requeue, cancel and freeze items through the real core
+ * and pools at the speed of a function call, and no input forks anything.
+ *
+ * What an item does is chosen by the basename of its program, so that the
+ * fuzzer can find each behaviour from the seeds:
+ *   hang      runs until killed (cancel, timeout-free freeze holders, drain)
+ *   nofork    cannot be started: -EAGAIN, as a refused fork (mayday, retry)
+ *   sleeper   blocks (a concurrency-management wake-up), wakes up, then ends
+ *   tempfail  exits 75: requeued with back-off
+ *   false     exits 1
+ *   anything else exits 0, echoing its stdin payload (cut at 64 bytes)
+ * An item ends on the next turn of the event loop after it started.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "exec.h"
+#include "fake-exec.h"
+#include "util.h"
+
+struct exec_proc {
+        struct event *ev;
+        exec_done_cb done;
+        sleepwatch_cb sleep_cb;
+        void *userdata;
+        bool hang;
+        bool sleeper;
+        unsigned turns;
+        bool killed;
+        int exit_status;
+        char *out;
+        size_t out_len;
+};
+
+static unsigned nr_procs;
+
+unsigned fake_exec_nr_procs(void) {
+        return nr_procs;
+}
+
+static void fake_proc_free(struct exec_proc *p) {
+        if (p->ev)
+                event_free(p->ev);
+        free(p->out);
+        free(p);
+        nr_procs--;
+}
+
+static void fake_proc_end(evutil_socket_t fd, short what, void *userdata) {
+        struct exec_proc *p = userdata;
+        uint64_t now = now_usec(CLOCK_REALTIME);
+        struct exec_result r = {
+                .exit_status = p->killed ? 0 : p->exit_status,
+                .signal = p->killed ? 9 : 0,
+                .cpu_usec = 1,
+                .started_usec = now,
+                .finished_usec = now,
+                .killed = p->killed,
+                .out = TAKE_PTR(p->out),
+                .out_len = p->out_len,
+        };
+
+        /* A sleeper blocks on its first turn, wakes up on the second and
+         * ends on the third, as the sleep detector would report it. */
+        if (p->sleeper && !p->killed && p->turns < 2) {
+                p->sleep_cb(NULL, p->turns == 1, p->userdata);
+                p->turns++;
+                p->out = TAKE_PTR(r.out);
+                event_active(p->ev, 0, 0);
+                return;
+        }
+        p->done(p, &r, p->userdata);
+        free(r.out);
+        fake_proc_free(p);
+}
+
+int __wrap_exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
+                      exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata, struct exec_proc **ret);
+int __wrap_exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
+                      exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata, struct exec_proc **ret) {
+        const char *name = strrchr(spec->program, '/');
+        struct exec_proc *p;
+
+        name = name ? name + 1 : spec->program;
+        if (strcmp(name, "nofork") == 0)
+                return -EAGAIN;
+
+        p = calloc(1, sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        nr_procs++;
+        p->done = done;
+        p->sleep_cb = sleep_cb;
+        p->userdata = userdata;
+        p->hang = strcmp(name, "hang") == 0;
+        p->sleeper = strcmp(name, "sleeper") == 0;
+        p->exit_status = strcmp(name, "tempfail") == 0 ? 75 : strcmp(name, "false") == 0 ? 1 : 0;
+        p->ev = event_new(base, -1, 0, fake_proc_end, p);
+        if (spec->payload_len > 0) {
+                p->out_len = spec->payload_len < 64 ? spec->payload_len : 64;
+                p->out = malloc(p->out_len);
+                if (p->out)
+                        memcpy(p->out, spec->payload, p->out_len);
+                else
+                        p->out_len = 0;
+        }
+        if (!p->ev) {
+                fake_proc_free(p);
+                return -ENOMEM;
+        }
+        *ret = p;
+        /* The exec callbacks come from the event loop, never from in here. */
+        if (!p->hang)
+                event_active(p->ev, 0, 0);
+        return 0;
+}
+
+void __wrap_exec_proc_kill(struct exec_proc *p);
+void __wrap_exec_proc_kill(struct exec_proc *p) {
+        p->killed = true;
+        event_active(p->ev, 0, 0);
+}
+
+struct exec_proc *__wrap_exec_proc_abandon(struct exec_proc *p);
+struct exec_proc *__wrap_exec_proc_abandon(struct exec_proc *p) {
+        if (p)
+                fake_proc_free(p);
+        return NULL;
+}
+
+pid_t __wrap_exec_proc_pid(const struct exec_proc *p);
+pid_t __wrap_exec_proc_pid(const struct exec_proc *p) {
+        return 1;
+}
+
+uint64_t __wrap_exec_proc_cpu_usec(const struct exec_proc *p);
+uint64_t __wrap_exec_proc_cpu_usec(const struct exec_proc *p) {
+        return 1;
+}
+
+int __wrap_exec_spawner_start(void);
+int __wrap_exec_spawner_start(void) {
+        return 0;
+}

@@ -1,0 +1,324 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Writes the seed corpus of the fuzz targets: real requests, packed by the
+ * same protobuf-c code as cmwqctl's, framed as on the socket.
+ *
+ *   gen-seeds DIR     writes DIR/decode/seed-* and DIR/dispatch/seed-*
+ *
+ * A dispatch seed is the decode seed with the byte that picks the client in
+ * front (fuzz-dispatch.c).  Programs are named for the fake executor's
+ * behaviours (fake-exec.c): hang, nofork, sleeper, tempfail, false.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cmwq.pb-c.h"
+#include "frame.h"
+
+struct stream {
+        uint8_t buf[1 << 16];
+        size_t len;
+        uint64_t next_id;
+};
+
+static void put_raw(struct stream *s, const void *data, size_t len) {
+        if (s->len + len > sizeof(s->buf))
+                abort();
+        memcpy(s->buf + s->len, data, len);
+        s->len += len;
+}
+
+static void put(struct stream *s, Cmwq__Request *req) {
+        uint8_t hdr[CMWQ_FRAME_HEADER_SIZE];
+        size_t len;
+
+        req->id = ++s->next_id;
+        len = cmwq__request__get_packed_size(req);
+        frame_header_encode(hdr, (uint32_t) len);
+        put_raw(s, hdr, sizeof(hdr));
+        if (s->len + len > sizeof(s->buf))
+                abort();
+        cmwq__request__pack(req, s->buf + s->len);
+        s->len += len;
+}
+
+static void hello(struct stream *s, uint32_t version) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__Hello h = CMWQ__HELLO__INIT;
+
+        h.version = version;
+        h.client = (char *) "gen-seeds";
+        req.body_case = CMWQ__REQUEST__BODY_HELLO;
+        req.hello = &h;
+        put(s, &req);
+}
+
+static void create(struct stream *s, const char *name, uint32_t flags, uint32_t max_active) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__CreateWorkqueue c = CMWQ__CREATE_WORKQUEUE__INIT;
+
+        c.name = (char *) name;
+        c.has_flags = flags != 0;
+        c.flags = flags;
+        c.has_max_active = max_active != 0;
+        c.max_active = max_active;
+        req.body_case = CMWQ__REQUEST__BODY_CREATE;
+        req.create = &c;
+        put(s, &req);
+}
+
+static void by_name(struct stream *s, Cmwq__Request__BodyCase kind, const char *name) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__WorkqueueName n = CMWQ__WORKQUEUE_NAME__INIT;
+        Cmwq__FreezeRequest f = CMWQ__FREEZE_REQUEST__INIT;
+
+        n.name = f.name = (char *) name;
+        req.body_case = kind;
+        switch (kind) {
+        case CMWQ__REQUEST__BODY_DESTROY: req.destroy = &n; break;
+        case CMWQ__REQUEST__BODY_FLUSH: req.flush = &n; break;
+        case CMWQ__REQUEST__BODY_DRAIN: req.drain = &n; break;
+        case CMWQ__REQUEST__BODY_FREEZE:
+                f.has_timeout_usec = true;
+                f.timeout_usec = 1000;
+                req.freeze = &f;
+                break;
+        case CMWQ__REQUEST__BODY_THAW: req.thaw = &f; break;
+        default: abort();
+        }
+        put(s, &req);
+}
+
+static void by_id(struct stream *s, Cmwq__Request__BodyCase kind, uint64_t id) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__ItemId i = CMWQ__ITEM_ID__INIT;
+
+        i.id = id;
+        req.body_case = kind;
+        req.wait = req.show = req.cancel = NULL;
+        if (kind == CMWQ__REQUEST__BODY_WAIT)
+                req.wait = &i;
+        else if (kind == CMWQ__REQUEST__BODY_SHOW)
+                req.show = &i;
+        else
+                req.cancel = &i;
+        put(s, &req);
+}
+
+static void empty(struct stream *s, Cmwq__Request__BodyCase kind) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__Empty e = CMWQ__EMPTY__INIT;
+
+        req.body_case = kind;
+        if (kind == CMWQ__REQUEST__BODY_LIST)
+                req.list = &e;
+        else if (kind == CMWQ__REQUEST__BODY_POOLS)
+                req.pools = &e;
+        else
+                req.stats = &e;
+        put(s, &req);
+}
+
+static void set_max_active(struct stream *s, const char *name, uint32_t max_active) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__SetMaxActive m = CMWQ__SET_MAX_ACTIVE__INIT;
+
+        m.name = (char *) name;
+        m.max_active = max_active;
+        req.body_case = CMWQ__REQUEST__BODY_SET_MAX_ACTIVE;
+        req.set_max_active = &m;
+        put(s, &req);
+}
+
+struct submit_opts {
+        int cpu;                /* 0: unset; else cpu + 1 */
+        uint64_t delay_usec;
+        const char *key;
+        uint64_t timeout_usec;
+        bool wait;
+        const char *payload;
+        const char *cwd;
+        const char *env;
+};
+
+static void submit(struct stream *s, const char *wq, const char *program, const struct submit_opts *o) {
+        static const struct submit_opts none;
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__Submit sub = CMWQ__SUBMIT__INIT;
+        char *argv[] = { (char *) program, (char *) "arg", NULL };
+        char *env[] = { (char *) (o && o->env ? o->env : "PATH=/usr/bin:/bin"), NULL };
+
+        if (!o)
+                o = &none;
+        sub.workqueue = (char *) wq;
+        sub.n_argv = 2;
+        sub.argv = argv;
+        sub.n_env = 1;
+        sub.env = env;
+        sub.cwd = (char *) (o->cwd ? o->cwd : "/");
+        if (o->payload) {
+                sub.has_stdin_payload = true;
+                sub.stdin_payload.data = (uint8_t *) o->payload;
+                sub.stdin_payload.len = strlen(o->payload);
+        }
+        if (o->cpu) {
+                sub.has_cpu = true;
+                sub.cpu = o->cpu - 1;
+        }
+        sub.has_delay_usec = o->delay_usec > 0;
+        sub.delay_usec = o->delay_usec;
+        sub.key = (char *) o->key;
+        sub.has_timeout_usec = o->timeout_usec > 0;
+        sub.timeout_usec = o->timeout_usec;
+        sub.has_wait = o->wait;
+        sub.wait = o->wait;
+        req.body_case = CMWQ__REQUEST__BODY_SUBMIT;
+        req.submit = &sub;
+        put(s, &req);
+}
+
+static const char *out_dir;
+
+static void write_seed(const char *target, const char *name, uint8_t prefix, const struct stream *s) {
+        char path[4096];
+        FILE *f;
+
+        snprintf(path, sizeof(path), "%s/%s", out_dir, target);
+        if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+                perror(path);
+                exit(1);
+        }
+        snprintf(path, sizeof(path), "%s/%s/seed-%s", out_dir, target, name);
+        f = fopen(path, "wb");
+        if (!f || (prefix != 0xff && fputc(prefix, f) == EOF) || fwrite(s->buf, 1, s->len, f) != s->len ||
+            fclose(f) != 0) {
+                perror(path);
+                exit(1);
+        }
+}
+
+/* As root (the dispatch seed's byte 0 is 0) and, with @also_unprivileged, as
+ * uid 65534 too. */
+static void emit(const char *name, const struct stream *s, bool also_unprivileged) {
+        char n[256];
+
+        write_seed("decode", name, 0xff, s);
+        write_seed("dispatch", name, 0, s);
+        if (also_unprivileged) {
+                snprintf(n, sizeof(n), "%s-nobody", name);
+                write_seed("dispatch", n, 1, s);
+        }
+}
+
+int main(int argc, char **argv) {
+        struct stream *s = calloc(1, sizeof(*s));
+
+        if (argc != 2 || !s) {
+                fprintf(stderr, "Usage: gen-seeds DIR\n");
+                return 2;
+        }
+        out_dir = argv[1];
+
+#define BEGIN() (memset(s, 0, sizeof(*s)), hello(s, CMWQ_PROTOCOL_VERSION))
+
+        BEGIN();
+        emit("hello", s, false);
+
+        BEGIN();
+        empty(s, CMWQ__REQUEST__BODY_LIST);
+        empty(s, CMWQ__REQUEST__BODY_POOLS);
+        empty(s, CMWQ__REQUEST__BODY_STATS);
+        emit("list-pools-stats", s, true);
+
+        BEGIN();
+        submit(s, "system", "/bin/true", &(struct submit_opts) { .wait = true, .payload = "hello" });
+        by_id(s, CMWQ__REQUEST__BODY_SHOW, 1);
+        emit("submit-wait", s, true);
+
+        BEGIN();
+        create(s, "build", 0, 4);
+        for (int k = 0; k < 6; k++)
+                submit(s, "build", k % 2 ? "sleeper" : "/bin/true", &(struct submit_opts) { .cpu = 1 });
+        by_name(s, CMWQ__REQUEST__BODY_FLUSH, "build");
+        empty(s, CMWQ__REQUEST__BODY_STATS);
+        by_name(s, CMWQ__REQUEST__BODY_DESTROY, "build");
+        emit("create-submit-flush-destroy", s, true);
+
+        BEGIN();
+        create(s, "ord", 1 << 17, 0);
+        submit(s, "ord", "hang", NULL);
+        submit(s, "ord", "/bin/true", NULL);
+        by_id(s, CMWQ__REQUEST__BODY_WAIT, 2);
+        by_id(s, CMWQ__REQUEST__BODY_CANCEL, 1);
+        by_name(s, CMWQ__REQUEST__BODY_DRAIN, "ord");
+        empty(s, CMWQ__REQUEST__BODY_LIST);
+        emit("ordered-hang-cancel-drain", s, true);
+
+        BEGIN();
+        create(s, "fz", 2 | 1, 2);
+        submit(s, "fz", "hang", NULL);
+        by_name(s, CMWQ__REQUEST__BODY_FREEZE, "fz");
+        submit(s, "fz", "/bin/true", NULL);
+        by_name(s, CMWQ__REQUEST__BODY_THAW, "fz");
+        by_name(s, CMWQ__REQUEST__BODY_FREEZE, "");
+        by_name(s, CMWQ__REQUEST__BODY_THAW, "");
+        emit("freeze-thaw", s, true);
+
+        BEGIN();
+        create(s, "cpu", 32, 1);
+        submit(s, "cpu", "nofork", &(struct submit_opts) { .cpu = 1 });
+        submit(s, "cpu", "/bin/true", &(struct submit_opts) { .cpu = 2 });
+        set_max_active(s, "cpu", 8);
+        empty(s, CMWQ__REQUEST__BODY_STATS);
+        empty(s, CMWQ__REQUEST__BODY_POOLS);
+        emit("nofork-max-active", s, true);
+
+        BEGIN();
+        create(s, "keys", 4 | 16, 0);
+        submit(s, "keys", "tempfail", &(struct submit_opts) { .key = "nightly", .delay_usec = 1 });
+        submit(s, "keys", "tempfail", &(struct submit_opts) { .key = "nightly", .delay_usec = 1, .wait = true });
+        submit(s, "keys", "false", &(struct submit_opts) { .key = "other", .timeout_usec = 1000000,
+                                                           .env = "A=B", .cwd = "/tmp" });
+        by_id(s, CMWQ__REQUEST__BODY_CANCEL, 1);
+        by_id(s, CMWQ__REQUEST__BODY_SHOW, 3);
+        emit("keys-delay-tempfail", s, true);
+
+        BEGIN();
+        submit(s, "system_unbound", "hang", &(struct submit_opts) { .wait = true });
+        submit(s, "system_unbound", "sleeper", &(struct submit_opts) { .wait = true });
+        by_name(s, CMWQ__REQUEST__BODY_FLUSH, "system_unbound");
+        emit("unbound-wait-left-open", s, true);
+
+        /* Refused at the door. */
+        memset(s, 0, sizeof(*s));
+        empty(s, CMWQ__REQUEST__BODY_LIST);
+        emit("no-hello", s, false);
+
+        memset(s, 0, sizeof(*s));
+        hello(s, 99);
+        emit("bad-version", s, false);
+
+        BEGIN();
+        hello(s, CMWQ_PROTOCOL_VERSION);
+        emit("hello-twice", s, false);
+
+        BEGIN();
+        put_raw(s, "\x05\x00\x00\x00\xff\xff\xff\xff\xff", 9);
+        emit("malformed", s, false);
+
+        BEGIN();
+        put_raw(s, "\xff\xff\xff\x7f", 4);
+        emit("oversized", s, false);
+
+        BEGIN();
+        {
+                Cmwq__Request req = CMWQ__REQUEST__INIT;
+                put(s, &req);   /* no body */
+        }
+        emit("no-body", s, false);
+        return 0;
+}
