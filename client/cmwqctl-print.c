@@ -473,6 +473,7 @@ int stats_print(const Cmwq__StatsReply *stats, const Cmwq__ListReply *list, FILE
                 { "CMW/RPR", true },
                 { "mayday", true },
                 { "rescued", true },
+                { "stalls", true },
         };
         _cleanup_(table_freep) Table *t = NULL;
         int r;
@@ -495,7 +496,8 @@ int stats_print(const Cmwq__StatsReply *stats, const Cmwq__ListReply *list, FILE
                     (unbound ? table_add(t, "-") : table_addf(t, "%" PRIu64, s->cpu_intensive)) < 0 ||
                     table_addf(t, "%" PRIu64, s->cm_wakeups) < 0 ||
                     (rescuer ? table_addf(t, "%" PRIu64, s->mayday) : table_add(t, "-")) < 0 ||
-                    (rescuer ? table_addf(t, "%" PRIu64, s->rescued) : table_add(t, "-")) < 0)
+                    (rescuer ? table_addf(t, "%" PRIu64, s->rescued) : table_add(t, "-")) < 0 ||
+                    (s->has_watchdog ? table_addf(t, "%" PRIu64, s->watchdog) : table_add(t, "-")) < 0)
                         return -ENOMEM;
         }
         table_print(t, f);
@@ -522,6 +524,8 @@ void stats_json(const Cmwq__StatsReply *stats, JsonWriter *w) {
                         json_kv_uint(w, "failed", s->failed);
                 if (s->has_timed_out)
                         json_kv_uint(w, "timed_out", s->timed_out);
+                if (s->has_watchdog)
+                        json_kv_uint(w, "watchdog", s->watchdog);
                 json_object_end(w);
         }
         json_array_end(w);

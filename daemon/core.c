@@ -108,6 +108,8 @@ int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_c
                 limits_init_default(&c->config.limits);
         if (c->config.freeze_timeout_usec == 0)
                 c->config.freeze_timeout_usec = FREEZE_TIMEOUT_DEFAULT_USEC;
+        if (c->config.watchdog_usec == 0)
+                c->config.watchdog_usec = WATCHDOG_DEFAULT_USEC;
         c->next_id = 1;
         list_init(&c->workqueues);
         list_init(&c->history);
@@ -122,7 +124,7 @@ int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_c
         c->cpu_pools = calloc((size_t) c->nr_cpus * 2, sizeof(struct pool));
         c->item_hash_size = 1024;
         c->item_hash = calloc(c->item_hash_size, sizeof(struct item *));
-        if (!c->cpu_pools || !c->item_hash) {
+        if (!c->cpu_pools || !c->item_hash || core_watchdog_init(c) < 0) {
                 core_free(c);
                 return -ENOMEM;
         }
@@ -182,6 +184,7 @@ struct core *core_free(struct core *c) {
         if (c->freeze_timer)
                 event_free(c->freeze_timer);
         user_table_done(&c->users);
+        core_watchdog_done(c);
         free(c->cpu_pools);
         free(c->item_hash);
         free(c);

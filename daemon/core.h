@@ -55,6 +55,8 @@ enum {
 #define ITEM_KEY_MAX 256u
 #define ITEM_DELAY_MAX_USEC (30ULL * 24 * 3600 * 1000000)
 
+#define WATCHDOG_DEFAULT_USEC (30ULL * 1000000)  /* the kernel's wq_watchdog_thresh */
+#define WATCHDOG_DISABLED UINT64_MAX
 #define FREEZE_TIMEOUT_DEFAULT_USEC (20ULL * 1000000)
 #define REQUEUE_EXIT_STATUS 75                  /* EX_TEMPFAIL */
 #define REQUEUE_BACKOFF_MIN_USEC (100ULL * 1000)
@@ -179,6 +181,7 @@ struct workqueue_stats {
         uint64_t requeued;
         uint64_t failed;
         uint64_t timed_out;
+        uint64_t watchdog;              /* stalls of a pool this queue's items waited on */
 };
 
 /* A workqueue's slot in one pool: the kernel's pool_workqueue. */
@@ -219,6 +222,7 @@ struct core_config {
         char **plugin_dirs;             /* NULL-terminated */
         struct limits limits;           /* all zero: the defaults */
         uint64_t freeze_timeout_usec;
+        uint64_t watchdog_usec;         /* 0: WATCHDOG_DEFAULT_USEC; WATCHDOG_DISABLED: off */
         struct cgroup_root *cgroups;    /* borrowed; NULL: items contained by process group only */
 };
 
@@ -240,6 +244,7 @@ struct core {
         struct user_table users;        /* what each uid holds (user_limits.h) */
         struct list_head freezers;      /* waiting for frozen queues to go idle */
         struct event *freeze_timer;
+        struct event *watchdog_timer;   /* armed only while work waits */
         bool shutting_down;
         /* Told when a queue is frozen or thawed (callback work, whose
          * items the core does not see). */
@@ -330,3 +335,8 @@ void item_queue(struct item *i);
 void item_retire(struct item *i, enum item_state state);
 void item_abort(struct item *i);
 const char *item_key_name(const struct item *i);       /* NULL: no key */
+/* watchdog.c */
+int core_watchdog_init(struct core *c);
+void core_watchdog_done(struct core *c);
+/* Work was queued on @p (its worklist, or behind max_active): arms the watchdog. */
+void core_watchdog_kick(struct core *c, struct pool *p);

@@ -493,6 +493,8 @@ static void dispatch_stats(struct ipc_client *c, const Cmwq__Request *req) {
                 s->failed = wq->stats.failed;
                 s->has_timed_out = true;
                 s->timed_out = wq->stats.timed_out;
+                s->has_watchdog = true;
+                s->watchdog = wq->stats.watchdog;
                 ptrs[n++] = s;
         }
         reply.n_workqueues = n;

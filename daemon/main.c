@@ -26,6 +26,9 @@
 #include "sleepwatch.h"
 #include "util.h"
 
+/* A day: a longer stall is not something to be told about later. */
+#define WATCHDOG_THRESHOLD_MAX_SEC 86400u
+
 /* Fixed, not from --runstatedir: clients look here whatever the prefix. */
 #define SYSTEM_SOCKET_PATH "/run/cmwqd/cmwqd.sock"
 
@@ -45,6 +48,7 @@ struct options {
         size_t n_limit_args;
         uint64_t freeze_timeout_usec;   /* 0: the core's default */
         bool sleep_inhibitor;
+        uint64_t watchdog_usec;         /* 0: the core's default */
 };
 
 static void help(void) {
@@ -76,6 +80,9 @@ static void help(void) {
                "      --no-sleep-inhibitor    do not take a logind sleep inhibitor, and do not\n"
                "                              freeze the freezable workqueues on suspend\n"
                "  -l, --log-level LEVEL       debug, info, notice, warning or error (default: info)\n"
+               "      --watchdog-threshold SECONDS\n"
+               "                              log a pool that has work waiting and makes no\n"
+               "                              progress for this long (default: 30; 0: never)\n"
                "  -h, --help                  show this help and exit\n"
                "  -V, --version               show the version and exit\n"
                "\n"
@@ -98,7 +105,7 @@ static int parse_freeze_timeout(const char *s, uint64_t *ret) {
 }
 
 static int parse_options(int argc, char **argv, struct options *o) {
-        enum { ARG_NO_SLEEP_INHIBITOR = 0x100 };
+        enum { ARG_NO_SLEEP_INHIBITOR = 0x100, ARG_WATCHDOG_THRESHOLD };
         static const struct option longopts[] = {
                 { "user", no_argument, NULL, 'u' },
                 { "socket", required_argument, NULL, 's' },
@@ -109,6 +116,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
                 { "log-level", required_argument, NULL, 'l' },
                 { "freeze-timeout", required_argument, NULL, 'f' },
                 { "no-sleep-inhibitor", no_argument, NULL, ARG_NO_SLEEP_INHIBITOR },
+                { "watchdog-threshold", required_argument, NULL, ARG_WATCHDOG_THRESHOLD },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
                 {}
@@ -179,6 +187,22 @@ static int parse_options(int argc, char **argv, struct options *o) {
                 case ARG_NO_SLEEP_INHIBITOR:
                         o->sleep_inhibitor = false;
                         break;
+                case ARG_WATCHDOG_THRESHOLD: {
+                        char *end;
+                        double sec;
+
+                        errno = 0;
+                        sec = strtod(optarg, &end);
+                        if (errno || end == optarg || *end || !(sec >= 0 && sec <= WATCHDOG_THRESHOLD_MAX_SEC)) {
+                                fprintf(stderr, "cmwqd: --watchdog-threshold needs seconds from 0 to %u, not '%s'\n",
+                                        WATCHDOG_THRESHOLD_MAX_SEC, optarg);
+                                return -EINVAL;
+                        }
+                        o->watchdog_usec = sec > 0 ? (uint64_t) (sec * 1e6) : WATCHDOG_DISABLED;
+                        if (o->watchdog_usec == 0)
+                                o->watchdog_usec = 1;
+                        break;
+                }
                 case 'h':
                         help();
                         return 0;
@@ -348,6 +372,7 @@ int main(int argc, char **argv) {
                 .limits = limits,
                 .cgroups = cgroups,
                 .freeze_timeout_usec = o.freeze_timeout_usec,
+                .watchdog_usec = o.watchdog_usec,
         };
         r = core_new(base, sw, &config, &core);
         if (r < 0) {

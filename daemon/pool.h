@@ -110,6 +110,8 @@ struct pool {
         unsigned nr_blocked;
         uint64_t nr_pending;            /* length of worklist */
         uint64_t last_progress_usec;    /* CLOCK_MONOTONIC, for the watchdog */
+        uint64_t watchdog_since_usec;   /* watchdog.c's: work waiting since; 0: none */
+        uint64_t watchdog_reported_usec;        /* watchdog.c's: the stall last reported */
         struct event *idle_timer;
         struct event *retry_timer;
         unsigned retry_backoff_ms;

@@ -252,6 +252,7 @@ static void pwq_activate(struct pwq *pwq, struct item *i) {
         pwq->nr_active++;
         i->state = ITEM_PENDING;
         pool_queue_work(pwq->pool, &i->work);
+        core_watchdog_kick(pwq->wq->core, pwq->pool);
 }
 
 static void pwq_activate_inactive(struct pwq *pwq) {
@@ -273,6 +274,7 @@ void workqueue_item_activate(struct item *i) {
         else {
                 i->state = ITEM_INACTIVE;
                 list_add_tail(&i->work.entry, &pwq->inactive);
+                core_watchdog_kick(pwq->wq->core, pwq->pool);
         }
 }
 

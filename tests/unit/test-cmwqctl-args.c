@@ -782,6 +782,8 @@ static void handle_listings(const Cmwq__Request *req, Cmwq__Response *resp) {
         s1.total = 10;
         s1.cpu_usec = 1500000;
         s1.cm_wakeups = 4;
+        s1.has_watchdog = true;
+        s1.watchdog = 2;
         s2.name = (char *) "long_unbound_queue";
         stats.n_workqueues = 2;
         stats.workqueues = ss;
@@ -830,9 +832,9 @@ START_TEST(test_listings) {
         run_ctl(&r, fake.env, "stats", NULL);
         ck_assert_int_eq(r.status, 0);
         ck_assert_str_eq(r.out,
-                "NAME                total  infl  CPUtime  CPUitsv  CMW/RPR  mayday  rescued\n"
-                "system                 10     0    1.500        0        4       -        -\n"
-                "long_unbound_queue      0     0    0.000        -        0       -        -\n");
+                "NAME                total  infl  CPUtime  CPUitsv  CMW/RPR  mayday  rescued  stalls\n"
+                "system                 10     0    1.500        0        4       -        -       2\n"
+                "long_unbound_queue      0     0    0.000        -        0       -        -       -\n");
         run_done(&r);
 
         run_ctl(&r, fake.env, "list", "--json", NULL);
@@ -855,7 +857,7 @@ START_TEST(test_listings) {
         ck_assert_int_eq(r.status, 0);
         ck_assert_str_eq(r.out,
                 "[{\"name\":\"system\",\"total\":10,\"in_flight\":0,\"cpu_usec\":1500000,\"cpu_intensive\":0,"
-                "\"cm_wakeups\":4,\"mayday\":0,\"rescued\":0},"
+                "\"cm_wakeups\":4,\"mayday\":0,\"rescued\":0,\"watchdog\":2},"
                 "{\"name\":\"long_unbound_queue\",\"total\":0,\"in_flight\":0,\"cpu_usec\":0,\"cpu_intensive\":0,"
                 "\"cm_wakeups\":0,\"mayday\":0,\"rescued\":0}]\n");
         run_done(&r);
