@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <event2/event.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -143,6 +144,16 @@ pid_t __wrap_exec_proc_pid(const struct exec_proc *p) {
 uint64_t __wrap_exec_proc_cpu_usec(const struct exec_proc *p);
 uint64_t __wrap_exec_proc_cpu_usec(const struct exec_proc *p) {
         return 1;
+}
+
+/* Nothing in the daemon may fork under the fuzzer: should exec.c gain an
+ * entry point that item.c calls and that is not wrapped above, the real one
+ * would fork an item per input.  Stop at once and say which. */
+pid_t __wrap_fork(void);
+pid_t __wrap_fork(void) {
+        fprintf(stderr, "fake-exec: the daemon called fork(): an exec.c entry point it uses is not "
+                        "replaced by tests/fuzz/fake-exec.c (add it there and to FAKE_EXEC_WRAP)\n");
+        abort();
 }
 
 int __wrap_exec_spawner_start(void);
