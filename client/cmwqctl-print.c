@@ -495,7 +495,7 @@ int stats_print(const Cmwq__StatsReply *stats, const Cmwq__ListReply *list, FILE
                     table_addf(t, "%.3f", (double) s->cpu_usec / 1000000.0) < 0 ||
                     (unbound ? table_add(t, "-") : table_addf(t, "%" PRIu64, s->cpu_intensive)) < 0 ||
                     table_addf(t, "%" PRIu64, s->cm_wakeups) < 0 ||
-                    (rescuer ? table_addf(t, "%" PRIu64, s->mayday) : table_add(t, "-")) < 0 ||
+                    table_addf(t, "%" PRIu64, s->mayday) < 0 ||
                     (rescuer ? table_addf(t, "%" PRIu64, s->rescued) : table_add(t, "-")) < 0 ||
                     (s->has_watchdog ? table_addf(t, "%" PRIu64, s->watchdog) : table_add(t, "-")) < 0)
                         return -ENOMEM;

@@ -76,6 +76,9 @@ void cmwqd_start(struct cmwqd *d, const char *const *extra_args) {
         copy_executable(env_or_fail("CMWQCTL"), d->ctl);
         copy_executable(env_or_fail("CMWQ_PROBE"), d->probe);
 
+        /* $CMWQD_WRAPPER (a test's confine, tests/integration/confine.c) runs it. */
+        if (getenv("CMWQD_WRAPPER") && *getenv("CMWQD_WRAPPER"))
+                argv[n++] = getenv("CMWQD_WRAPPER");
         argv[n++] = env_or_fail("CMWQD");
         argv[n++] = "--socket";
         argv[n++] = d->socket;

@@ -5,7 +5,8 @@
  * Integration test harness: starts a real cmwqd (system mode, as root, on a
  * private socket in a fresh directory) and runs the real cmwqctl against it.
  * The daemon and cmwqctl under test come from $CMWQD and $CMWQCTL, the item
- * program from $CMWQ_PROBE (all set by "make check").
+ * program from $CMWQ_PROBE (all set by "make check").  With $CMWQD_WRAPPER
+ * set, the daemon is started as "$CMWQD_WRAPPER $CMWQD ARGS...".
  */
 
 #include <stdbool.h>

@@ -833,8 +833,8 @@ START_TEST(test_listings) {
         ck_assert_int_eq(r.status, 0);
         ck_assert_str_eq(r.out,
                 "NAME                total  infl  CPUtime  CPUitsv  CMW/RPR  mayday  rescued  stalls\n"
-                "system                 10     0    1.500        0        4       -        -       2\n"
-                "long_unbound_queue      0     0    0.000        -        0       -        -       -\n");
+                "system                 10     0    1.500        0        4       0        -       2\n"
+                "long_unbound_queue      0     0    0.000        -        0       0        -       -\n");
         run_done(&r);
 
         run_ctl(&r, fake.env, "list", "--json", NULL);

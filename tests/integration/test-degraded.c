@@ -1,0 +1,212 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * cmwqd where the machine refuses it something (issue 5): no new process
+ * (a pids cgroup at its pids.max), no perf_event_open().  Both refusals are
+ * real, made by the kernel for the test daemon alone: it starts through
+ * tests/integration/confine.c inside a cgroup of its own, or under a
+ * seccomp filter.  Needs root and the pids controller (cgroup v2, or the v1
+ * pids hierarchy); without it the test fails and says so.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static struct cmwqd d;
+
+static void sleep_ms(int ms) {
+        struct timespec ts = { ms / 1000, (long) (ms % 1000) * 1000000 };
+        nanosleep(&ts, NULL);
+}
+
+static bool log_says(const char *what) {
+        char *log = read_file(d.log);
+        bool found = strstr(log, what) != NULL;
+
+        free(log);
+        return found;
+}
+
+static void write_file(const char *path, const char *value) {
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+
+        ck_assert_msg(fd >= 0, "open %s: %s", path, strerror(errno));
+        ck_assert_msg(write(fd, value, strlen(value)) == (ssize_t) strlen(value), "write '%s' to %s: %s", value,
+                      path, strerror(errno));
+        close(fd);
+}
+
+static bool contains_word(const char *text, const char *word) {
+        size_t n = strlen(word);
+
+        for (const char *p = text; (p = strstr(p, word)); p += n)
+                if ((p == text || p[-1] == ' ' || p[-1] == '\n') && (p[n] == ' ' || p[n] == '\n' || !p[n]))
+                        return true;
+        return false;
+}
+
+/* A cgroup of the pids controller for the daemon: under the cgroup v2 root
+ * (pids enabled there), else in the v1 pids hierarchy. */
+static void pids_cgroup_make(char *dir, size_t size) {
+        char path[512], *controllers;
+
+        if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0) {
+                controllers = read_file("/sys/fs/cgroup/cgroup.controllers");
+                if (contains_word(controllers, "pids")) {
+                        free(controllers);
+                        /* Already enabled under systemd; harmless if so. */
+                        write_file("/sys/fs/cgroup/cgroup.subtree_control", "+pids");
+                        snprintf(dir, size, "/sys/fs/cgroup/cmwq-test-%d", (int) getpid());
+                        ck_assert_msg(mkdir(dir, 0755) == 0, "mkdir %s: %s", dir, strerror(errno));
+                        return;
+                }
+                free(controllers);
+        }
+        snprintf(path, sizeof(path), "/sys/fs/cgroup/pids/cgroup.procs");
+        ck_assert_msg(access(path, F_OK) == 0,
+                      "no pids controller here (neither cgroup v2 with pids nor /sys/fs/cgroup/pids): "
+                      "this test cannot make process creation fail");
+        snprintf(dir, size, "/sys/fs/cgroup/pids/cmwq-test-%d", (int) getpid());
+        ck_assert_msg(mkdir(dir, 0755) == 0, "mkdir %s: %s", dir, strerror(errno));
+}
+
+static void pids_cgroup_remove(const char *dir) {
+        /* The daemon is gone; its last processes may take a moment. */
+        for (int k = 0; k < 100 && rmdir(dir) < 0 && errno == EBUSY; k++)
+                sleep_ms(50);
+}
+
+/* Counter @key of queue @name in "cmwqctl --json stats". */
+static long stats_counter(const char *name, const char *key) {
+        char *out = CTL_OK(&d, "--json", "stats"), pat[128], *obj, *end, *v;
+        long n = -1;
+
+        snprintf(pat, sizeof(pat), "\"name\":\"%s\"", name);
+        obj = strstr(out, pat);
+        ck_assert_msg(obj, "no %s in stats: %s", name, out);
+        end = strchr(obj, '}');
+        snprintf(pat, sizeof(pat), "\"%s\":", key);
+        v = strstr(obj, pat);
+        if (v && v < end)
+                n = strtol(v + strlen(pat), NULL, 10);
+        free(out);
+        return n;
+}
+
+static char *item_state(const char *id) {
+        char *out = CTL_OK(&d, "--json", "show", id), *s = strstr(out, "\"state\":\""), *r;
+
+        ck_assert_msg(s, "show said: %s", out);
+        s += strlen("\"state\":\"");
+        r = strndup(s, strcspn(s, "\""));
+        free(out);
+        return r;
+}
+
+/* Process creation refused (pids.max reached): the item stays pending, the
+ * pool retries with back-off and counts each failure as mayday; once
+ * processes may be created again, it runs, and the counting stops. */
+START_TEST(test_fork_refused_retries_with_backoff) {
+        char cg[256], path[320], *current, *id, *state;
+        struct ctl_result r;
+        long mayday, mayday2;
+
+        pids_cgroup_make(cg, sizeof(cg));
+        setenv("CMWQD_WRAPPER", getenv("CMWQ_CONFINE"), 1);
+        setenv("CMWQ_CONFINE_CGROUP", cg, 1);
+        cmwqd_start(&d, NULL);
+        unsetenv("CMWQD_WRAPPER");
+        unsetenv("CMWQ_CONFINE_CGROUP");
+
+        free(CTL_OK(&d, "create", "plain"));
+        /* What the daemon has now (itself, its spawner, their threads) is all
+         * it may have. */
+        snprintf(path, sizeof(path), "%s/pids.current", cg);
+        current = read_file(path);
+        snprintf(path, sizeof(path), "%s/pids.max", cg);
+        write_file(path, current);
+        free(current);
+
+        id = CTL_OK(&d, "submit", "plain", "--", "/bin/echo", "ran");
+        sleep_ms(2000);
+        state = item_state(id);
+        ck_assert_msg(strcmp(state, "pending") == 0, "the item is %s with no process to be had", state);
+        free(state);
+        mayday = stats_counter("plain", "mayday");
+        /* Back-off from 10 ms, doubling to 1 s: a handful of tries in 2 s,
+         * not hundreds. */
+        ck_assert_msg(mayday >= 2 && mayday <= 20, "mayday is %ld after 2 s of refused forks", mayday);
+        ck_assert_msg(log_says("Failed to start item"), "the failure was not logged");
+
+        write_file(path, "max");
+        CTL(&d, &r, "wait", id);
+        ck_assert_msg(r.status == 0, "wait exited %d: %s", r.status, r.err);
+        ck_assert_str_eq(r.out, "ran\n");
+        ctl_result_free(&r);
+        mayday = stats_counter("plain", "mayday");
+        sleep_ms(1500);
+        mayday2 = stats_counter("plain", "mayday");
+        ck_assert_int_eq(mayday, mayday2);
+        ck_assert_int_eq(stats_counter("plain", "total"), 1);
+
+        free(id);
+        cmwqd_stop(&d);
+        pids_cgroup_remove(cg);
+}
+END_TEST
+
+/* perf_event_open() refused: the daemon says so once, samples /proc, and
+ * concurrency management still works: a sleeping item lets the next one on
+ * its CPU run. */
+START_TEST(test_perf_refused_falls_back_to_proc) {
+        struct ctl_result r;
+        char *a, *state;
+
+        setenv("CMWQD_WRAPPER", getenv("CMWQ_CONFINE"), 1);
+        setenv("CMWQ_CONFINE_NO_PERF", "1", 1);
+        cmwqd_start(&d, NULL);
+        unsetenv("CMWQD_WRAPPER");
+        unsetenv("CMWQ_CONFINE_NO_PERF");
+
+        ck_assert_msg(log_says("perf_event_open() is not available here; detecting blocked items by sampling /proc"),
+                      "no fallback message; log:\n%s", read_file(d.log));
+        ck_assert_msg(log_says("sleep detector proc"), "not on the proc detector; log:\n%s", read_file(d.log));
+
+        a = CTL_OK(&d, "submit", "system", "--cpu", "0", "--", "/bin/sleep", "20");
+        CTL(&d, &r, "submit", "system", "--cpu", "0", "--wait", "--", "/bin/echo", "next");
+        ck_assert_msg(r.status == 0, "submit --wait exited %d: %s", r.status, r.err);
+        ck_assert_str_eq(r.out, "next\n");
+        ctl_result_free(&r);
+        state = item_state(a);
+        ck_assert_msg(strcmp(state, "running") == 0, "the sleeping item is %s", state);
+        free(state);
+        free(CTL_OK(&d, "cancel", a));
+        free(a);
+        cmwqd_stop(&d);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("degraded");
+        TCase *tc = tcase_create("degraded");
+        SRunner *sr;
+        int failed;
+
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_fork_refused_retries_with_backoff);
+        tcase_add_test(tc, test_perf_refused_falls_back_to_proc);
+        suite_add_tcase(s, tc);
+
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? 0 : 1;
+}
