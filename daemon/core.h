@@ -213,6 +213,7 @@ struct workqueue {
         struct list_head flushers;
         struct list_head drainers;      /* drain and destroy */
         struct work_key *keys;          /* singly linked, small */
+        struct exec_rescuer *rescuer;   /* MEM_RECLAIM: a process made ahead */
         struct workqueue_stats stats;
 };
 
@@ -330,6 +331,7 @@ void workqueue_item_finished(struct item *i);
 void workqueue_check_waiters(struct workqueue *wq);
 struct pwq *workqueue_pwq_for_cpu(struct workqueue *wq, int cpu);
 void workqueue_free(struct workqueue *wq);
+void workqueue_rescuer_replenish(struct workqueue *wq);
 struct item *item_free(struct item *i);
 void item_queue(struct item *i);
 void item_retire(struct item *i, enum item_state state);

@@ -939,16 +939,14 @@ static pid_t spawner_clone(int cgroup_dirfd, bool *ret_into_cgroup) {
         return (pid_t) r;
 }
 
-/* One request: parses it, creates the child, returns its pid or -errno. */
-static int spawner_handle(const struct spawn_request *req, int fds[_SPAWN_FD_MAX], char *data) {
+/* Turns a request into the child's set-up; @c points into @data, @fds and
+ * *ret_argv, *ret_envp (the caller frees these two).  No cgroup_fd yet. */
+static int spawn_parse(const struct spawn_request *req, int fds[_SPAWN_FD_MAX], char *data,
+                       struct exec_child *ret, char ***ret_argv, char ***ret_envp) {
         _cleanup_(freep) char **argv = NULL, **envp = NULL;
-        _cleanup_(closep) int procs_fd = -1;
         const char *program, *cwd;
         const gid_t *groups;
         char *p = data, *end = data + req->len;
-        struct exec_child c;
-        bool into_cgroup;
-        pid_t pid;
 
         if (req->n_fds < SPAWN_FD_CGROUP || req->n_fds > _SPAWN_FD_MAX)
                 return -EBADMSG;
@@ -980,7 +978,7 @@ static int spawner_handle(const struct spawn_request *req, int fds[_SPAWN_FD_MAX
                 SPAWN_NEXT_STRING(envp[i]);
 #undef SPAWN_NEXT_STRING
 
-        c = (struct exec_child) {
+        *ret = (struct exec_child) {
                 .program = program,
                 .absolute = req->absolute,
                 .argv = argv,
@@ -1000,6 +998,22 @@ static int spawner_handle(const struct spawn_request *req, int fds[_SPAWN_FD_MAX
                 .error_fd = fds[SPAWN_FD_ERROR],
                 .cgroup_fd = -1,
         };
+        *ret_argv = TAKE_PTR(argv);
+        *ret_envp = TAKE_PTR(envp);
+        return 0;
+}
+
+/* One request: parses it, creates the child, returns its pid or -errno. */
+static int spawner_handle(const struct spawn_request *req, int fds[_SPAWN_FD_MAX], char *data) {
+        _cleanup_(freep) char **argv = NULL, **envp = NULL;
+        struct exec_child c;
+        bool into_cgroup;
+        pid_t pid;
+        int r;
+
+        r = spawn_parse(req, fds, data, &c, &argv, &envp);
+        if (r < 0)
+                return r;
 
         pid = spawner_clone(req->n_fds > SPAWN_FD_CGROUP ? fds[SPAWN_FD_CGROUP] : -1, &into_cgroup);
         if (pid == 0) {
@@ -1018,76 +1032,90 @@ static int spawner_handle(const struct spawn_request *req, int fds[_SPAWN_FD_MAX
         return pid;
 }
 
-_Noreturn static void spawner_main(int fd, pid_t daemon_pid) {
+/* Reads one request and its fds; exits the process when the daemon is gone
+ * or out of step (a spawner or rescuer has nothing else to do then). */
+static void spawn_receive(int fd, struct spawn_request *req, int fds[_SPAWN_FD_MAX], int *n_fds, char **ret_data) {
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int) * _SPAWN_FD_MAX)];
+        } control;
+        size_t got = 0;
+        char *data;
+
+        *n_fds = 0;
+        while (got < sizeof(*req)) {
+                struct iovec iov = { .iov_base = (char *) req + got, .iov_len = sizeof(*req) - got };
+                struct msghdr mh = {
+                        .msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = control.buf,
+                        .msg_controllen = sizeof(control.buf),
+                };
+                ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        _exit(0);
+                for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+                        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+                                size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                                int *in = (int *) (void *) CMSG_DATA(cm);
+
+                                for (size_t i = 0; i < k; i++) {
+                                        if (*n_fds < _SPAWN_FD_MAX)
+                                                fds[(*n_fds)++] = in[i];
+                                        else
+                                                close(in[i]);
+                                }
+                        }
+                got += (size_t) n;
+        }
+        if (req->magic != SPAWN_MAGIC || req->len > SPAWN_REQUEST_MAX)
+                /* Out of step with the daemon: nothing sensible to do. */
+                _exit(1);
+
+        data = malloc(req->len + 1);
+        if (!data)
+                _exit(1);
+        if (io_full(fd, data, req->len, false) < 0)
+                _exit(0);
+        *ret_data = data;
+}
+
+/* What a spawner or a rescuer does first: nothing of the daemon's, neither its
+ * fds (its listening socket, its clients', the items') nor its signal
+ * handlers; and die with it. */
+static void spawn_helper_setup(int fd, pid_t daemon_pid, const char *name) {
         sigset_t none;
 
         (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != daemon_pid)
                 _exit(0);
-        (void) prctl(PR_SET_NAME, "cmwqd-spawner");
+        (void) prctl(PR_SET_NAME, name);
 
-        /* Nothing of the daemon's: neither its fds (its listening socket,
-         * its clients', the items') nor its signal handlers. */
         child_close_all_except(fd, fd);
         for (int sig = 1; sig < _NSIG; sig++)
                 if (sig != SIGKILL && sig != SIGSTOP)
                         child_reset_signal(sig);
         sigemptyset(&none);
         (void) sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+_Noreturn static void spawner_main(int fd, pid_t daemon_pid) {
+        spawn_helper_setup(fd, daemon_pid, "cmwqd-spawner");
 
         /* The daemon waits for our replies: not SCHED_BATCH. */
         struct sched_param param = { .sched_priority = 0 };
         (void) sched_setscheduler(0, SCHED_OTHER, &param);
 
         for (;;) {
-                union {
-                        struct cmsghdr align;
-                        char buf[CMSG_SPACE(sizeof(int) * _SPAWN_FD_MAX)];
-                } control;
                 struct spawn_request req;
                 int fds[_SPAWN_FD_MAX], n_fds = 0;
-                size_t got = 0;
                 char *data = NULL;
                 int32_t reply;
 
-                while (got < sizeof(req)) {
-                        struct iovec iov = { .iov_base = (char *) &req + got, .iov_len = sizeof(req) - got };
-                        struct msghdr mh = {
-                                .msg_iov = &iov,
-                                .msg_iovlen = 1,
-                                .msg_control = control.buf,
-                                .msg_controllen = sizeof(control.buf),
-                        };
-                        ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
-
-                        if (n < 0 && errno == EINTR)
-                                continue;
-                        if (n <= 0)
-                                _exit(0);
-                        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-                                if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-                                        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                                        int *in = (int *) (void *) CMSG_DATA(cm);
-
-                                        for (size_t i = 0; i < k; i++) {
-                                                if (n_fds < _SPAWN_FD_MAX)
-                                                        fds[n_fds++] = in[i];
-                                                else
-                                                        close(in[i]);
-                                        }
-                                }
-                        got += (size_t) n;
-                }
-                if (req.magic != SPAWN_MAGIC || req.len > SPAWN_REQUEST_MAX)
-                        /* Out of step with the daemon: nothing sensible to do. */
-                        _exit(1);
-
-                data = malloc(req.len + 1);
-                if (!data)
-                        _exit(1);
-                if (io_full(fd, data, req.len, false) < 0)
-                        _exit(0);
-
+                spawn_receive(fd, &req, fds, &n_fds, &data);
                 if ((uint32_t) n_fds != req.n_fds)
                         reply = -EBADMSG;
                 else
@@ -1158,10 +1186,9 @@ int exec_spawner_start(void) {
         return 0;
 }
 
-/* Asks the spawner for the child.  Returns its pid; -EAGAIN/-ENOMEM when it
- * could not be created; -ENOTCONN (or another errno) when the spawner is not
- * usable, and the caller forks itself. */
-static int exec_spawner_spawn(const struct exec_child *c, int cgroup_dirfd) {
+/* Sends @c (with @cgroup_dirfd, if >= 0) to a spawner or rescuer on @fd and
+ * reads its reply: the pid, or -errno.  Returns -errno if @fd is unusable. */
+static int spawn_send(int fd, const struct exec_child *c, int cgroup_dirfd, int32_t *ret_reply) {
         _cleanup_(freep) char *data = NULL;
         union {
                 struct cmsghdr align;
@@ -1185,17 +1212,8 @@ static int exec_spawner_spawn(const struct exec_child *c, int cgroup_dirfd) {
         struct iovec iov;
         struct msghdr mh;
         struct cmsghdr *cm;
-        int32_t reply;
         char *q;
         int r;
-
-        if (spawner_broken && spawner_owner == getpid())
-                return -ENOTCONN;
-        if (spawner_fd < 0 || spawner_owner != getpid()) {
-                r = exec_spawner_start();
-                if (r < 0)
-                        return r == -EAGAIN || r == -ENOMEM ? r : -ENOTCONN;
-        }
 
         lp = strlen(c->program) + 1;
         lc = strlen(c->cwd) + 1;
@@ -1241,28 +1259,51 @@ static int exec_spawner_spawn(const struct exec_child *c, int cgroup_dirfd) {
         memcpy(CMSG_DATA(cm), fds, sizeof(int) * req.n_fds);
 
         for (;;) {
-                ssize_t n = sendmsg(spawner_fd, &mh, MSG_NOSIGNAL);
+                ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
 
                 if (n < 0 && errno == EINTR)
                         continue;
-                if (n < 0) {
-                        r = -errno;
-                        goto broken;
-                }
+                if (n < 0)
+                        return -errno;
                 if ((size_t) n < sizeof(req)) {
-                        r = io_full(spawner_fd, (char *) &req + n, sizeof(req) - (size_t) n, true);
+                        r = io_full(fd, (char *) &req + n, sizeof(req) - (size_t) n, true);
                         if (r < 0)
-                                goto broken;
+                                return r;
                 }
                 break;
         }
-        r = io_full(spawner_fd, data, len, true);
+        r = io_full(fd, data, len, true);
         if (r < 0)
-                goto broken;
-        r = io_full(spawner_fd, &reply, sizeof(reply), false);
+                return r;
+        r = io_full(fd, ret_reply, sizeof(*ret_reply), false);
         if (r < 0)
-                goto broken;
+                return r;
+        return 0;
+}
 
+/* Asks the spawner for the child.  Returns its pid; -EAGAIN/-ENOMEM when it
+ * could not be created; -ENOTCONN (or another errno) when the spawner is not
+ * usable, and the caller forks itself. */
+static int exec_spawner_spawn(const struct exec_child *c, int cgroup_dirfd) {
+        int32_t reply;
+        int r;
+
+        if (spawner_broken && spawner_owner == getpid())
+                return -ENOTCONN;
+        if (spawner_fd < 0 || spawner_owner != getpid()) {
+                r = exec_spawner_start();
+                if (r < 0)
+                        return r == -EAGAIN || r == -ENOMEM ? r : -ENOTCONN;
+        }
+
+        r = spawn_send(spawner_fd, c, cgroup_dirfd, &reply);
+        if (r == -E2BIG || r == -ENOMEM)
+                return r;
+        if (r < 0) {
+                /* It died: the next request starts another one. */
+                exec_spawner_stop();
+                return -ENOTCONN;
+        }
         if (reply > 0)
                 return reply;
         if (reply == -EAGAIN || reply == -ENOMEM)
@@ -1272,11 +1313,116 @@ static int exec_spawner_spawn(const struct exec_child *c, int cgroup_dirfd) {
         spawner_broken = true;
         exec_spawner_stop();
         return -ENOTCONN;
+}
 
-broken:
-        /* It died: the next request starts another one. */
-        exec_spawner_stop();
-        return -ENOTCONN;
+/* ---------------------------------------------------------------------------
+ * Rescuers.
+ *
+ * The kernel gives every WQ_MEM_RECLAIM workqueue a rescuer thread, made when
+ * the queue is, so that its work makes progress when no new worker can be
+ * created.  An exec item needs a process of its own, and what refuses new
+ * processes (RLIMIT_NPROC, a cgroup's pids.max, no memory for a fork) refuses
+ * the spawner's clone as well.  So a rescuer is a process made ahead, while
+ * that is still possible: a fork of the daemon (so the daemon's child, which
+ * it reaps as any item) that waits for one spawn request, exactly what the
+ * spawner gets, replies with its own pid and then *becomes* the item:
+ * exec_child() in itself, without a fork.  It already counts against every
+ * limit, so nothing new has to be created; joining the item's cgroup is a
+ * move, which pids.max does not refuse.  A rescuer serves once; the owner
+ * makes another when it can.
+ */
+
+struct exec_rescuer {
+        pid_t pid;
+        int fd;                         /* the daemon's end */
+};
+
+_Noreturn static void rescuer_main(int fd, pid_t daemon_pid) {
+        _cleanup_(freep) char **argv = NULL, **envp = NULL;
+        struct spawn_request req;
+        int fds[_SPAWN_FD_MAX], n_fds = 0;
+        struct exec_child c;
+        char *data = NULL;
+        int32_t reply;
+
+        spawn_helper_setup(fd, daemon_pid, "cmwqd-rescuer");
+        spawn_receive(fd, &req, fds, &n_fds, &data);
+        reply = (uint32_t) n_fds != req.n_fds ? -EBADMSG : spawn_parse(&req, fds, data, &c, &argv, &envp);
+        if (reply == 0 && req.n_fds > SPAWN_FD_CGROUP) {
+                c.cgroup_fd = openat(fds[SPAWN_FD_CGROUP], "cgroup.procs", O_WRONLY | O_CLOEXEC | O_NOCTTY);
+                if (c.cgroup_fd < 0)
+                        reply = -errno;
+        }
+        if (reply == 0)
+                reply = getpid();
+        if (io_full(fd, &reply, sizeof(reply), true) < 0 || reply < 0)
+                _exit(EXEC_CHILD_FAILED);
+        close(fd);
+        /* From here on an item like any other, which does not die with the
+         * daemon on its own. */
+        (void) prctl(PR_SET_PDEATHSIG, 0);
+        exec_child(&c);
+}
+
+int exec_rescuer_new(struct exec_rescuer **ret) {
+        pid_t daemon_pid = getpid(), pid;
+        struct exec_rescuer *r;
+        sigset_t all, saved;
+        int sv[2], e;
+
+        r = calloc(1, sizeof(*r));
+        if (!r)
+                return -ENOMEM;
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+                e = -errno;
+                free(r);
+                return e;
+        }
+        sigfillset(&all);
+        sigprocmask(SIG_SETMASK, &all, &saved);
+        pid = fork();
+        if (pid == 0)
+                rescuer_main(sv[1], daemon_pid);
+        e = -errno;
+        sigprocmask(SIG_SETMASK, &saved, NULL);
+        close(sv[1]);
+        if (pid < 0) {
+                close(sv[0]);
+                free(r);
+                return e;
+        }
+        r->pid = pid;
+        r->fd = sv[0];
+        *ret = r;
+        return 0;
+}
+
+struct exec_rescuer *exec_rescuer_free(struct exec_rescuer *r) {
+        if (!r)
+                return NULL;
+        close(r->fd);
+        (void) kill(r->pid, SIGKILL);
+        while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        free(r);
+        return NULL;
+}
+
+/* Runs @c in @r, which is used up.  Returns the pid, or -errno. */
+static int exec_rescuer_spawn(struct exec_rescuer *r, const struct exec_child *c, int cgroup_dirfd) {
+        int32_t reply;
+        pid_t pid = r->pid;
+        int e;
+
+        e = spawn_send(r->fd, c, cgroup_dirfd, &reply);
+        if (e < 0 || reply < 0) {
+                exec_rescuer_free(r);
+                return e < 0 ? e : reply;
+        }
+        /* It is the item now: the item's reaping is the daemon's. */
+        close(r->fd);
+        free(r);
+        return pid;
 }
 
 /* -------------------------------------------------------------------------*/
@@ -1396,6 +1542,8 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
         };
 
         pid = exec_spawner_spawn(&c, cgroup_dirfd);
+        if ((pid == -EAGAIN || pid == -ENOMEM) && spec->rescuer && *spec->rescuer)
+                pid = exec_rescuer_spawn(TAKE_PTR(*spec->rescuer), &c, cgroup_dirfd);
         if (pid == -EAGAIN || pid == -ENOMEM)
                 return pid;
         if (pid < 0) {
@@ -1416,6 +1564,11 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
                         exec_child(&c);
                 r = -errno;
                 sigprocmask(SIG_SETMASK, &saved, NULL);
+                if (pid < 0 && (r == -EAGAIN || r == -ENOMEM) && spec->rescuer && *spec->rescuer) {
+                        c.cgroup_fd = -1;       /* the rescuer opens its own */
+                        pid = exec_rescuer_spawn(TAKE_PTR(*spec->rescuer), &c, cgroup_dirfd);
+                        r = pid;
+                }
                 if (pid < 0)
                         return r;
         }

@@ -43,6 +43,7 @@
 struct cgroup_root;
 struct event_base;
 struct exec_proc;
+struct exec_rescuer;
 
 /* Default bound of captured bytes per stream; more is read and discarded and
  * the stream is flagged truncated. */
@@ -64,6 +65,8 @@ struct exec_spec {
         uint64_t timeout_usec;          /* 0: none */
         size_t output_limit;            /* 0: EXEC_OUTPUT_LIMIT_DEFAULT */
         struct cgroup_root *cgroups;    /* NULL: process group only */
+        struct exec_rescuer **rescuer;  /* may run the item when no process can be
+                                         *   created; then used up: set to NULL */
 };
 
 struct exec_result {
@@ -90,7 +93,8 @@ struct exec_result {
 typedef void (*exec_done_cb)(struct exec_proc *p, struct exec_result *r, void *userdata);
 
 /*
- * Starts the item (its process is made by the spawner, or forked).  @sw (may be NULL in tests) watches it for
+ * Starts the item (its process is made by the spawner, or forked, or is
+ * spec->rescuer when neither can be created).  @sw (may be NULL in tests) watches it for
  * blocking; transitions go to @sleep_cb.  Returns a negative errno when the
  * process could not be created (fork refused: -EAGAIN/-ENOMEM; or its cgroup:
  * e.g. -EAGAIN at cgroup.max.descendants), in which case neither callback is
@@ -160,3 +164,14 @@ struct exec_proc *exec_proc_abandon(struct exec_proc *p);
  * it up in PATH).  *ret_path is malloc()ed.
  */
 int exec_resolve_program(const char *name, char *const *plugin_dirs, char **ret_path);
+
+/*
+ * A rescuer: a process made now, that waits to become one item whose own
+ * process cannot be created (fork refused: RLIMIT_NPROC, a cgroup's
+ * pids.max, no memory), as the kernel's rescuer thread of a WQ_MEM_RECLAIM
+ * workqueue.  Give it to exec_start() in spec->rescuer.  See exec.c.
+ */
+struct exec_rescuer;
+int exec_rescuer_new(struct exec_rescuer **ret);
+/* Ends an unused rescuer (killed and reaped). */
+struct exec_rescuer *exec_rescuer_free(struct exec_rescuer *r);

@@ -306,6 +306,8 @@ static void item_exec_done(struct exec_proc *p, struct exec_result *r, void *use
                 item_retire(i, r->exec_errno ? ITEM_FAILED : ITEM_FINISHED);
 
         pool_worker_done(worker);
+        /* A process just ended: a used rescuer can be made again. */
+        workqueue_rescuer_replenish(wq);
         workqueue_check_waiters(wq);
 }
 
@@ -335,6 +337,7 @@ static struct exec_spec item_exec_spec(const struct item *i, const struct pool *
 static int item_execute(struct worker *worker, struct pool_work *work) {
         struct item *i = container_of(work, struct item, work);
         struct core *c = i->core;
+        bool had_rescuer = false;
         int r;
 
         if (c->shutting_down)
@@ -350,11 +353,25 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
         } else {
                 struct exec_spec spec = item_exec_spec(i, worker->pool);
 
+                /* Only here, not to prepare(): a rescuer is for an item
+                 * whose turn it is. */
+                spec.rescuer = &i->wq->rescuer;
+                had_rescuer = i->wq->rescuer;
                 r = exec_start(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->proc);
         }
         if (r < 0) {
                 log_warning_errno(r, "Failed to start item %" PRIu64 " of workqueue %s: %m", i->id, i->wq_name);
+                /* A process may be had again by now: be ready next time. */
+                workqueue_rescuer_replenish(i->wq);
                 return r;
+        }
+        if (had_rescuer && !i->wq->rescuer) {
+                /* Its own process could not be created: the kernel's mayday
+                 * call, answered by the rescuer. */
+                i->wq->stats.pool.mayday++;
+                i->wq->stats.pool.rescued++;
+                log_warning("No process could be created for item %" PRIu64 " of workqueue %s: its rescuer runs it",
+                            i->id, i->wq_name);
         }
 
         i->worker = worker;
@@ -404,11 +421,19 @@ static uint64_t item_cpu_usec(struct worker *worker) {
         return usec == UINT64_MAX ? POOL_CPU_UNKNOWN : usec;
 }
 
+/* A MEM_RECLAIM queue's item whose rescuer is ready. */
+static bool item_rescuable(struct pool_work *work) {
+        struct item *i = container_of(work, struct item, work);
+
+        return i->wq && i->wq->rescuer;
+}
+
 static const struct pool_work_ops item_work_ops = {
         .execute = item_execute,
         .cpu_usec = item_cpu_usec,
         .prepare = item_prepare,
         .unprepare = item_unprepare,
+        .rescuable = item_rescuable,
 };
 
 /* Ends an unfinished item at daemon shutdown, without callbacks to exec. */

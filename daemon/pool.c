@@ -236,6 +236,30 @@ static void pool_prepare_next(struct pool *p) {
                 next->ops->prepare(next);
 }
 
+/* Workers cannot be created: starts the first work on the worklist that
+ * has a rescuer ready (not parked: its identity is not executing). */
+static bool pool_rescue_one(struct pool *p) {
+        struct pool_work *work;
+        struct worker *w;
+
+        list_for_each_entry(work, &p->worklist, entry) {
+                if (!work->ops->rescuable || !work->ops->rescuable(work) || find_worker_executing(p, work->identity))
+                        continue;
+                w = pool_get_worker(p);
+                if (!w)
+                        return false;
+                list_del_init(&work->entry);
+                p->nr_pending--;
+                if (worker_execute(w, work) < 0) {
+                        list_add(&work->entry, &p->worklist);
+                        p->nr_pending++;
+                        return false;
+                }
+                return true;
+        }
+        return false;
+}
+
 void pool_kick(struct pool *p) {
         while (need_more_worker(p)) {
                 struct pool_work *work = list_first_entry(&p->worklist, struct pool_work, entry);
@@ -260,6 +284,8 @@ void pool_kick(struct pool *p) {
                         p->nr_pending++;
                         work->stats->mayday++;
                         pool_schedule_retry(p);
+                        if (pool_rescue_one(p))
+                                continue;
                         return;
                 }
                 p->retry_backoff_ms = POOL_RETRY_MIN_MS;

@@ -68,6 +68,11 @@ struct pool_work_ops {
         /* Optional: @work leaves the pool without having started (cancel,
          * freeze, shutdown): give back what prepare() took. */
         void (*unprepare)(struct pool_work *work);
+        /* Optional: whether @work can start although a worker could not be
+         * created for the work ahead of it (its queue has a rescuer ready):
+         * it is then tried out of turn, as the kernel's rescuer takes its
+         * queue's work from a pool in mayday. */
+        bool (*rescuable)(struct pool_work *work);
 };
 
 #define POOL_CPU_UNKNOWN UINT64_MAX

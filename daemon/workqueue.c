@@ -202,7 +202,22 @@ int core_workqueue_create(struct core *c, const struct core_caller *caller, cons
         u->nr_workqueues++;
         log_debug("Created workqueue %s (flags 0x%x, max_active %u, owner %u)", name, flags, max_active,
                   (unsigned) caller->uid);
+        workqueue_rescuer_replenish(wq);
         return 0;
+}
+
+/* MEM_RECLAIM: the queue keeps a rescuer (exec.h), made with the queue and
+ * again after each use, as soon as a process can be made. */
+void workqueue_rescuer_replenish(struct workqueue *wq) {
+        int r;
+
+        if (!(wq->flags & WQ_MEM_RECLAIM) || wq->rescuer || !wq->core->base || wq->core->shutting_down)
+                return;
+        r = exec_rescuer_new(&wq->rescuer);
+        if (r < 0)
+                log_full_errno(wq->stats.pool.rescued ? LOG_DEBUG : LOG_WARNING, r,
+                               "Workqueue %s has no rescuer for now (%m); it gets one once a process can be made",
+                               wq->name);
 }
 
 static void waiters_complete(struct list_head *waiters, int r) {
@@ -233,6 +248,7 @@ void workqueue_free(struct workqueue *wq) {
                 u->nr_workqueues--;
                 user_usage_put(&wq->core->users, u);
         }
+        wq->rescuer = exec_rescuer_free(wq->rescuer);
         free(wq->pwqs);
         free(wq->name);
         free(wq);

@@ -8,7 +8,8 @@
  * What an item does is chosen by the basename of its program, so that the
  * fuzzer can find each behaviour from the seeds:
  *   hang      runs until killed (cancel, timeout-free freeze holders, drain)
- *   nofork    cannot be started: -EAGAIN, as a refused fork (mayday, retry)
+ *   nofork    its process cannot be created: -EAGAIN, as a refused fork
+ *             (mayday, retry), unless the queue's rescuer takes it
  *   sleeper   blocks (a concurrency-management wake-up), wakes up, then ends
  *   tempfail  exits 75: requeued with back-off
  *   false     exits 1
@@ -90,8 +91,12 @@ int __wrap_exec_start(struct event_base *base, struct sleepwatch *sw, const stru
         struct exec_proc *p;
 
         name = name ? name + 1 : spec->program;
-        if (strcmp(name, "nofork") == 0)
-                return -EAGAIN;
+        if (strcmp(name, "nofork") == 0) {
+                if (!spec->rescuer || !*spec->rescuer)
+                        return -EAGAIN;
+                free(*spec->rescuer);
+                *spec->rescuer = NULL;
+        }
 
         p = calloc(1, sizeof(*p));
         if (!p)
@@ -154,6 +159,22 @@ pid_t __wrap_fork(void) {
         fprintf(stderr, "fake-exec: the daemon called fork(): an exec.c entry point it uses is not "
                         "replaced by tests/fuzz/fake-exec.c (add it there and to FAKE_EXEC_WRAP)\n");
         abort();
+}
+
+struct exec_rescuer {
+        int unused;
+};
+
+int __wrap_exec_rescuer_new(struct exec_rescuer **ret);
+int __wrap_exec_rescuer_new(struct exec_rescuer **ret) {
+        *ret = calloc(1, sizeof(**ret));
+        return *ret ? 0 : -ENOMEM;
+}
+
+struct exec_rescuer *__wrap_exec_rescuer_free(struct exec_rescuer *r);
+struct exec_rescuer *__wrap_exec_rescuer_free(struct exec_rescuer *r) {
+        free(r);
+        return NULL;
 }
 
 int __wrap_exec_spawner_start(void);

@@ -278,6 +278,13 @@ int main(int argc, char **argv) {
         emit("nofork-max-active", s, true);
 
         BEGIN();
+        create(s, "reclaim", 4, 1);
+        submit(s, "reclaim", "nofork", &(struct submit_opts) { .cpu = 1, .wait = true });
+        submit(s, "reclaim", "nofork", &(struct submit_opts) { .cpu = 1 });
+        empty(s, CMWQ__REQUEST__BODY_STATS);
+        emit("mem-reclaim-rescuer", s, true);
+
+        BEGIN();
         create(s, "keys", 4 | 16, 0);
         submit(s, "keys", "tempfail", &(struct submit_opts) { .key = "nightly", .delay_usec = 1 });
         submit(s, "keys", "tempfail", &(struct submit_opts) { .key = "nightly", .delay_usec = 1, .wait = true });

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * cmwqd where the machine refuses it something (issue 5): no new process
- * (a pids cgroup at its pids.max), no perf_event_open().  Both refusals are
+ * (a pids cgroup at its pids.max): retries with back-off, MEM_RECLAIM queues
+ * through their rescuer; no perf_event_open(): the /proc sampler.  Both refusals are
  * real, made by the kernel for the test daemon alone: it starts through
  * tests/integration/confine.c inside a cgroup of its own, or under a
  * seccomp filter.  Needs root and the pids controller (cgroup v2, or the v1
@@ -10,6 +11,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +58,18 @@ static bool contains_word(const char *text, const char *word) {
  * (pids enabled there), else in the v1 pids hierarchy. */
 static void pids_cgroup_make(char *dir, size_t size) {
         char path[512], *controllers;
+        static const char *const stale[] = { "/sys/fs/cgroup/cmwq-test-*", "/sys/fs/cgroup/pids/cmwq-test-*" };
+
+        /* Left by an earlier run that failed half-way (rmdir fails if busy). */
+        for (size_t n = 0; n < 2; n++) {
+                glob_t old;
+
+                if (glob(stale[n], 0, NULL, &old) != 0)
+                        continue;
+                for (size_t k = 0; k < old.gl_pathc; k++)
+                        (void) rmdir(old.gl_pathv[k]);
+                globfree(&old);
+        }
 
         if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0) {
                 controllers = read_file("/sys/fs/cgroup/cgroup.controllers");
@@ -162,6 +176,71 @@ START_TEST(test_fork_refused_retries_with_backoff) {
 }
 END_TEST
 
+/* The same refusal, and a MEM_RECLAIM queue: its rescuer (a process the
+ * daemon made with the queue, so already counted) runs the item; after each
+ * rescue, the daemon makes a new rescuer as soon as a process has ended, so
+ * the queue goes on making progress, where the plain queue's item waits. */
+START_TEST(test_mem_reclaim_progresses_through_its_rescuer) {
+        char cg[256], path[320], *current, *plain, expect[16];
+        struct ctl_result r;
+        long rescued;
+
+        pids_cgroup_make(cg, sizeof(cg));
+        setenv("CMWQD_WRAPPER", getenv("CMWQ_CONFINE"), 1);
+        setenv("CMWQ_CONFINE_CGROUP", cg, 1);
+        cmwqd_start(&d, NULL);
+        unsetenv("CMWQD_WRAPPER");
+        unsetenv("CMWQ_CONFINE_CGROUP");
+
+        free(CTL_OK(&d, "create", "plain"));
+        free(CTL_OK(&d, "create", "reclaim", "--mem-reclaim"));
+        snprintf(path, sizeof(path), "%s/pids.current", cg);
+        current = read_file(path);
+        snprintf(path, sizeof(path), "%s/pids.max", cg);
+        write_file(path, current);
+        free(current);
+
+        /* Without a rescuer: no progress. */
+        plain = CTL_OK(&d, "submit", "plain", "--", "/bin/echo", "plain");
+        sleep_ms(1500);
+        current = item_state(plain);
+        ck_assert_msg(strcmp(current, "pending") == 0, "the plain item is %s", current);
+        free(current);
+        ck_assert_msg(stats_counter("plain", "mayday") > 0, "no mayday on the plain queue");
+        ck_assert_int_eq(stats_counter("plain", "rescued"), 0);
+
+        /* With one: every item runs, the first through the rescuer (nothing
+         * else could be had then). */
+        for (int k = 1; k <= 3; k++) {
+                char word[8];
+
+                snprintf(word, sizeof(word), "r%d", k);
+                snprintf(expect, sizeof(expect), "r%d\n", k);
+                CTL(&d, &r, "submit", "reclaim", "--wait", "--", "/bin/echo", word);
+                ck_assert_msg(r.status == 0, "item %d of the MEM_RECLAIM queue: exit %d: %s", k, r.status, r.err);
+                ck_assert_str_eq(r.out, expect);
+                ctl_result_free(&r);
+        }
+        /* The first had no other way; a later one may have found the pid
+         * of a finished one free before the new rescuer took it. */
+        rescued = stats_counter("reclaim", "rescued");
+        ck_assert_msg(rescued >= 1 && rescued <= 3, "rescued %ld", rescued);
+        ck_assert_msg(stats_counter("reclaim", "mayday") >= rescued, "mayday %ld", stats_counter("reclaim", "mayday"));
+        ck_assert_int_eq(stats_counter("reclaim", "total"), 3);
+        ck_assert_msg(log_says("its rescuer runs it"), "the rescue was not logged");
+
+        /* (The plain item may have had the pid of a finished one meanwhile.) */
+
+        write_file(path, "max");
+        CTL(&d, &r, "wait", plain);
+        ck_assert_msg(r.status == 0, "wait exited %d: %s", r.status, r.err);
+        ctl_result_free(&r);
+        free(plain);
+        cmwqd_stop(&d);
+        pids_cgroup_remove(cg);
+}
+END_TEST
+
 /* perf_event_open() refused: the daemon says so once, samples /proc, and
  * concurrency management still works: a sleeping item lets the next one on
  * its CPU run. */
@@ -201,6 +280,7 @@ int main(void) {
 
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_fork_refused_retries_with_backoff);
+        tcase_add_test(tc, test_mem_reclaim_progresses_through_its_rescuer);
         tcase_add_test(tc, test_perf_refused_falls_back_to_proc);
         suite_add_tcase(s, tc);
 
