@@ -14,7 +14,8 @@
  *   tempfail  exits 75: requeued with back-off
  *   false     exits 1
  *   anything else exits 0, echoing its stdin payload (cut at 64 bytes)
- * An item ends on the next turn of the event loop after it started.
+ * An item ends on the next turn of the event loop after it was released
+ * (exec_go(); exec_start() is exec_prepare() and exec_go()).
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -37,6 +38,7 @@ struct exec_proc {
         unsigned turns;
         bool killed;
         int exit_status;
+        uint64_t started_usec;          /* 0: prepared, not released */
         char *out;
         size_t out_len;
 };
@@ -83,10 +85,11 @@ static void fake_proc_end(evutil_socket_t fd, short what, void *userdata) {
         fake_proc_free(p);
 }
 
-int __wrap_exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
-                      exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata, struct exec_proc **ret);
-int __wrap_exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
-                      exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata, struct exec_proc **ret) {
+/* exec_prepare(): the item's "process" exists and waits for exec_go(). */
+int __wrap_exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
+                        exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata, struct exec_proc **ret);
+int __wrap_exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
+                        exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata, struct exec_proc **ret) {
         const char *name = strrchr(spec->program, '/');
         struct exec_proc *p;
 
@@ -122,10 +125,39 @@ int __wrap_exec_start(struct event_base *base, struct sleepwatch *sw, const stru
                 return -ENOMEM;
         }
         *ret = p;
+        return 0;
+}
+
+int __wrap_exec_go(struct exec_proc *p);
+int __wrap_exec_go(struct exec_proc *p) {
+        if (p->started_usec)
+                return -EINVAL;
+        p->started_usec = now_usec(CLOCK_REALTIME);
         /* The exec callbacks come from the event loop, never from in here. */
         if (!p->hang)
                 event_active(p->ev, 0, 0);
         return 0;
+}
+
+int __wrap_exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
+                      exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata, struct exec_proc **ret);
+int __wrap_exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
+                      exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata, struct exec_proc **ret) {
+        int r = __wrap_exec_prepare(base, sw, spec, done, sleep_cb, userdata, ret);
+
+        return r < 0 ? r : __wrap_exec_go(*ret);
+}
+
+struct exec_proc *__wrap_exec_proc_discard(struct exec_proc *p);
+struct exec_proc *__wrap_exec_proc_discard(struct exec_proc *p) {
+        if (p)
+                fake_proc_free(p);
+        return NULL;
+}
+
+uint64_t __wrap_exec_proc_started_usec(const struct exec_proc *p);
+uint64_t __wrap_exec_proc_started_usec(const struct exec_proc *p) {
+        return p ? p->started_usec : 0;
 }
 
 void __wrap_exec_proc_kill(struct exec_proc *p);
