@@ -337,6 +337,8 @@ void item_queue(struct item *i);
 void item_retire(struct item *i, enum item_state state);
 void item_abort(struct item *i);
 const char *item_key_name(const struct item *i);       /* NULL: no key */
+/* The item of @work, or NULL when @work is no item (a client's callback). */
+struct item *item_from_work(struct pool_work *work);
 /* watchdog.c */
 int core_watchdog_init(struct core *c);
 void core_watchdog_done(struct core *c);

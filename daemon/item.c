@@ -436,6 +436,11 @@ static const struct pool_work_ops item_work_ops = {
         .rescuable = item_rescuable,
 };
 
+struct item *item_from_work(struct pool_work *work) {
+        /* Pools also run other work (callback.c's grants). */
+        return work && work->ops == &item_work_ops ? container_of(work, struct item, work) : NULL;
+}
+
 /* Ends an unfinished item at daemon shutdown, without callbacks to exec. */
 void item_abort(struct item *i) {
         if (i->proc) {

@@ -64,9 +64,9 @@ static struct item *pool_oldest_running(struct pool *p, const struct pwq *pwq) {
         struct worker *w;
 
         list_for_each_entry(w, &p->busy_list, entry) {
-                struct item *i = w->userdata;
+                struct item *i = item_from_work(w->current);
 
-                if (!i || (pwq && i->pwq != pwq))
+                if (!i || !i->proc || (pwq && i->pwq != pwq))
                         continue;
                 if (!oldest || i->started_usec < oldest->started_usec)
                         oldest = i;
@@ -82,33 +82,42 @@ static void pool_describe(const struct pool *p, char *buf, size_t size) {
 }
 
 static void watchdog_report(struct core *c, struct pool *p, uint64_t stalled_usec) {
-        struct item *waiting, *holder;
+        struct item *waiting = NULL, *holder;
+        struct pool_work *work;
         struct pwq *pwq = NULL;
         char pool_name[64];
 
-        /* Who waits: the head of the worklist, else the first queue held back. */
-        if (!list_empty(&p->worklist))
-                waiting = container_of(list_first_entry(&p->worklist, struct pool_work, entry), struct item, work);
-        else {
-                pwq = pool_first_inactive(c, p);
+        /* Who waits: the first item on the worklist, else the first queue
+         * held back. */
+        list_for_each_entry(work, &p->worklist, entry)
+                if ((waiting = item_from_work(work)))
+                        break;
+        if (!waiting && (pwq = pool_first_inactive(c, p)))
                 waiting = list_first_entry(&pwq->inactive, struct item, work.entry);
-        }
         holder = pool_oldest_running(p, pwq);
 
         pool_describe(p, pool_name, sizeof(pool_name));
-        if (holder)
+        if (!waiting)
+                /* Only clients' callbacks wait: they are not counted per queue. */
+                log_warning("Watchdog: %s has had callbacks waiting and made no progress for %" PRIu64 " s",
+                            pool_name, stalled_usec / USEC_PER_SEC);
+        else if (holder)
                 log_warning("Watchdog: %s has had work waiting and made no progress for %" PRIu64 " s: "
                             "item %" PRIu64 " of workqueue %s (%s) holds it, running for %" PRIu64 " s; "
                             "item %" PRIu64 " of workqueue %s waits",
                             pool_name, stalled_usec / USEC_PER_SEC, holder->id, holder->wq_name, holder->argv[0],
                             (now_usec(CLOCK_REALTIME) - holder->started_usec) / USEC_PER_SEC,
                             waiting->id, waiting->wq_name);
+        else if (!list_empty(&p->busy_list))
+                log_warning("Watchdog: %s has had work waiting and made no progress for %" PRIu64 " s: "
+                            "clients' callbacks hold it; item %" PRIu64 " of workqueue %s waits",
+                            pool_name, stalled_usec / USEC_PER_SEC, waiting->id, waiting->wq_name);
         else
                 log_warning("Watchdog: %s has had work waiting and made no progress for %" PRIu64 " s: "
                             "item %" PRIu64 " of workqueue %s (%s) cannot be started, queued %" PRIu64 " s ago",
                             pool_name, stalled_usec / USEC_PER_SEC, waiting->id, waiting->wq_name,
                             waiting->argv[0], (now_usec(CLOCK_REALTIME) - waiting->queued_usec) / USEC_PER_SEC);
-        if (waiting->wq)
+        if (waiting && waiting->wq)
                 waiting->wq->stats.watchdog++;
 }
 
