@@ -292,7 +292,7 @@ START_TEST(test_cpu_intensive_queue_items_overlap) {
         test_path(&d, "intensive.log", log, sizeof(log));
         free(CTL_OK(&d, "create", "q", "--cpu-intensive", "--freezable"));
         free(CTL_OK(&d, "freeze", "q"));
-        submit_probe_n("q", 0, "spin", 60, log, n);
+        submit_probe_n("q", 0, "spin", 200, log, n);
         free(CTL_OK(&d, "thaw", "q"));
         flush("q");
 
@@ -486,7 +486,7 @@ START_TEST(test_unbound_cpu_bound_items_all_run) {
         test_path(&d, "unbound.log", log, sizeof(log));
         free(CTL_OK(&d, "create", "q", "--unbound", "--freezable"));
         free(CTL_OK(&d, "freeze", "q"));
-        submit_probe_n("q", -1, "spin", 50, log, n);
+        submit_probe_n("q", -1, "spin", 150, log, n);
         free(CTL_OK(&d, "thaw", "q"));
         flush("q");
 
