@@ -195,6 +195,7 @@ void item_retire(struct item *i, enum item_state state) {
         i->envp = strv_free(i->envp);
         free(i->payload);
         i->payload = NULL;
+        i->payload_len = 0;
 
         item_history_add(i);
         item_waiters_complete(i, 0);
