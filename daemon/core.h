@@ -369,6 +369,7 @@ void core_store_detach(struct core *c);
 void core_store_workqueue(struct workqueue *wq);
 void core_store_workqueue_destroyed(struct workqueue *wq);
 void core_store_item_queued(struct item *i);
-uint64_t core_store_item_started(struct item *i);      /* its seq, 0: nothing to wait for */
+/* The seq the item's start must wait for (at-most-once queues), 0: none. */
+uint64_t core_store_item_started(struct item *i);
 void core_store_item_requeued(struct item *i);
 void core_store_item_result(struct item *i);

@@ -169,6 +169,11 @@ uint64_t core_store_item_started(struct item *i) {
         rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_STARTED;
         rec.item_started = &st;
         seq = core_store_append(i->core, &rec);
+        /* At most once (drop): the item must not run before its start is on
+         * disk, or a crash in between would run it a second time.  At least
+         * once (rerun): such a second run is what the queue asked for. */
+        if (i->wq->on_interrupt == INTERRUPT_RERUN)
+                return 0;
         return seq > 0 && (uint64_t) seq > store_durable_seq(i->core->store) ? (uint64_t) seq : 0;
 }
 
