@@ -342,7 +342,9 @@ static int read_acked(const char *path, struct acked *a, int max) {
 
 /* A client submits without pause, noting each id it is given; cmwqd is
  * SIGKILLed at random moments.  Every acknowledged item is there after the
- * restarts, once, and ran once (or, having been interrupted, at most once). */
+ * restarts, once.  On the default (drop) queue it ran exactly once, or,
+ * interrupted, at most once; on the rerun queue (odd submissions) it
+ * finished, having run at least once. */
 START_TEST(test_crash_during_submission_stream) {
         enum { MAX = 20000 };
         char acked[400], runs[400], script[4096];
@@ -355,9 +357,10 @@ START_TEST(test_crash_during_submission_stream) {
         test_path(&d, "acked", acked, sizeof(acked));
         test_path(&d, "runs", runs, sizeof(runs));
         free(CTL_OK(&d, "create", "stream"));
+        free(CTL_OK(&d, "create", "stream-rerun", "--on-interrupt", "rerun"));
         snprintf(script, sizeof(script),
-                 "k=0; while :; do k=$((k+1)); "
-                 "id=$(%s --socket %s submit stream -- /bin/sh -c 'echo $0 >> %s' $k 2>/dev/null) && "
+                 "k=0; while :; do k=$((k+1)); q=stream; [ $((k %% 2)) = 1 ] && q=stream-rerun; "
+                 "id=$(%s --socket %s submit $q -- /bin/sh -c 'echo $0 >> %s' $k 2>/dev/null) && "
                  "echo \"$k $id\" >> %s; done",
                  d.ctl, d.socket, runs, acked);
         submitter = fork();
@@ -369,7 +372,11 @@ START_TEST(test_crash_during_submission_stream) {
 
         srand((unsigned) time(NULL) ^ (unsigned) getpid());
         for (int round = 0; round < 5; round++) {
-                sleep_ms(300 + rand() % 700);
+                /* Some acknowledgements from this daemon, then a random moment. */
+                int before = count_lines(acked);
+
+                ck_assert_msg(wait_for_lines(acked, before + 5, 60000), "the submitter makes no progress");
+                sleep_ms(rand() % 500);
                 cmwqd_kill(&d);
                 sleep_ms(rand() % 100);
                 cmwqd_launch(&d, NULL);
@@ -378,6 +385,7 @@ START_TEST(test_crash_during_submission_stream) {
         kill(submitter, SIGKILL);
         waitpid(submitter, &status, 0);
         free(CTL_OK(&d, "flush", "stream"));
+        free(CTL_OK(&d, "flush", "stream-rerun"));
 
         n = read_acked(acked, a, MAX);
         ck_assert_msg(n > 20, "only %d submissions were acknowledged", n);
@@ -400,7 +408,10 @@ START_TEST(test_crash_during_submission_stream) {
                         ck_assert_msg(a[i].id > a[i - 1].id, "id %llu acknowledged after %llu", a[i].id, a[i - 1].id);
                 snprintf(id, sizeof(id), "%llu", a[i].id);
                 out = show(id);
-                if (strstr(out, "state:         interrupted\n")) {
+                if (a[i].k % 2 == 1) {
+                        ck_assert_msg(strstr(out, "state:         finished\n"), "rerun item %s:\n%s", id, out);
+                        ck_assert_msg(ran[a[i].k] >= 1, "rerun item %s never ran", id);
+                } else if (strstr(out, "state:         interrupted\n")) {
                         interrupted++;
                         ck_assert_msg(ran[a[i].k] <= 1, "interrupted item %s ran %d times", id, ran[a[i].k]);
                 } else {
@@ -423,6 +434,26 @@ START_TEST(test_crash_during_submission_stream) {
 }
 END_TEST
 
+/* --no-store: nothing is written, nothing comes back. */
+START_TEST(test_no_store_keeps_nothing) {
+        const char *const args[] = { "--no-store", NULL };
+        struct cmwqd nd;
+        struct stat st;
+        char *text;
+
+        cmwqd_start(&nd, args);
+        free(CTL_OK(&nd, "create", "fleeting"));
+        free(CTL_OK(&nd, "submit", "fleeting", "--delay", "3600", "--", "/bin/true"));
+        cmwqd_terminate(&nd);
+        ck_assert_int_ne(stat(nd.state_dir, &st), 0);
+        cmwqd_launch(&nd, args);
+        text = CTL_OK(&nd, "list");
+        ck_assert_msg(!strstr(text, "fleeting"), "a --no-store daemon kept a queue: %s", text);
+        free(text);
+        cmwqd_stop(&nd);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("store");
         TCase *tc = tcase_create("store");
@@ -436,6 +467,7 @@ int main(void) {
         tcase_add_test(tc, test_torn_tail_keeps_complete_records);
         tcase_add_test(tc, test_compaction_keeps_everything);
         tcase_add_test(tc, test_crash_during_submission_stream);
+        tcase_add_test(tc, test_no_store_keeps_nothing);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
