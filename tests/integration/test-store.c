@@ -54,7 +54,7 @@ static void log_path(char *buf, size_t size) {
  * their ids), delayed items and history; ids go on increasing. */
 START_TEST(test_sigterm_keeps_queues_items_and_history) {
         char out[400], cmd[600];
-        char *done, *blocker, *p[3], *delayed, *text, *next;
+        char *done, *blocker, *p[3], *delayed, *keyed, *text, *next;
         struct ctl_result r;
 
         test_path(&d, "order", out, sizeof(out));
@@ -70,6 +70,7 @@ START_TEST(test_sigterm_keeps_queues_items_and_history) {
                 p[k] = CTL_OK(&d, "submit", "work", "--", "/bin/sh", "-c", cmd);
         }
         delayed = CTL_OK(&d, "submit", "work", "--delay", "3600", "--", "/bin/true");
+        keyed = CTL_OK(&d, "submit", "system", "--key", "nightly", "--delay", "3600", "--", "/bin/true");
         assert_state(p[0], "inactive");
 
         cmwqd_terminate(&d);
@@ -100,6 +101,12 @@ START_TEST(test_sigterm_keeps_queues_items_and_history) {
         ck_assert_str_eq(text, "0\n1\n2\n");
         free(text);
         assert_state(delayed, "delayed");
+
+        /* The key is still pending: the same submission is the same item. */
+        text = CTL_OK(&d, "submit", "system", "--key", "nightly", "--delay", "3600", "--", "/bin/true");
+        ck_assert_str_eq(text, keyed);
+        free(text);
+        free(keyed);
 
         next = CTL_OK(&d, "submit", "work", "--", "/bin/true");
         ck_assert_msg(strtoull(next, NULL, 10) > strtoull(delayed, NULL, 10),
