@@ -280,7 +280,7 @@ static void store_compact_now(evutil_socket_t fd, short what, void *userdata) {
                 s->compacted_bytes = s->log_bytes;      /* do not retry at once */
                 return;
         }
-        log_debug("Compacting the state log: %" PRIu64 " bytes to %zu", s->log_bytes, snap.len);
+        log_info("Compacting the state log: %" PRIu64 " bytes to %zu", s->log_bytes, snap.len);
 
         /* Records appended before now are in the snapshot: those the thread
          * has not taken yet need not be written to the old log at all. */
