@@ -74,6 +74,18 @@ START_TEST(test_sigterm_keeps_queues_items_and_history) {
         assert_state(p[0], "inactive");
 
         cmwqd_terminate(&d);
+
+        /* Every user's arguments, environment and output: root's eyes only. */
+        {
+                struct stat st;
+                char logp[400];
+
+                ck_assert_int_eq(stat(d.state_dir, &st), 0);
+                ck_assert_uint_eq(st.st_mode & 07777, 0700);
+                log_path(logp, sizeof(logp));
+                ck_assert_int_eq(stat(logp, &st), 0);
+                ck_assert_uint_eq(st.st_mode & 07777, 0600);
+        }
         cmwqd_launch(&d, NULL);
 
         text = CTL_OK(&d, "list");
