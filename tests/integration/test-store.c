@@ -453,6 +453,50 @@ START_TEST(test_crash_during_submission_stream) {
 }
 END_TEST
 
+/* Queue names are per user: two users' queues of one name come back as
+ * theirs, with their items, and the user's usage is counted again (the
+ * item can be cancelled and the queue destroyed by its owner). */
+START_TEST(test_per_user_queues_come_back_as_theirs) {
+        struct ctl_result r;
+        char *root_item, *user_item, *text;
+
+        free(CTL_OK(&d, "create", "mine", "--on-interrupt", "rerun"));
+        CTL_AS(&d, 65534, &r, "create", "mine");
+        ck_assert_int_eq(r.status, 0);
+        ctl_result_free(&r);
+        root_item = CTL_OK(&d, "submit", "mine", "--delay", "3600", "--", "/bin/true");
+        CTL_AS(&d, 65534, &r, "submit", "mine", "--delay", "3600", "--", "/bin/true");
+        ck_assert_int_eq(r.status, 0);
+        user_item = strndup(r.out, strcspn(r.out, "\n"));
+        ctl_result_free(&r);
+
+        cmwqd_kill(&d);
+        cmwqd_launch(&d, NULL);
+
+        CTL_AS(&d, 65534, &r, "--json", "list");
+        ck_assert_int_eq(r.status, 0);
+        ck_assert_msg(strstr(r.out, "\"name\":\"mine\"") && strstr(r.out, "\"owner_uid\":65534") &&
+                      strstr(r.out, "\"on_interrupt\":\"drop\""), "uid 65534's list: %s", r.out);
+        ctl_result_free(&r);
+        text = CTL_OK(&d, "--json", "list");
+        ck_assert_msg(strstr(text, "\"on_interrupt\":\"rerun\""), "root's queue lost its policy: %s", text);
+        free(text);
+
+        CTL_AS(&d, 65534, &r, "show", root_item);
+        ck_assert_int_ne(r.status, 0);
+        ctl_result_free(&r);
+        CTL_AS(&d, 65534, &r, "cancel", user_item);
+        ck_assert_int_eq(r.status, 0);
+        ctl_result_free(&r);
+        CTL_AS(&d, 65534, &r, "destroy", "mine");
+        ck_assert_msg(r.status == 0, "uid 65534 cannot destroy its restored queue: %s", r.err);
+        ctl_result_free(&r);
+        assert_state(root_item, "delayed");
+        free(root_item);
+        free(user_item);
+}
+END_TEST
+
 /* --no-store: nothing is written, nothing comes back. */
 START_TEST(test_no_store_keeps_nothing) {
         const char *const args[] = { "--no-store", NULL };
@@ -487,6 +531,7 @@ int main(void) {
         tcase_add_test(tc, test_compaction_keeps_everything);
         tcase_add_test(tc, test_crash_during_submission_stream);
         tcase_add_test(tc, test_no_store_keeps_nothing);
+        tcase_add_test(tc, test_per_user_queues_come_back_as_theirs);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
