@@ -221,6 +221,8 @@ void item_print(const Cmwq__ItemInfo *item, FILE *f) {
                 fprintf(f, ITEM_KEY "yes\n", "cpu-intensive:");
         if (item->has_requeues && item->requeues > 0)
                 fprintf(f, ITEM_KEY "%" PRIu32 "\n", "requeues:", item->requeues);
+        if (item->has_interruptions && item->interruptions > 0)
+                fprintf(f, ITEM_KEY "%" PRIu32 "\n", "interrupted:", item->interruptions);
         if (item->has_queued_usec && item->queued_usec > 0)
                 fprintf(f, ITEM_KEY "%s\n", "queued:", format_timestamp(buf, sizeof(buf), item->queued_usec));
         if (item->has_started_usec && item->started_usec > 0) {
@@ -293,6 +295,8 @@ void item_json(const Cmwq__ItemInfo *item, JsonWriter *w) {
                 json_kv_bool(w, "cpu_intensive", item->cpu_intensive);
         if (item->has_requeues)
                 json_kv_uint(w, "requeues", item->requeues);
+        if (item->has_interruptions)
+                json_kv_uint(w, "interruptions", item->interruptions);
         if (item->has_queued_usec)
                 json_kv_uint(w, "queued_usec", item->queued_usec);
         if (item->has_started_usec)
@@ -378,6 +382,9 @@ void list_json(const Cmwq__ListReply *list, JsonWriter *w) {
                 json_kv_uint(w, "max_active", q->max_active);
                 if (q->has_owner_uid)
                         json_kv_uint(w, "owner_uid", q->owner_uid);
+                if (q->has_on_interrupt)
+                        json_kv_string(w, "on_interrupt",
+                                       q->on_interrupt == CMWQ__INTERRUPT_POLICY__INTERRUPT_RERUN ? "rerun" : "drop");
                 if (q->has_pending)
                         json_kv_uint(w, "pending", q->pending);
                 if (q->has_running)

@@ -25,13 +25,15 @@ int verb_create(Context *ctx, int argc, char **argv) {
                 { "freezable",     no_argument,       NULL, ARG_FREEZABLE     },
                 { "mem-reclaim",   no_argument,       NULL, ARG_MEM_RECLAIM   },
                 { "max-active",    required_argument, NULL, ARG_MAX_ACTIVE    },
+                { "on-interrupt",  required_argument, NULL, ARG_ON_INTERRUPT  },
                 {}
         };
         Cmwq__Request req = CMWQ__REQUEST__INIT;
         Cmwq__CreateWorkqueue create = CMWQ__CREATE_WORKQUEUE__INIT;
         const char *name = NULL;
         uint32_t flags = 0, max_active = 0;
-        bool has_max_active = false;
+        bool has_max_active = false, has_on_interrupt = false;
+        Cmwq__InterruptPolicy on_interrupt = CMWQ__INTERRUPT_POLICY__INTERRUPT_DROP;
         int c, r;
 
         optind = 0;
@@ -48,6 +50,16 @@ int verb_create(Context *ctx, int argc, char **argv) {
                                 return usage_error("create: invalid --max-active value '%s' (0-%u)", optarg,
                                                    CTL_MAX_ACTIVE);
                         has_max_active = true;
+                        break;
+                case ARG_ON_INTERRUPT:
+                        if (strcmp(optarg, "rerun") == 0)
+                                on_interrupt = CMWQ__INTERRUPT_POLICY__INTERRUPT_RERUN;
+                        else if (strcmp(optarg, "drop") == 0)
+                                on_interrupt = CMWQ__INTERRUPT_POLICY__INTERRUPT_DROP;
+                        else
+                                return usage_error("create: invalid --on-interrupt value '%s' (rerun or drop)",
+                                                   optarg);
+                        has_on_interrupt = true;
                         break;
                 default:
                         if (!common_option(ctx, c))
@@ -66,6 +78,8 @@ int verb_create(Context *ctx, int argc, char **argv) {
         create.flags = flags;
         create.has_max_active = has_max_active;
         create.max_active = max_active;
+        create.has_on_interrupt = has_on_interrupt;
+        create.on_interrupt = on_interrupt;
         req.body_case = CMWQ__REQUEST__BODY_CREATE;
         req.create = &create;
         return call_simple(ctx, &req);

@@ -103,6 +103,7 @@ int item_exit_code(const Cmwq__ItemInfo *item) {
         case CMWQ__ITEM_STATE__STATE_FAILED:
                 return CTL_EXIT_ITEM_NOT_STARTED;
         case CMWQ__ITEM_STATE__STATE_CANCELLED:
+        case CMWQ__ITEM_STATE__STATE_INTERRUPTED:
                 return CTL_EXIT_ITEM_CANCELLED;
         case CMWQ__ITEM_STATE__STATE_FINISHED:
                 break;
@@ -128,6 +129,7 @@ const char *item_state_to_string(Cmwq__ItemState s) {
         case CMWQ__ITEM_STATE__STATE_FINISHED:  return "finished";
         case CMWQ__ITEM_STATE__STATE_CANCELLED: return "cancelled";
         case CMWQ__ITEM_STATE__STATE_FAILED:    return "failed";
+        case CMWQ__ITEM_STATE__STATE_INTERRUPTED: return "interrupted";
         default:                                return "unknown";
         }
 }

@@ -28,6 +28,7 @@ enum {
         ARG_FREEZABLE,
         ARG_MEM_RECLAIM,
         ARG_MAX_ACTIVE,
+        ARG_ON_INTERRUPT,
         ARG_CPU,
         ARG_DELAY,
         ARG_KEY,

@@ -114,6 +114,7 @@ int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_c
         list_init(&c->workqueues);
         list_init(&c->history);
         list_init(&c->freezers);
+        list_init(&c->starting);
 
         /* Bound pools exist for every CPU the kernel knows of; a queue to an
          * offline CPU is refused at submission. */
@@ -168,6 +169,7 @@ struct core *core_free(struct core *c) {
                 return NULL;
 
         c->shutting_down = true;
+        core_store_detach(c);
         while (!list_empty(&c->workqueues))
                 workqueue_free(list_first_entry(&c->workqueues, struct workqueue, entry));
         while (!list_empty(&c->history)) {

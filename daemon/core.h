@@ -26,9 +26,11 @@
 #include "list.h"
 #include "pool.h"
 #include "sleepwatch.h"
+#include "store.h"
 
 struct cgroup_root;
 struct event;
+struct store;
 struct event_base;
 
 /* Workqueue flags: the kernel's WQ_* bits, and the protocol's WorkqueueFlag. */
@@ -101,7 +103,17 @@ enum item_state {
         ITEM_FINISHED,
         ITEM_CANCELLED,
         ITEM_FAILED,
+        ITEM_INTERRUPTED,               /* was running when cmwqd stopped; not rerun */
 };
+
+/* What becomes of a queue's items that were running when cmwqd stopped or
+ * died (the protocol's InterruptPolicy). */
+enum interrupt_policy {
+        INTERRUPT_DROP,                 /* reported as interrupted, not run again */
+        INTERRUPT_RERUN,                /* run again from the start, keeping the id */
+        _INTERRUPT_POLICY_MAX,
+};
+const char *interrupt_policy_to_string(enum interrupt_policy p);
 const char *item_state_to_string(enum item_state s);
 
 struct workqueue;
@@ -125,7 +137,12 @@ struct item {
         struct work_key *key;
         char *key_name;                 /* kept in the history too */
         struct event *timer;            /* delay, back-off */
+        uint64_t deadline_usec;         /* CLOCK_REALTIME end of the delay or back-off, 0: none */
         bool cancel_requested;
+        unsigned interruptions;         /* times cmwqd stopped while it ran */
+        bool restored_running;          /* recovery: the log says it was running */
+        struct list_head starting_entry;        /* core->starting: waits for its start record */
+        uint64_t start_seq;
 
         /* What to run. */
         char **argv;
@@ -204,6 +221,7 @@ struct workqueue {
         bool frozen;
         bool draining;
         bool destroying;
+        enum interrupt_policy on_interrupt;
         struct pwq *pwqs;               /* bound: one per CPU; unbound: one */
         size_t n_pwqs;
         struct list_head inflight;      /* queued, not finished, by seq */
@@ -251,6 +269,10 @@ struct core {
          * items the core does not see). */
         void (*freeze_changed)(struct workqueue *wq, void *userdata);
         void *freeze_changed_userdata;
+        struct store *store;            /* NULL: nothing is kept across restarts */
+        struct store_listener store_listener;
+        bool restoring;                 /* replaying the log: record nothing */
+        struct list_head starting;      /* items whose start record is not on disk yet */
 };
 
 int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_config *config,
@@ -276,6 +298,8 @@ int core_workqueue_create(struct core *c, const struct core_caller *caller, cons
                           unsigned flags, unsigned max_active, struct core_error *e);
 int core_workqueue_destroy(struct core *c, const struct core_caller *caller, const char *name,
                            struct core_waiter *w, struct core_error *e);
+int core_workqueue_set_on_interrupt(struct core *c, const struct core_caller *caller, const char *name,
+                                    enum interrupt_policy policy, struct core_error *e);
 int core_workqueue_set_max_active(struct core *c, const struct core_caller *caller, const char *name,
                                   unsigned max_active, struct core_error *e);
 int core_workqueue_flush(struct core *c, const struct core_caller *caller, const char *name,
@@ -336,6 +360,7 @@ struct item *item_free(struct item *i);
 void item_queue(struct item *i);
 void item_retire(struct item *i, enum item_state state);
 void item_abort(struct item *i);
+void core_items_start_durable(struct core *c, uint64_t seq);
 const char *item_key_name(const struct item *i);       /* NULL: no key */
 /* The item of @work, or NULL when @work is no item (a client's callback). */
 struct item *item_from_work(struct pool_work *work);
@@ -344,3 +369,21 @@ int core_watchdog_init(struct core *c);
 void core_watchdog_done(struct core *c);
 /* Work was queued on @p (its worklist, or behind max_active): arms the watchdog. */
 void core_watchdog_kick(struct core *c, struct pool *p);
+struct item *item_alloc(struct core *c, struct workqueue *wq);
+int item_attach_key(struct item *i, const char *key);
+int item_delay(struct item *i, uint64_t usec);
+int item_restore_charge(struct item *i);
+void item_restore_history(struct item *i);
+
+/* core_store.c: what the core keeps in the durable log.  Each is a no-op
+ * without a store and while the log is replayed. */
+int core_store_replay(const CmwqStore__Record *rec, void *userdata);
+int core_store_attach(struct core *c, struct store *s);
+void core_store_detach(struct core *c);
+void core_store_workqueue(struct workqueue *wq);
+void core_store_workqueue_destroyed(struct workqueue *wq);
+void core_store_item_queued(struct item *i);
+/* The seq the item's start must wait for (at-most-once queues), 0: none. */
+uint64_t core_store_item_started(struct item *i);
+void core_store_item_requeued(struct item *i);
+void core_store_item_result(struct item *i);

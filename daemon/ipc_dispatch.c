@@ -62,6 +62,8 @@ static void item_info_fill(Cmwq__ItemInfo *info, const struct item *i, char *err
         info->cpu = i->cpu;
         info->has_requeues = i->requeues > 0;
         info->requeues = i->requeues;
+        info->has_interruptions = i->interruptions > 0;
+        info->interruptions = i->interruptions;
         info->has_queued_usec = true;
         info->queued_usec = i->queued_usec;
         info->key = (char *) item_key_name(i);
@@ -413,6 +415,8 @@ static void dispatch_list(struct ipc_client *c, const Cmwq__Request *req) {
                 w->total = wq->stats.pool.started;
                 w->has_builtin = true;
                 w->builtin = wq->builtin;
+                w->has_on_interrupt = true;
+                w->on_interrupt = (Cmwq__InterruptPolicy) wq->on_interrupt;
                 ptrs[n++] = w;
         }
         list.n_workqueues = n;
@@ -572,11 +576,21 @@ void ipc_dispatch(struct ipc_client *c, Cmwq__Request *req) {
         int r;
 
         switch (req->body_case) {
-        case CMWQ__REQUEST__BODY_CREATE:
+        case CMWQ__REQUEST__BODY_CREATE: {
+                unsigned policy = req->create->has_on_interrupt ? (unsigned) req->create->on_interrupt
+                                                                : INTERRUPT_DROP;
+
+                if (policy >= _INTERRUPT_POLICY_MAX) {
+                        r = core_error_set(&e, -EINVAL, "unknown on_interrupt policy %u (0 drop, 1 rerun)", policy);
+                        break;
+                }
                 r = core_workqueue_create(core, &c->caller, req->create->name,
                                           req->create->has_flags ? req->create->flags : 0,
                                           req->create->has_max_active ? req->create->max_active : 0, &e);
+                if (r >= 0 && policy != INTERRUPT_DROP)
+                        r = core_workqueue_set_on_interrupt(core, &c->caller, req->create->name, policy, &e);
                 break;
+        }
         case CMWQ__REQUEST__BODY_SET_MAX_ACTIVE:
                 r = core_workqueue_set_max_active(core, &c->caller, req->set_max_active->name,
                                                   req->set_max_active->max_active, &e);

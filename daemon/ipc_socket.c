@@ -35,6 +35,8 @@ struct ipc_server {
         struct list_head clients;
         unsigned nr_clients;
         struct callback_registry *callbacks;    /* made on first use */
+        struct store *store;
+        struct store_listener store_listener;
 };
 
 static void ipc_client_free(struct ipc_client *c);
@@ -94,7 +96,7 @@ static void ipc_client_update_events(struct ipc_client *c) {
          * callback on the next turn of the loop, not from under the caller. */
         if (pending > 0)
                 event_add(c->write_event, NULL);
-        else if (c->closing)
+        else if (c->closing && evbuffer_get_length(c->held) == 0)
                 event_active(c->write_event, EV_WRITE, 0);
         else
                 event_del(c->write_event);
@@ -106,7 +108,7 @@ static void ipc_client_update_events(struct ipc_client *c) {
 
 /* Counts the replies queued for @c to its uid (limit 'reply-bytes'). */
 static void ipc_client_account_output(struct ipc_client *c) {
-        size_t now = evbuffer_get_length(c->out);
+        size_t now = evbuffer_get_length(c->out) + (c->held ? evbuffer_get_length(c->held) : 0);
 
         if (!c->usage)
                 return;
@@ -120,15 +122,51 @@ static int ipc_client_drop_unread(struct ipc_client *c, const char *why) {
         log_warning("Client pid %d uid %u %s; dropping it", (int) c->caller.pid, (unsigned) c->caller.uid, why);
         c->closing = true;
         evbuffer_drain(c->out, evbuffer_get_length(c->out));
+        evbuffer_drain(c->held, evbuffer_get_length(c->held));
         ipc_client_account_output(c);
         ipc_client_update_events(c);
         return -ENOBUFS;
+}
+
+/* Replies wait in c->held while the state log has records not yet on
+ * disk; they keep their order. */
+static struct evbuffer *ipc_client_output_for_reply(struct ipc_client *c) {
+        struct store *store = c->server->store;
+        uint64_t seq;
+
+        if (!store)
+                return c->out;
+        seq = store_appended_seq(store);
+        if (evbuffer_get_length(c->held) == 0 && store_durable_seq(store) >= seq)
+                return c->out;
+        c->held_seq = seq;
+        return c->held;
+}
+
+static void ipc_server_store_durable(struct store_listener *l, uint64_t seq) {
+        struct ipc_server *s = container_of(l, struct ipc_server, store_listener);
+        struct ipc_client *c, *n;
+
+        list_for_each_entry_safe(c, n, &s->clients, entry)
+                if (evbuffer_get_length(c->held) > 0 && c->held_seq <= seq) {
+                        evbuffer_add_buffer(c->out, c->held);
+                        ipc_client_update_events(c);
+                }
+}
+
+void ipc_server_set_store(struct ipc_server *s, struct store *store) {
+        s->store = store;
+        s->store_listener.durable = ipc_server_store_durable;
+        list_init(&s->store_listener.entry);
+        if (store)
+                store_add_listener(store, &s->store_listener);
 }
 
 int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp) {
         size_t len = cmwq__response__get_packed_size(resp);
         struct evbuffer_iovec vec;
         uint8_t hdr[CMWQ_FRAME_HEADER_SIZE];
+        struct evbuffer *out;
 
         if (c->closing)
                 return -ECONNRESET;     /* dropped: nothing more for it */
@@ -146,7 +184,7 @@ int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp) {
                 (void) ipc_client_send(c, &too_large);
                 return -EMSGSIZE;
         }
-        if (evbuffer_get_length(c->out) + len > IPC_CLIENT_OUTPUT_MAX)
+        if (evbuffer_get_length(c->out) + evbuffer_get_length(c->held) + len > IPC_CLIENT_OUTPUT_MAX)
                 return ipc_client_drop_unread(c, "does not read its replies");
         /* Per user too: many connections that each stay under the bound
          * above would otherwise add up. */
@@ -157,15 +195,16 @@ int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp) {
                         return ipc_client_drop_unread(c, "is over the per-user limit 'reply-bytes' of unread replies");
         }
 
+        out = ipc_client_output_for_reply(c);
         frame_header_encode(hdr, (uint32_t) len);
-        if (evbuffer_add(c->out, hdr, sizeof(hdr)) < 0)
+        if (evbuffer_add(out, hdr, sizeof(hdr)) < 0)
                 return -ENOMEM;
         if (len > 0) {
-                if (evbuffer_reserve_space(c->out, len, &vec, 1) != 1)
+                if (evbuffer_reserve_space(out, len, &vec, 1) != 1)
                         return -ENOMEM;
                 cmwq__response__pack(resp, vec.iov_base);
                 vec.iov_len = len;
-                if (evbuffer_commit_space(c->out, &vec, 1) < 0)
+                if (evbuffer_commit_space(out, &vec, 1) < 0)
                         return -ENOMEM;
         }
         ipc_client_account_output(c);
@@ -350,7 +389,7 @@ static void ipc_client_writable(evutil_socket_t fd, short what, void *userdata) 
                         return;
                 }
         }
-        if (c->closing && evbuffer_get_length(c->out) == 0) {
+        if (c->closing && evbuffer_get_length(c->out) == 0 && evbuffer_get_length(c->held) == 0) {
                 ipc_client_free(c);
                 return;
         }
@@ -379,6 +418,8 @@ static void ipc_client_free(struct ipc_client *c) {
                 evbuffer_free(c->in);
         if (c->out)
                 evbuffer_free(c->out);
+        if (c->held)
+                evbuffer_free(c->held);
         if (c->fd >= 0)
                 close(c->fd);
         free(c->groups);
@@ -472,10 +513,11 @@ int ipc_server_add_client(struct ipc_server *s, int cfd, struct ipc_client **ret
         }
         c->in = evbuffer_new();
         c->out = evbuffer_new();
+        c->held = evbuffer_new();
         c->read_event = event_new(s->base, cfd, EV_READ | EV_PERSIST, ipc_client_readable, c);
         c->write_event = event_new(s->base, cfd, EV_WRITE | EV_PERSIST, ipc_client_writable, c);
         c->deadline = evtimer_new(s->base, ipc_client_deadline, c);
-        if (!c->in || !c->out || !c->read_event || !c->write_event || !c->deadline) {
+        if (!c->in || !c->out || !c->held || !c->read_event || !c->write_event || !c->deadline) {
                 ipc_client_free(c);
                 return -ENOMEM;
         }
@@ -644,6 +686,8 @@ struct ipc_server *ipc_server_free(struct ipc_server *s) {
         while (!list_empty(&s->clients))
                 ipc_client_free(list_first_entry(&s->clients, struct ipc_client, entry));
         s->callbacks = callback_registry_free(s->callbacks);
+        if (s->store)
+                store_remove_listener(s->store, &s->store_listener);
         if (s->accept_event)
                 event_free(s->accept_event);
         if (s->accept_pause)

@@ -24,6 +24,7 @@
 #include "cmwq.pb-c.h"
 #include "core.h"
 #include "list.h"
+#include "store.h"
 
 struct event;
 struct event_base;
@@ -45,6 +46,8 @@ struct ipc_client {
         struct event *write_event;
         struct evbuffer *in;
         struct evbuffer *out;
+        struct evbuffer *held;  /* replies waiting for the state log to be on disk */
+        uint64_t held_seq;      /* ... up to this record */
         struct core_caller caller;
         gid_t *groups;
         bool greeted;           /* Hello received */
@@ -75,6 +78,9 @@ int ipc_server_new_detached(struct event_base *base, struct core *core, bool use
 int ipc_server_add_client(struct ipc_server *s, int fd, struct ipc_client **ret);
 struct ipc_server *ipc_server_free(struct ipc_server *s);
 struct core *ipc_server_core(struct ipc_server *s);
+/* With a store, no reply leaves before every record appended when it was
+ * sent is on disk: a client told "queued" has its item on disk. */
+void ipc_server_set_store(struct ipc_server *s, struct store *store);
 const char *ipc_server_path(struct ipc_server *s);
 /* Whether the listening socket came from systemd (sd_listen_fds). */
 bool ipc_server_socket_activated(struct ipc_server *s);

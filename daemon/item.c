@@ -34,9 +34,13 @@ const char *item_state_to_string(enum item_state s) {
                 [ITEM_DELAYED] = "delayed",     [ITEM_INACTIVE] = "inactive",
                 [ITEM_PENDING] = "pending",     [ITEM_RUNNING] = "running",
                 [ITEM_FINISHED] = "finished",   [ITEM_CANCELLED] = "cancelled",
-                [ITEM_FAILED] = "failed",
+                [ITEM_FAILED] = "failed",       [ITEM_INTERRUPTED] = "interrupted",
         };
         return (unsigned) s < ELEMENTSOF(names) ? names[s] : "unknown";
+}
+
+const char *interrupt_policy_to_string(enum interrupt_policy p) {
+        return p == INTERRUPT_RERUN ? "rerun" : "drop";
 }
 
 static struct work_key *work_key_find(struct workqueue *wq, uid_t uid, const char *name) {
@@ -173,6 +177,8 @@ void item_retire(struct item *i, enum item_state state) {
                 event_free(i->timer);
                 i->timer = NULL;
         }
+        i->deadline_usec = 0;
+        core_store_item_result(i);
         list_del_init(&i->inflight_entry);
         list_del_init(&i->wq_entry);
         wq->nr_items--;
@@ -189,6 +195,7 @@ void item_retire(struct item *i, enum item_state state) {
         i->envp = strv_free(i->envp);
         free(i->payload);
         i->payload = NULL;
+        i->payload_len = 0;
 
         item_history_add(i);
         item_waiters_complete(i, 0);
@@ -199,6 +206,7 @@ static void item_timer_fired(evutil_socket_t fd, short what, void *userdata) {
 
         event_free(i->timer);
         i->timer = NULL;
+        i->deadline_usec = 0;
         item_queue(i);
 }
 
@@ -206,12 +214,17 @@ static int item_arm_timer(struct item *i, uint64_t usec) {
         struct timeval tv = timeval_from_usec(usec);
 
         i->state = ITEM_DELAYED;
+        i->deadline_usec = now_usec(CLOCK_REALTIME) + usec;
         if (!i->timer) {
                 i->timer = evtimer_new(i->core->base, item_timer_fired, i);
                 if (!i->timer)
                         return -ENOMEM;
         }
         return evtimer_add(i->timer, &tv) < 0 ? -ENOMEM : 0;
+}
+
+int item_delay(struct item *i, uint64_t usec) {
+        return item_arm_timer(i, usec);
 }
 
 /* Queues the item on its pwq now: at submission, or when its delay or
@@ -300,6 +313,8 @@ static void item_exec_done(struct exec_proc *p, struct exec_result *r, void *use
                 i->finished_usec = 0;
                 if (item_arm_timer(i, requeue_backoff_usec(i->requeues)) < 0)
                         item_retire(i, ITEM_FAILED);
+                else
+                        core_store_item_requeued(i);
         } else if (i->cancel_requested || r->killed)
                 item_retire(i, ITEM_CANCELLED);
         else
@@ -334,14 +349,11 @@ static struct exec_spec item_exec_spec(const struct item *i, const struct pool *
         };
 }
 
-static int item_execute(struct worker *worker, struct pool_work *work) {
-        struct item *i = container_of(work, struct item, work);
+/* Lets the item's process run: releases the one made ahead, or makes one. */
+static int item_exec_start(struct item *i, struct worker *worker) {
         struct core *c = i->core;
         bool had_rescuer = false;
         int r;
-
-        if (c->shutting_down)
-                return -ESHUTDOWN;
 
         if (i->prepared) {
                 /* Made ready while it waited: only the release is left. */
@@ -373,18 +385,75 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
                 log_warning("No process could be created for item %" PRIu64 " of workqueue %s: its rescuer runs it",
                             i->id, i->wq_name);
         }
+        i->started_usec = exec_proc_started_usec(i->proc);
+        return 0;
+}
 
+static void item_mark_running(struct item *i, struct worker *worker) {
         i->worker = worker;
         worker->userdata = i;
         i->state = ITEM_RUNNING;
-        i->started_usec = exec_proc_started_usec(i->proc);
+        if (!i->started_usec)
+                i->started_usec = now_usec(CLOCK_REALTIME);
         i->pwq->nr_running++;
         if (i->key) {
                 if (i->key->pending == i)
                         i->key->pending = NULL;
                 i->key->running = i;
         }
+}
+
+static int item_execute(struct worker *worker, struct pool_work *work) {
+        struct item *i = container_of(work, struct item, work);
+        struct core *c = i->core;
+        uint64_t seq;
+        int r;
+
+        if (c->shutting_down)
+                return -ESHUTDOWN;
+
+        /* Its start is on disk before its process runs: after a crash an
+         * item is either known to have started (interrupted) or has not run
+         * at all, never run and still pending.  A process made ahead waits
+         * for its release meanwhile. */
+        seq = core_store_item_started(i);
+        if (seq > 0) {
+                i->started_usec = 0;
+                item_mark_running(i, worker);
+                i->start_seq = seq;
+                list_add_tail(&i->starting_entry, &c->starting);
+                return 0;
+        }
+        i->started_usec = 0;
+        r = item_exec_start(i, worker);
+        if (r < 0)
+                return r;
+        item_mark_running(i, worker);
         return 0;
+}
+
+/* The start records of the items on core->starting up to @seq are on disk. */
+void core_items_start_durable(struct core *c, uint64_t seq) {
+        while (!list_empty(&c->starting)) {
+                struct item *i = list_first_entry(&c->starting, struct item, starting_entry);
+                struct exec_result res = {};
+                int r;
+
+                if (i->start_seq > seq)
+                        break;
+                list_del_init(&i->starting_entry);
+                if (i->cancel_requested) {
+                        i->prepared = exec_proc_discard(i->prepared);
+                        res.killed = true;
+                } else {
+                        r = item_exec_start(i, i->worker);
+                        if (r >= 0)
+                                continue;
+                        res.exec_errno = -r;
+                }
+                res.started_usec = res.finished_usec = now_usec(CLOCK_REALTIME);
+                item_exec_done(NULL, &res, i);
+        }
 }
 
 /* The item waits for its turn on a bound pool: its process is made now and
@@ -447,6 +516,13 @@ void item_abort(struct item *i) {
                 struct worker *worker = i->worker;
 
                 i->proc = exec_proc_abandon(i->proc);
+                i->worker = NULL;
+                i->pwq->nr_running--;
+                pool_worker_done(worker);
+        } else if (list_linked(&i->starting_entry)) {
+                struct worker *worker = i->worker;
+
+                list_del_init(&i->starting_entry);
                 i->worker = NULL;
                 i->pwq->nr_running--;
                 pool_worker_done(worker);
@@ -615,33 +691,20 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
                 }
         }
 
-        i = calloc(1, sizeof(*i));
+        i = item_alloc(c, wq);
         if (!i) {
                 user_usage_put(&c->users, u);
                 return core_error_set(e, -ENOMEM, "out of memory");
         }
-        i->core = c;
-        i->wq = wq;
         i->cpu = cpu;
         i->timeout_usec = a->timeout_usec;
         i->uid = caller->uid;
         i->gid = caller->gid;
         i->queued_usec = now_usec(CLOCK_REALTIME);
-        list_init(&i->work.entry);
-        list_init(&i->inflight_entry);
-        list_init(&i->wq_entry);
-        list_init(&i->history_entry);
-        list_init(&i->user_history_entry);
-        list_init(&i->waiters);
-        i->work.ops = &item_work_ops;
-        i->work.identity = i;
-        i->work.stats = &wq->stats.pool;
-        i->work.cpu_intensive = wq->flags & WQ_CPU_INTENSIVE;
 
         r = -ENOMEM;
-        i->wq_name = strdup(wq->name);
         i->cwd = strdup(a->cwd && a->cwd[0] ? a->cwd : "/");
-        if (!i->wq_name || !i->cwd || copy_strv(a->argv, a->argc, &i->argv) < 0 ||
+        if (!i->cwd || copy_strv(a->argv, a->argc, &i->argv) < 0 ||
             copy_strv(a->envp, a->envc, &i->envp) < 0)
                 goto fail;
         if (a->payload_len > 0) {
@@ -658,15 +721,8 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
                 memcpy(i->groups, caller->groups, caller->n_groups * sizeof(gid_t));
                 i->n_groups = caller->n_groups;
         }
-        if (a->key) {
-                i->key_name = strdup(a->key);
-                key = i->key_name ? work_key_get(wq, caller->uid, a->key) : NULL;
-                if (!key)
-                        goto fail;
-                key->pending = i;
-                i->key = key;
-                i->work.identity = key;
-        }
+        if (a->key && item_attach_key(i, a->key) < 0)
+                goto fail;
         if (a->delay_usec > 0) {
                 r = item_arm_timer(i, a->delay_usec);
                 if (r < 0)
@@ -681,6 +737,7 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
         core_item_hash(c, i);
         list_add_tail(&i->wq_entry, &wq->items);
         wq->nr_items++;
+        core_store_item_queued(i);
         log_debug("Queued item %" PRIu64 " on %s for uid %u: %s", i->id, wq->name, (unsigned) i->uid, i->argv[0]);
 
         *ret_id = i->id;
@@ -745,7 +802,8 @@ int core_item_cancel(struct core *c, const struct core_caller *caller, uint64_t 
                 /* cancel_work_sync(): stop it and wait until it has ended. */
                 if (!i->cancel_requested) {
                         i->cancel_requested = true;
-                        exec_proc_kill(i->proc);
+                        if (i->proc)    /* else still waiting to start: it will not */
+                                exec_proc_kill(i->proc);
                 }
                 item_add_waiter(i, w);
                 return 1;
@@ -768,4 +826,72 @@ int core_item_cancel(struct core *c, const struct core_caller *caller, uint64_t 
 
 const char *item_key_name(const struct item *i) {
         return i->key_name;
+}
+
+/* A restored item is charged to its uid as core_submit() charges a new one,
+ * so that it leaves its usage the same way.  -ENOMEM if it cannot be. */
+int item_restore_charge(struct item *i) {
+        struct core *c = i->core;
+        struct user_usage *u = user_usage_get(&c->users, i->uid);
+
+        if (!u)
+                return -ENOMEM;
+        i->queued_bytes = sizeof(*i) + strv_bytes(i->argv) + strv_bytes(i->envp) + strlen(i->cwd) + i->payload_len;
+        u->nr_items++;
+        u->queued_bytes += i->queued_bytes;
+        return 0;
+}
+
+/* A charged item that had ended before the restart goes straight to the
+ * history, bounded per user as ever. */
+void item_restore_history(struct item *i) {
+        i->envp = strv_free(i->envp);
+        free(i->payload);
+        i->payload = NULL;
+        i->payload_len = 0;
+        item_history_add(i);
+}
+
+/* A new item of @wq (NULL: one restored into the history), on no list. */
+struct item *item_alloc(struct core *c, struct workqueue *wq) {
+        struct item *i = calloc(1, sizeof(*i));
+
+        if (!i)
+                return NULL;
+        i->core = c;
+        i->wq = wq;
+        i->cpu = -1;
+        list_init(&i->work.entry);
+        list_init(&i->inflight_entry);
+        list_init(&i->wq_entry);
+        list_init(&i->history_entry);
+        list_init(&i->user_history_entry);
+        list_init(&i->starting_entry);
+        list_init(&i->waiters);
+        i->work.ops = &item_work_ops;
+        i->work.identity = i;
+        if (wq) {
+                i->work.stats = &wq->stats.pool;
+                i->work.cpu_intensive = wq->flags & WQ_CPU_INTENSIVE;
+                i->wq_name = strdup(wq->name);
+                if (!i->wq_name)
+                        return item_free(i);
+        }
+        return i;
+}
+
+/* Makes @key the pending instance of its work key (the submitter's own). */
+int item_attach_key(struct item *i, const char *key) {
+        struct work_key *k;
+
+        i->key_name = strdup(key);
+        if (!i->key_name)
+                return -ENOMEM;
+        k = work_key_get(i->wq, i->uid, key);
+        if (!k)
+                return -ENOMEM;
+        k->pending = i;
+        i->key = k;
+        i->work.identity = k;
+        return 0;
 }

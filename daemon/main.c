@@ -31,6 +31,8 @@
 
 /* Fixed, not from --runstatedir: clients look here whatever the prefix. */
 #define SYSTEM_SOCKET_PATH "/run/cmwqd/cmwqd.sock"
+/* Fixed like the socket: the state must be found again whatever the prefix. */
+#define SYSTEM_STATE_DIR "/var/lib/cmwqd"
 
 /* logind waits for a delay inhibitor at most InhibitDelayMaxSec (5 s by
  * default) anyway; an hour is far beyond any useful freeze. */
@@ -49,6 +51,8 @@ struct options {
         uint64_t freeze_timeout_usec;   /* 0: the core's default */
         bool sleep_inhibitor;
         uint64_t watchdog_usec;         /* 0: the core's default */
+        const char *state_dir;          /* NULL: the default */
+        bool no_store;
 };
 
 static void help(void) {
@@ -79,6 +83,10 @@ static void help(void) {
                "                              (default: %g)\n"
                "      --no-sleep-inhibitor    do not take a logind sleep inhibitor, and do not\n"
                "                              freeze the freezable workqueues on suspend\n"
+               "  -S, --state-dir DIR         keep queues and items across restarts in DIR, an\n"
+               "                              absolute path (default: %s, or\n"
+               "                              $XDG_STATE_HOME/cmwqd with --user)\n"
+               "      --no-store              keep no state: queues and items end with the daemon\n"
                "  -l, --log-level LEVEL       debug, info, notice, warning or error (default: info)\n"
                "      --watchdog-threshold SECONDS\n"
                "                              log a pool that has work waiting and makes no\n"
@@ -87,7 +95,8 @@ static void help(void) {
                "  -V, --version               show the version and exit\n"
                "\n"
                "SIGTERM or SIGINT stops the daemon. See cmwqd(8), cmwqd.conf(5).\n",
-               SYSTEM_SOCKET_PATH, CONFIG_FILE_DEFAULT, (double) FREEZE_TIMEOUT_DEFAULT_USEC / USEC_PER_SEC);
+               SYSTEM_SOCKET_PATH, CONFIG_FILE_DEFAULT, (double) FREEZE_TIMEOUT_DEFAULT_USEC / USEC_PER_SEC,
+               SYSTEM_STATE_DIR);
 }
 
 /* Seconds, with a fraction: "20", "0.5". */
@@ -117,13 +126,15 @@ static int parse_options(int argc, char **argv, struct options *o) {
                 { "freeze-timeout", required_argument, NULL, 'f' },
                 { "no-sleep-inhibitor", no_argument, NULL, ARG_NO_SLEEP_INHIBITOR },
                 { "watchdog-threshold", required_argument, NULL, ARG_WATCHDOG_THRESHOLD },
+                { "state-dir", required_argument, NULL, 'S' },
+                { "no-store", no_argument, NULL, 'N' },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
                 {}
         };
         int c, r;
 
-        while ((c = getopt_long(argc, argv, "us:d:p:c:L:l:f:hV", longopts, NULL)) >= 0)
+        while ((c = getopt_long(argc, argv, "us:d:p:c:L:l:f:S:hV", longopts, NULL)) >= 0)
                 switch (c) {
                 case 'u':
                         o->user_mode = true;
@@ -168,6 +179,16 @@ static int parse_options(int argc, char **argv, struct options *o) {
                         l[o->n_limit_args++] = optarg;
                         break;
                 }
+                case 'S':
+                        if (optarg[0] != '/') {
+                                fprintf(stderr, "cmwqd: --state-dir needs an absolute path, not '%s'\n", optarg);
+                                return -EINVAL;
+                        }
+                        o->state_dir = optarg;
+                        break;
+                case 'N':
+                        o->no_store = true;
+                        break;
                 case 'l':
                         r = log_level_from_string(optarg);
                         if (r < 0) {
@@ -246,6 +267,17 @@ static char **default_plugin_dirs(bool user_mode) {
         return l;
 }
 
+/* $XDG_STATE_HOME/cmwqd, by default ~/.local/state/cmwqd. */
+static int user_state_dir(char **ret) {
+        const char *dir = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+
+        if (dir && dir[0] == '/')
+                return asprintf(ret, "%s/cmwqd", dir) < 0 ? -ENOMEM : 0;
+        if (!home || home[0] != '/')
+                return log_error_errno(-ENXIO, "--user needs $XDG_STATE_HOME or $HOME (or give --state-dir)");
+        return asprintf(ret, "%s/.local/state/cmwqd", home) < 0 ? -ENOMEM : 0;
+}
+
 static int user_socket_path(char **ret) {
         const char *dir = getenv("XDG_RUNTIME_DIR");
 
@@ -258,7 +290,7 @@ static int user_socket_path(char **ret) {
 
 int main(int argc, char **argv) {
         struct options o = { .sleep_mode = SLEEPWATCH_PERF, .log_level = LOG_INFO, .sleep_inhibitor = true };
-        _cleanup_(freep) char *user_socket = NULL;
+        _cleanup_(freep) char *user_socket = NULL, *user_state = NULL;
         _cleanup_(strv_freep) char **dirs = NULL;
         struct event_base *base = NULL;
         struct event *sigterm = NULL, *sigint = NULL;
@@ -268,6 +300,8 @@ int main(int argc, char **argv) {
         struct ipc_server *server = NULL;
         struct sleep_freezer *sleep = NULL;
         const char *socket_path;
+        struct store *store = NULL;
+        const char *state_dir = NULL;
         int r, ret = EXIT_FAILURE;
 
         r = parse_options(argc, argv, &o);
@@ -380,9 +414,32 @@ int main(int argc, char **argv) {
                 goto out;
         }
 
+        /* The state comes back before anyone can connect: ids go on where
+         * they were, and a client sees the queues it created. */
+        if (!o.no_store) {
+                state_dir = o.state_dir;
+                if (!state_dir) {
+                        if (o.user_mode) {
+                                if (user_state_dir(&user_state) < 0)
+                                        goto out;
+                                state_dir = user_state;
+                        } else
+                                state_dir = SYSTEM_STATE_DIR;
+                }
+                r = store_open(state_dir, core_store_replay, core, &store);
+                if (r < 0)
+                        goto out;
+                r = core_store_attach(core, store);
+                if (r < 0) {
+                        log_error_errno(r, "Failed to set up the state log in %s: %m", state_dir);
+                        goto out;
+                }
+        }
+
         r = ipc_server_new(base, core, socket_path, o.user_mode, &server);
         if (r < 0)
                 goto out;
+        ipc_server_set_store(server, store);
 
         if (o.sleep_inhibitor) {
                 r = sleep_freezer_new(base, core, &sleep);
@@ -400,9 +457,10 @@ int main(int argc, char **argv) {
                 goto out;
         }
 
-        log_info("cmwqd %s listening on %s%s (%s instance, %u CPUs, sleep detector %s)", PACKAGE_VERSION,
+        log_info("cmwqd %s listening on %s%s (%s instance, %u CPUs, sleep detector %s, state %s)", PACKAGE_VERSION,
                  ipc_server_path(server), ipc_server_socket_activated(server) ? " (socket from systemd)" : "",
-                 o.user_mode ? "user" : "system", core->nr_cpus, sleepwatch_mode_to_string(sleepwatch_get_mode(sw)));
+                 o.user_mode ? "user" : "system", core->nr_cpus, sleepwatch_mode_to_string(sleepwatch_get_mode(sw)),
+                 store ? store_path(store) : "not kept");
         /* What "systemctl status cmwqd" shows under the unit's name. */
         (void) sd_notifyf(false, "READY=1\nSTATUS=Serving %u CPUs on %s, sleep detector %s, %s", core->nr_cpus,
                           ipc_server_path(server), sleepwatch_mode_to_string(sleepwatch_get_mode(sw)),
@@ -421,6 +479,8 @@ out:
         sleep = sleep_freezer_free(sleep);
         server = ipc_server_free(server);
         core = core_free(core);
+        /* What the last replies and items wrote reaches the disk. */
+        store = store_free(store);
         /* After the items, before the loop its removal events live on. */
         cgroups = cgroup_root_free(cgroups);
         sw = sleepwatch_free(sw);

@@ -200,6 +200,7 @@ int core_workqueue_create(struct core *c, const struct core_caller *caller, cons
         }
         list_add_tail(&wq->entry, &c->workqueues);
         u->nr_workqueues++;
+        core_store_workqueue(wq);
         log_debug("Created workqueue %s (flags 0x%x, max_active %u, owner %u)", name, flags, max_active,
                   (unsigned) caller->uid);
         workqueue_rescuer_replenish(wq);
@@ -365,6 +366,7 @@ void workqueue_check_waiters(struct workqueue *wq) {
                 waiters_complete(&wq->drainers, 0);
                 if (destroy) {
                         log_debug("Destroyed workqueue %s", wq->name);
+                        core_store_workqueue_destroyed(wq);
                         workqueue_free(wq);
                 }
         }
@@ -409,8 +411,26 @@ int core_workqueue_set_max_active(struct core *c, const struct core_caller *call
                                       WQ_MAX_ACTIVE);
 
         wq->max_active = max_active ? max_active : WQ_DFL_ACTIVE;
+        core_store_workqueue(wq);
         for (size_t k = 0; k < wq->n_pwqs; k++)
                 pwq_activate_inactive(&wq->pwqs[k]);
+        return 0;
+}
+
+int core_workqueue_set_on_interrupt(struct core *c, const struct core_caller *caller, const char *name,
+                                    enum interrupt_policy policy, struct core_error *e) {
+        struct workqueue *wq = NULL;
+        int r;
+
+        if ((unsigned) policy >= _INTERRUPT_POLICY_MAX)
+                return core_error_set(e, -EINVAL, "unknown interrupt policy %u", (unsigned) policy);
+        r = workqueue_lookup_owned(c, caller, name, &wq, e);
+        if (r < 0)
+                return r;
+        if (wq->on_interrupt != policy) {
+                wq->on_interrupt = policy;
+                core_store_workqueue(wq);
+        }
         return 0;
 }
 

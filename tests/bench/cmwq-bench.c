@@ -18,6 +18,11 @@
  *       (CLOCK_MONOTONIC), for run.sh to join with a trace of cmwqd's forks.
  *   cmwq-bench load SOCKET QUEUE N
  *       Submit N /bin/true items in one batch and flush; prints the time.
+ *   cmwq-bench submit SOCKET N DEPTH
+ *       Submission alone: N items delayed by an hour (nothing runs) on the
+ *       "system" queue, at most DEPTH requests in flight on one connection
+ *       (1: each waits for its reply).  Prints submits/s and the mean time
+ *       from a request to its reply.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -764,8 +769,119 @@ static int cmd_reaction(int argc, char **argv) {
         return 0;
 }
 
+/* ---------------------------------------------------------------------------
+ * submission rate (what the durable store costs) */
+
+static int cmd_submit(int argc, char **argv) {
+        static char *item_argv[] = { (char *) "/bin/true", NULL };
+        static char *env[] = { (char *) "PATH=/usr/bin:/bin", NULL };
+        size_t len = 0, cap = 0, sent = 0, rlen = 0, rcap = 1 << 20;
+        int n, depth, replies = 0, frames_sent = 0;
+        uint8_t *buf = NULL, *rbuf = malloc(rcap);
+        size_t *ends;
+        int64_t *t_sent, t0, t1;
+        double lat_sum = 0;
+        struct conn *c;
+        int fd;
+
+        if (argc != 4 || (n = atoi(argv[2])) <= 0 || (depth = atoi(argv[3])) <= 0)
+                die("usage: cmwq-bench submit SOCKET N DEPTH");
+        ends = calloc((size_t) n, sizeof(*ends));
+        t_sent = calloc((size_t) n, sizeof(*t_sent));
+        if (!rbuf || !ends || !t_sent)
+                die("out of memory");
+        for (int i = 0; i < n; i++) {
+                Cmwq__Request req = CMWQ__REQUEST__INIT;
+                Cmwq__Submit sub;
+                size_t sz;
+
+                fill_submit(&sub, "system", item_argv, env, 0);
+                sub.has_delay_usec = true;
+                sub.delay_usec = 3600ULL * 1000000;
+                req.id = 1 + (uint64_t) i;
+                req.body_case = CMWQ__REQUEST__BODY_SUBMIT;
+                req.submit = &sub;
+                sz = cmwq__request__get_packed_size(&req);
+                if (len + CMWQ_FRAME_HEADER_SIZE + sz > cap) {
+                        cap = (cap + sz + CMWQ_FRAME_HEADER_SIZE) * 2;
+                        if (!(buf = realloc(buf, cap)))
+                                die("out of memory");
+                }
+                frame_header_encode(buf + len, (uint32_t) sz);
+                cmwq__request__pack(&req, buf + len + CMWQ_FRAME_HEADER_SIZE);
+                len += CMWQ_FRAME_HEADER_SIZE + sz;
+                ends[i] = len;
+        }
+
+        c = connect_daemon(argv[1]);
+        fd = conn_fd(c);
+        t0 = now_ns(CLOCK_MONOTONIC);
+        while (replies < n) {
+                /* Up to the end of the last frame the window allows. */
+                size_t limit = frames_sent - replies < depth ? ends[frames_sent] : sent;
+                struct pollfd p = { .fd = fd, .events = POLLIN | (sent < limit ? POLLOUT : 0) };
+
+                if (poll(&p, 1, -1) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        die("poll: %m");
+                }
+                if ((p.revents & POLLOUT) && sent < limit) {
+                        ssize_t k = send(fd, buf + sent, limit - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+                        if (k < 0 && errno != EAGAIN && errno != EINTR)
+                                die("send: %m");
+                        if (k > 0)
+                                sent += (size_t) k;
+                        while (frames_sent < n && ends[frames_sent] <= sent)
+                                t_sent[frames_sent++] = now_ns(CLOCK_MONOTONIC);
+                }
+                if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+                        ssize_t k = recv(fd, rbuf + rlen, rcap - rlen, MSG_DONTWAIT);
+                        size_t off = 0;
+
+                        if (k == 0)
+                                die("cmwqd closed the connection");
+                        if (k < 0 && errno != EAGAIN && errno != EINTR)
+                                die("recv: %m");
+                        if (k > 0)
+                                rlen += (size_t) k;
+                        for (;;) {
+                                uint32_t plen;
+                                size_t flen;
+                                Cmwq__Response *resp;
+                                int r = frame_parse(rbuf + off, rlen - off, CMWQ_FRAME_MAX_PAYLOAD, &plen, &flen);
+
+                                if (r < 0)
+                                        die("bad frame from cmwqd");
+                                if (r == 0)
+                                        break;
+                                resp = cmwq__response__unpack(NULL, plen, rbuf + off + CMWQ_FRAME_HEADER_SIZE);
+                                if (!resp || resp->error != CMWQ__ERROR__OK)
+                                        die("submit %d refused", replies);
+                                cmwq__response__free_unpacked(resp, NULL);
+                                lat_sum += (double) (now_ns(CLOCK_MONOTONIC) - t_sent[replies]);
+                                replies++;
+                                off += flen;
+                        }
+                        memmove(rbuf, rbuf + off, rlen - off);
+                        rlen -= off;
+                }
+        }
+        t1 = now_ns(CLOCK_MONOTONIC);
+        printf("%.0f %.1f\n", n / ((t1 - t0) / 1e9), lat_sum / n / 1e3);
+        conn_close(c);
+        free(buf);
+        free(rbuf);
+        free(ends);
+        free(t_sent);
+        return 0;
+}
+
 int main(int argc, char **argv) {
         setvbuf(stdout, NULL, _IOLBF, 0);
+        if (argc >= 2 && strcmp(argv[1], "submit") == 0)
+                return cmd_submit(argc - 1, argv + 1);
         if (argc >= 2 && strcmp(argv[1], "throughput") == 0)
                 return cmd_throughput(argc - 1, argv + 1);
         if (argc >= 2 && strcmp(argv[1], "reaction") == 0)
@@ -775,6 +891,7 @@ int main(int argc, char **argv) {
         fprintf(stderr,
                 "usage: cmwq-bench throughput SOCKET N ROUNDS VARIANT...\n"
                 "       cmwq-bench reaction SOCKET BLOCKER REPS [DUMP]\n"
-                "       cmwq-bench load SOCKET QUEUE N\n");
+                "       cmwq-bench load SOCKET QUEUE N\n"
+                "       cmwq-bench submit SOCKET N DEPTH\n");
         return 2;
 }

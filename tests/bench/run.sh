@@ -19,7 +19,7 @@
 #   CMWQ_BENCH_CLIENTS=1000    load: concurrent clients (own connection each)
 #   CMWQ_BENCH_CLIENT_ITEMS=100  load: items each client submits before its flush
 #   CMWQ_BENCH_PENDING=1000000 load: items kept pending for the memory figure
-#   CMWQ_BENCH_ONLY=throughput,reaction,idle,load,lib   the benchmarks to run
+#   CMWQ_BENCH_ONLY=throughput,reaction,idle,load,lib,store   the benchmarks to run
 #   CMWQ_BENCH_LIB_N=100000    empty callbacks per library run
 #   CMWQ_BENCH_MIX_N=10000     block-1-ms-then-compute-100-us items per library run
 set -eu
@@ -52,7 +52,7 @@ PROFILE=${CMWQ_BENCH_PROFILE:-0}
 CLIENTS=${CMWQ_BENCH_CLIENTS:-1000}
 CLIENT_ITEMS=${CMWQ_BENCH_CLIENT_ITEMS:-100}
 PENDING=${CMWQ_BENCH_PENDING:-1000000}
-ONLY=${CMWQ_BENCH_ONLY:-throughput,reaction,idle,load,lib}
+ONLY=${CMWQ_BENCH_ONLY:-throughput,reaction,idle,load,lib,store}
 LIB_N=${CMWQ_BENCH_LIB_N:-100000}
 MIX_N=${CMWQ_BENCH_MIX_N:-10000}
 NCPU=$(nproc)
@@ -75,11 +75,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# start_daemon NAME DETECTOR: sets DAEMON_PID and DAEMON_SOCK
+# start_daemon NAME DETECTOR [OPTION...]: sets DAEMON_PID and DAEMON_SOCK; the
+# state (the durable log) goes to $TMP/NAME.state unless an option says otherwise
 start_daemon() {
         local name=$1 det=$2 waited=0
+        shift 2
         DAEMON_SOCK=$TMP/$name.sock
-        "$CMWQD" --socket "$DAEMON_SOCK" --sleep-detector "$det" 2>"$TMP/$name.log" &
+        "$CMWQD" --socket "$DAEMON_SOCK" --sleep-detector "$det" --state-dir "$TMP/$name.state" "$@" \
+                2>"$TMP/$name.log" &
         DAEMON_PID=$!
         DAEMONS+=("$DAEMON_PID")
         until "$CTL" --socket "$DAEMON_SOCK" list >/dev/null 2>&1; do
@@ -336,6 +339,7 @@ for who in 0 65533; do
 done
 stop_daemon "$DAEMON_PID" flood
 fi
+
 hr
 if want lib; then
 echo "5. libcmwq-client callbacks vs libuv uv_queue_work (default pool) and GLib GThreadPool"
@@ -347,6 +351,10 @@ echo " [$MIX_N items that block 1 ms, then compute 100 us (targets: shorter make
 echo "  threads <= max blocked + $NCPU CPUs); bound: queued round-robin over the CPUs]"
 "$LIBBENCH" mix "$DAEMON_SOCK" "$MIX_N"
 stop_daemon "$DAEMON_PID" lib
+fi
+if want store; then
+hr
+"$(dirname "$0")/store.sh" "$BUILD"
 fi
 hr
 echo "all daemons stopped cleanly"

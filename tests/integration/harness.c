@@ -61,9 +61,6 @@ static void sleep_ms(int ms) {
 }
 
 void cmwqd_start(struct cmwqd *d, const char *const *extra_args) {
-        const char *argv[32];
-        int n = 0, fd;
-
         memset(d, 0, sizeof(*d));
         snprintf(d->dir, sizeof(d->dir), "/tmp/cmwq-test-XXXXXX");
         ck_assert_msg(mkdtemp(d->dir), "mkdtemp: %s", strerror(errno));
@@ -75,6 +72,13 @@ void cmwqd_start(struct cmwqd *d, const char *const *extra_args) {
         snprintf(d->probe, sizeof(d->probe), "%s/probe", d->dir);
         copy_executable(env_or_fail("CMWQCTL"), d->ctl);
         copy_executable(env_or_fail("CMWQ_PROBE"), d->probe);
+        snprintf(d->state_dir, sizeof(d->state_dir), "%s/state", d->dir);
+        cmwqd_launch(d, extra_args);
+}
+
+void cmwqd_launch(struct cmwqd *d, const char *const *extra_args) {
+        const char *argv[32];
+        int n = 0, fd;
 
         /* $CMWQD_WRAPPER (a test's confine, tests/integration/confine.c) runs it. */
         if (getenv("CMWQD_WRAPPER") && *getenv("CMWQD_WRAPPER"))
@@ -87,6 +91,8 @@ void cmwqd_start(struct cmwqd *d, const char *const *extra_args) {
         /* Not whatever configuration the machine has. */
         argv[n++] = "--config";
         argv[n++] = "/dev/null";
+        argv[n++] = "--state-dir";
+        argv[n++] = d->state_dir;
         for (; extra_args && *extra_args && n < 30; extra_args++)
                 argv[n++] = *extra_args;
         argv[n] = NULL;
@@ -94,7 +100,8 @@ void cmwqd_start(struct cmwqd *d, const char *const *extra_args) {
         d->pid = fork();
         ck_assert_int_ge(d->pid, 0);
         if (d->pid == 0) {
-                fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+                /* A relaunch adds to the log of the daemons before it. */
+                fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
                 if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
                         _exit(126);
                 /* Never the host's logind: a test that wants a system bus
@@ -120,7 +127,23 @@ static int remove_entry(const char *path, const struct stat *st, int type, struc
         return 0;
 }
 
+void cmwqd_kill(struct cmwqd *d) {
+        int status;
+
+        ck_assert_int_gt(d->pid, 0);
+        ck_assert_int_eq(kill(d->pid, SIGKILL), 0);
+        ck_assert_int_eq(waitpid(d->pid, &status, 0), d->pid);
+        d->pid = 0;
+}
+
 void cmwqd_stop(struct cmwqd *d) {
+        cmwqd_terminate(d);
+        /* Passed: nothing to look at later.  A failing test keeps its
+         * directory (socket, log, item output) for inspection. */
+        (void) nftw(d->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void cmwqd_terminate(struct cmwqd *d) {
         int status = 0;
         pid_t r = 0;
 
@@ -145,10 +168,6 @@ void cmwqd_stop(struct cmwqd *d) {
                                 strstr(log, "runtime error:");
         ck_assert_msg(!sanitizer_report, "a sanitizer reported an error in cmwqd; log:\n%s", log);
         free(log);
-
-        /* Passed: nothing to look at later.  A failing test keeps its
-         * directory (socket, log, item output) for inspection. */
-        (void) nftw(d->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static void append(char **buf, size_t *len, const char *data, size_t n) {

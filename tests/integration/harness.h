@@ -20,6 +20,7 @@ struct cmwqd {
         char log[320];
         char ctl[320];          /* cmwqctl, copied where any uid can run it */
         char probe[320];
+        char state_dir[320];    /* --state-dir: <dir>/state */
 };
 
 /* Starts the daemon with @extra_args (NULL-terminated, may be NULL) and waits
@@ -31,6 +32,13 @@ void cmwqd_start(struct cmwqd *d, const char *const *extra_args);
 /* SIGTERM; fails the test unless it exits 0 within 15 s, and if its log has
  * an AddressSanitizer, LeakSanitizer or UBSan ("runtime error:") report. */
 void cmwqd_stop(struct cmwqd *d);
+/* cmwqd_stop() without removing the directory: the state stays for a
+ * cmwqd_launch() on it. */
+void cmwqd_terminate(struct cmwqd *d);
+/* SIGKILL, and reap it. */
+void cmwqd_kill(struct cmwqd *d);
+/* Starts the daemon again on the directory (socket, log, state) of @d. */
+void cmwqd_launch(struct cmwqd *d, const char *const *extra_args);
 
 struct ctl_result {
         int status;             /* exit status, or 128 + signal */

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/*
+ * The durable log under the state directory (DESIGN §4 store.c): an
+ * append-only file of framed records (store_format.h), a snapshot of the
+ * live state at its start.
+ *
+ * Records are appended from the event loop into memory; a commit thread
+ * writes what has gathered and fdatasync()s it, so that everything appended
+ * while one sync runs goes to disk with the next one (group commit) and the
+ * loop never waits for the disk.  Every record gets a sequence number;
+ * whoever must not act before a record is on disk (a reply to a client, the
+ * start of an item) waits until store_durable_seq() reaches it, and
+ * listeners are called from the loop each time it advances.
+ *
+ * When the log has grown to several times its last snapshot, the owner's
+ * snapshot function writes the live state as records into a new file,
+ * which the commit thread syncs and renames over the log (then syncs the
+ * directory); records appended after the snapshot go to the new file.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "list.h"
+#include "store_format.h"
+
+struct event_base;
+struct store;
+
+#define STORE_LOG_NAME "log"
+/* Compact when the log is past this and twice its size after the last
+ * compaction. */
+#define STORE_COMPACT_MIN_BYTES (4u * 1024u * 1024u)
+
+struct store_listener {
+        struct list_head entry;
+        void (*durable)(struct store_listener *l, uint64_t seq);
+};
+
+/* Writes the live state into @b: a Header record first, then what recreates
+ * every queue and item. */
+typedef int (*store_snapshot_fn)(struct store_buf *b, void *userdata);
+
+/* Opens (creating) @dir and its log, and calls @replay for every intact
+ * record in order.  A damaged tail is cut off (and logged).  The store takes
+ * no records until store_start(). */
+int store_open(const char *dir, store_record_cb replay, void *userdata, struct store **ret);
+/* Rewrites the log as a snapshot (synchronously: this is start-up, before
+ * any client) and starts the commit thread. */
+int store_start(struct store *s, struct event_base *base, store_snapshot_fn snapshot, void *userdata);
+/* Writes and syncs what is still pending, stops the thread. */
+struct store *store_free(struct store *s);
+
+/* Queues @rec for the next commit.  Returns its sequence number (> 0) or a
+ * negative errno. */
+int64_t store_append(struct store *s, const CmwqStore__Record *rec);
+uint64_t store_appended_seq(const struct store *s);
+uint64_t store_durable_seq(const struct store *s);
+void store_add_listener(struct store *s, struct store_listener *l);
+void store_remove_listener(struct store *s, struct store_listener *l);
+const char *store_path(const struct store *s);

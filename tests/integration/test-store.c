@@ -1,0 +1,542 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Durable queues: what a real cmwqd keeps across SIGTERM and SIGKILL, a torn
+ * end of its log, a compaction, and a crash in the middle of a stream of
+ * submissions.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static struct cmwqd d;
+
+static void setup(void) {
+        cmwqd_start(&d, NULL);
+}
+
+static void teardown(void) {
+        cmwqd_stop(&d);
+}
+
+static void sleep_ms(int ms) {
+        struct timespec ts = { ms / 1000, (long) (ms % 1000) * 1000000 };
+        nanosleep(&ts, NULL);
+}
+
+static char *show(const char *id) {
+        return CTL_OK(&d, "show", id);
+}
+
+static void assert_state(const char *id, const char *state) {
+        char *out = show(id), want[64];
+
+        snprintf(want, sizeof(want), "state:         %s\n", state);
+        ck_assert_msg(strstr(out, want), "item %s is not %s; show said:\n%s", id, state, out);
+        free(out);
+}
+
+static void log_path(char *buf, size_t size) {
+        snprintf(buf, size, "%s/log", d.state_dir);
+}
+
+/* A stopped (SIGTERM) daemon keeps its queues, pending items (in order, with
+ * their ids), delayed items and history; ids go on increasing. */
+START_TEST(test_sigterm_keeps_queues_items_and_history) {
+        char out[400], cmd[600];
+        char *done, *blocker, *p[3], *delayed, *keyed, *text, *next;
+        struct ctl_result r;
+
+        test_path(&d, "order", out, sizeof(out));
+        free(CTL_OK(&d, "create", "work", "--ordered"));
+        done = CTL_OK(&d, "submit", "work", "--", "/bin/echo", "kept in the history");
+        CTL(&d, &r, "wait", done);
+        ck_assert_int_eq(r.status, 0);
+        ctl_result_free(&r);
+
+        blocker = CTL_OK(&d, "submit", "work", "--", "/bin/sleep", "60");
+        for (int k = 0; k < 3; k++) {
+                snprintf(cmd, sizeof(cmd), "echo %d >> %s", k, out);
+                p[k] = CTL_OK(&d, "submit", "work", "--", "/bin/sh", "-c", cmd);
+        }
+        delayed = CTL_OK(&d, "submit", "work", "--delay", "3600", "--", "/bin/true");
+        keyed = CTL_OK(&d, "submit", "system", "--key", "nightly", "--delay", "3600", "--", "/bin/true");
+        assert_state(p[0], "inactive");
+
+        cmwqd_terminate(&d);
+
+        /* Every user's arguments, environment and output: root's eyes only. */
+        {
+                struct stat st;
+                char logp[400];
+
+                ck_assert_int_eq(stat(d.state_dir, &st), 0);
+                ck_assert_uint_eq(st.st_mode & 07777, 0700);
+                log_path(logp, sizeof(logp));
+                ck_assert_int_eq(stat(logp, &st), 0);
+                ck_assert_uint_eq(st.st_mode & 07777, 0600);
+        }
+        cmwqd_launch(&d, NULL);
+
+        text = CTL_OK(&d, "list");
+        ck_assert_msg(strstr(text, "work"), "the workqueue is gone: %s", text);
+        free(text);
+
+        /* The history, with its output. */
+        CTL(&d, &r, "wait", done);
+        ck_assert_int_eq(r.status, 0);
+        ck_assert_str_eq(r.out, "kept in the history\n");
+        ctl_result_free(&r);
+
+        /* It was running: interrupted (the default policy is drop). */
+        assert_state(blocker, "interrupted");
+        CTL(&d, &r, "wait", blocker);
+        ck_assert_int_eq(r.status, 125);
+        ctl_result_free(&r);
+
+        for (int k = 0; k < 3; k++) {
+                CTL(&d, &r, "wait", p[k]);
+                ck_assert_int_eq(r.status, 0);
+                ctl_result_free(&r);
+        }
+        text = read_file(out);
+        ck_assert_str_eq(text, "0\n1\n2\n");
+        free(text);
+        assert_state(delayed, "delayed");
+
+        /* The key is still pending: the same submission is the same item. */
+        text = CTL_OK(&d, "submit", "system", "--key", "nightly", "--delay", "3600", "--", "/bin/true");
+        ck_assert_str_eq(text, keyed);
+        free(text);
+        free(keyed);
+
+        next = CTL_OK(&d, "submit", "work", "--", "/bin/true");
+        ck_assert_msg(strtoull(next, NULL, 10) > strtoull(delayed, NULL, 10),
+                      "id %s after a restart is not above %s", next, delayed);
+        free(next);
+        free(done);
+        free(blocker);
+        free(delayed);
+        for (int k = 0; k < 3; k++)
+                free(p[k]);
+}
+END_TEST
+
+/* SIGKILL: running items are rerun on a queue that asks for it, reported
+ * interrupted on one that does not; pending and delayed items run. */
+START_TEST(test_sigkill_interrupts_and_reruns_per_policy) {
+        char rerun_log[400], drop_log[400], after[400], cmd[1200];
+        char *rerun, *drop, *pending, *delayed, *text;
+        struct ctl_result r;
+
+        test_path(&d, "rerun.log", rerun_log, sizeof(rerun_log));
+        test_path(&d, "drop.log", drop_log, sizeof(drop_log));
+        test_path(&d, "after.log", after, sizeof(after));
+        free(CTL_OK(&d, "create", "again", "--ordered", "--on-interrupt", "rerun"));
+        free(CTL_OK(&d, "create", "once", "--ordered", "--on-interrupt", "drop"));
+        text = CTL_OK(&d, "--json", "list");
+        ck_assert_msg(strstr(text, "\"name\":\"again\"") && strstr(text, "\"on_interrupt\":\"rerun\""),
+                      "list --json said: %s", text);
+        free(text);
+
+        /* The first run is killed with the daemon, the second ends by itself. */
+        snprintf(cmd, sizeof(cmd), "echo run >> %s; sleep $(( $(wc -l < %s) == 1 ? 60 : 0 ))", rerun_log, rerun_log);
+        rerun = CTL_OK(&d, "submit", "again", "--", "/bin/sh", "-c", cmd);
+        snprintf(cmd, sizeof(cmd), "echo run >> %s; sleep 60", drop_log);
+        drop = CTL_OK(&d, "submit", "once", "--", "/bin/sh", "-c", cmd);
+        snprintf(cmd, sizeof(cmd), "echo pending >> %s", after);
+        pending = CTL_OK(&d, "submit", "once", "--", "/bin/sh", "-c", cmd);
+        snprintf(cmd, sizeof(cmd), "echo delayed >> %s", after);
+        delayed = CTL_OK(&d, "submit", "system", "--delay", "1", "--", "/bin/sh", "-c", cmd);
+        ck_assert(wait_for_lines(rerun_log, 1, 10000));
+        ck_assert(wait_for_lines(drop_log, 1, 10000));
+
+        cmwqd_kill(&d);
+        cmwqd_launch(&d, NULL);
+
+        CTL(&d, &r, "wait", rerun);
+        ck_assert_int_eq(r.status, 0);
+        ctl_result_free(&r);
+        ck_assert_int_eq(count_lines(rerun_log), 2);
+        text = show(rerun);
+        ck_assert_msg(strstr(text, "finished") && strstr(text, "interrupted:   1\n"), "show said:\n%s", text);
+        free(text);
+
+        assert_state(drop, "interrupted");
+        CTL(&d, &r, "wait", pending);
+        ck_assert_int_eq(r.status, 0);
+        ctl_result_free(&r);
+        CTL(&d, &r, "wait", delayed);
+        ck_assert_int_eq(r.status, 0);
+        ctl_result_free(&r);
+        ck_assert_int_eq(count_lines(drop_log), 1);
+        text = read_file(after);
+        ck_assert_msg(strstr(text, "pending\n") && strstr(text, "delayed\n"), "ran: %s", text);
+        free(text);
+        free(rerun);
+        free(drop);
+        free(pending);
+        free(delayed);
+}
+END_TEST
+
+static uint32_t le32(const unsigned char *p) {
+        return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
+}
+
+static void write_file(const char *path, const char *data, size_t len) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, data, len), (ssize_t) len);
+        close(fd);
+}
+
+static size_t file_size(const char *path) {
+        struct stat st;
+
+        ck_assert_int_eq(stat(path, &st), 0);
+        return (size_t) st.st_size;
+}
+
+/* Whether item @id is known to the daemon. */
+static bool item_exists(const char *id) {
+        struct ctl_result r;
+        bool found;
+
+        CTL(&d, &r, "show", id);
+        found = r.status == 0;
+        ck_assert_msg(found || strstr(r.err, "no work item"), "show %s: %s", id, r.err);
+        ctl_result_free(&r);
+        return found;
+}
+
+/* A log cut anywhere inside its last record, or with garbage after it, gives
+ * back every record before the damage. */
+START_TEST(test_torn_tail_keeps_complete_records) {
+        enum { N = 5 };
+        char logp[400], *ids[N], *image;
+        size_t len, off, last = 0;
+
+        free(CTL_OK(&d, "create", "torn"));
+        for (int k = 0; k < N; k++)
+                ids[k] = CTL_OK(&d, "submit", "torn", "--delay", "3600", "--", "/bin/echo", "item");
+        cmwqd_kill(&d);
+
+        log_path(logp, sizeof(logp));
+        image = read_file(logp);        /* binary: use the size, not strlen() */
+        len = file_size(logp);
+        ck_assert_int_gt(len, 8);
+        ck_assert(memcmp(image, "CMWQLOG1", 8) == 0);
+        for (off = 8; off + 8 <= len; off += 8 + le32((unsigned char *) image + off))
+                last = off;
+        ck_assert_uint_eq(off, len);    /* the records fill the file exactly */
+
+        srand((unsigned) time(NULL));
+        for (int round = 0; round < 4; round++) {
+                size_t end = len, cut = last + 1 + (size_t) rand() % (len - last - 1);
+
+                if (round == 0)
+                        cut = last + 3;         /* inside the frame header */
+                write_file(logp, image, cut);
+                cmwqd_launch(&d, NULL);
+                for (int k = 0; k < N - 1; k++)
+                        ck_assert_msg(item_exists(ids[k]), "item %s lost after a cut at %zu of %zu", ids[k], cut,
+                                      end);
+                ck_assert_msg(!item_exists(ids[N - 1]), "a torn record was taken as whole (cut at %zu)", cut);
+                assert_state(ids[0], "delayed");
+                cmwqd_kill(&d);
+        }
+
+        /* Whole records, then garbage. */
+        {
+                char *garbage = malloc(len + 100);
+
+                memcpy(garbage, image, len);
+                for (int k = 0; k < 100; k++)
+                        garbage[len + k] = (char) rand();
+                write_file(logp, garbage, len + 100);
+                free(garbage);
+        }
+        cmwqd_launch(&d, NULL);
+        for (int k = 0; k < N; k++)
+                ck_assert_msg(item_exists(ids[k]), "item %s lost with garbage after the log", ids[k]);
+        {
+                char *log = read_file(d.log);
+                ck_assert_msg(strstr(log, "torn or damaged record"), "the damage was not logged");
+                free(log);
+        }
+        for (int k = 0; k < N; k++)
+                free(ids[k]);
+        free(image);
+}
+END_TEST
+
+/* Compaction: the log shrinks to the live state, which survives a crash. */
+START_TEST(test_compaction_keeps_everything) {
+        char payload[400], logp[400], *big, *kept, *hist, *text;
+        struct ctl_result r;
+        size_t before;
+
+        test_path(&d, "payload", payload, sizeof(payload));
+        big = malloc(512 * 1024);
+        memset(big, 'x', 512 * 1024);
+        write_file(payload, big, 512 * 1024);
+        free(big);
+        log_path(logp, sizeof(logp));
+
+        free(CTL_OK(&d, "create", "big", "--max-active", "7"));
+        hist = CTL_OK(&d, "submit", "big", "--stdin", payload, "--", "/usr/bin/wc", "-c");
+        CTL(&d, &r, "wait", hist);
+        ck_assert_int_eq(r.status, 0);
+        ctl_result_free(&r);
+        kept = CTL_OK(&d, "submit", "big", "--delay", "3600", "--stdin", payload, "--", "/usr/bin/wc", "-c");
+
+        /* 12 payloads of 512 KiB go through the log; one stays live. */
+        for (int k = 0; k < 12; k++) {
+                char *id = CTL_OK(&d, "submit", "big", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
+                free(CTL_OK(&d, "cancel", id));
+                free(id);
+        }
+        before = file_size(logp);
+        for (int waited = 0; waited < 10000 && file_size(logp) > 3u * 1024 * 1024; waited += 20)
+                sleep_ms(20);
+        ck_assert_msg(file_size(logp) < 3u * 1024 * 1024, "the log was not compacted: %zu bytes (was %zu)",
+                      file_size(logp), before);
+        text = read_file(d.log);
+        ck_assert_msg(strstr(text, "Compacting the state log"), "no compaction in the log");
+        free(text);
+
+        cmwqd_kill(&d);
+        cmwqd_launch(&d, NULL);
+        text = CTL_OK(&d, "list");
+        ck_assert_msg(strstr(text, "big"), "the queue is gone: %s", text);
+        free(text);
+        CTL(&d, &r, "wait", hist);
+        ck_assert_int_eq(r.status, 0);
+        ck_assert_msg(strstr(r.out, "524288"), "history output: %s", r.out);
+        ctl_result_free(&r);
+        assert_state(kept, "delayed");
+        free(CTL_OK(&d, "set-max-active", "big", "3"));
+        text = CTL_OK(&d, "--json", "list");
+        ck_assert_msg(strstr(text, "\"name\":\"big\",\"flags\":[],\"flags_value\":0,\"max_active\":3"), "list: %s",
+                      text);
+        free(text);
+        free(hist);
+        free(kept);
+}
+END_TEST
+
+struct acked {
+        long k;
+        unsigned long long id;
+};
+
+static int read_acked(const char *path, struct acked *a, int max) {
+        char *s = read_file(path), *line, *save = NULL, *end;
+        int n = 0;
+
+        /* Only whole lines: the submitter may have been stopped mid-write. */
+        end = strrchr(s, '\n');
+        if (end)
+                end[1] = 0;
+        else
+                s[0] = 0;
+        for (line = strtok_r(s, "\n", &save); line && n < max; line = strtok_r(NULL, "\n", &save))
+                if (sscanf(line, "%ld %llu", &a[n].k, &a[n].id) == 2)
+                        n++;
+        free(s);
+        return n;
+}
+
+/* A client submits without pause, noting each id it is given; cmwqd is
+ * SIGKILLed at random moments.  Every acknowledged item is there after the
+ * restarts, once.  On the default (drop) queue it ran exactly once, or,
+ * interrupted, at most once; on the rerun queue (odd submissions) it
+ * finished, having run at least once. */
+START_TEST(test_crash_during_submission_stream) {
+        enum { MAX = 20000 };
+        char acked[400], runs[400], script[4096];
+        struct acked *a = calloc(MAX, sizeof(*a));
+        int *ran;
+        pid_t submitter;
+        int n, status, interrupted = 0;
+        char *text;
+
+        test_path(&d, "acked", acked, sizeof(acked));
+        test_path(&d, "runs", runs, sizeof(runs));
+        free(CTL_OK(&d, "create", "stream"));
+        free(CTL_OK(&d, "create", "stream-rerun", "--on-interrupt", "rerun"));
+        snprintf(script, sizeof(script),
+                 "k=0; while :; do k=$((k+1)); q=stream; [ $((k %% 2)) = 1 ] && q=stream-rerun; "
+                 "id=$(%s --socket %s submit $q -- /bin/sh -c 'echo $0 >> %s' $k 2>/dev/null) && "
+                 "echo \"$k $id\" >> %s; done",
+                 d.ctl, d.socket, runs, acked);
+        submitter = fork();
+        ck_assert_int_ge(submitter, 0);
+        if (submitter == 0) {
+                execl("/bin/sh", "sh", "-c", script, (char *) NULL);
+                _exit(127);
+        }
+
+        srand((unsigned) time(NULL) ^ (unsigned) getpid());
+        for (int round = 0; round < 5; round++) {
+                /* Some acknowledgements from this daemon, then a random moment. */
+                int before = count_lines(acked);
+
+                ck_assert_msg(wait_for_lines(acked, before + 5, 60000), "the submitter makes no progress");
+                sleep_ms(rand() % 500);
+                cmwqd_kill(&d);
+                sleep_ms(rand() % 100);
+                cmwqd_launch(&d, NULL);
+        }
+        sleep_ms(300);
+        kill(submitter, SIGKILL);
+        waitpid(submitter, &status, 0);
+        free(CTL_OK(&d, "flush", "stream"));
+        free(CTL_OK(&d, "flush", "stream-rerun"));
+
+        n = read_acked(acked, a, MAX);
+        ck_assert_msg(n > 20, "only %d submissions were acknowledged", n);
+        ran = calloc((size_t) a[n - 1].k + 2, sizeof(int));
+        {
+                char *s = read_file(runs), *save = NULL;
+
+                for (char *line = strtok_r(s, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                        long k = atol(line);
+
+                        if (k > 0 && k <= a[n - 1].k + 1)
+                                ran[k]++;
+                }
+                free(s);
+        }
+        for (int i = 0; i < n; i++) {
+                char id[32], *out;
+
+                if (i > 0)
+                        ck_assert_msg(a[i].id > a[i - 1].id, "id %llu acknowledged after %llu", a[i].id, a[i - 1].id);
+                snprintf(id, sizeof(id), "%llu", a[i].id);
+                out = show(id);
+                if (a[i].k % 2 == 1) {
+                        ck_assert_msg(strstr(out, "state:         finished\n"), "rerun item %s:\n%s", id, out);
+                        ck_assert_msg(ran[a[i].k] >= 1, "rerun item %s never ran", id);
+                } else if (strstr(out, "state:         interrupted\n")) {
+                        interrupted++;
+                        ck_assert_msg(ran[a[i].k] <= 1, "interrupted item %s ran %d times", id, ran[a[i].k]);
+                } else {
+                        ck_assert_msg(strstr(out, "state:         finished\n"), "item %s:\n%s", id, out);
+                        ck_assert_msg(ran[a[i].k] == 1, "item %s (submission %ld) ran %d times", id, a[i].k,
+                                      ran[a[i].k]);
+                }
+                /* Its own command, not another submission's. */
+                char want[32];
+                snprintf(want, sizeof(want), "' %ld\n", a[i].k);
+                ck_assert_msg(strstr(out, want), "item %s is not submission %ld:\n%s", id, a[i].k, out);
+                free(out);
+        }
+        text = read_file(d.log);
+        fprintf(stderr, "# crash stream: %d acknowledged submissions over 5 SIGKILLs, %d interrupted\n", n,
+                interrupted);
+        free(text);
+        free(ran);
+        free(a);
+}
+END_TEST
+
+/* Queue names are per user: two users' queues of one name come back as
+ * theirs, with their items, and the user's usage is counted again (the
+ * item can be cancelled and the queue destroyed by its owner). */
+START_TEST(test_per_user_queues_come_back_as_theirs) {
+        struct ctl_result r;
+        char *root_item, *user_item, *text;
+
+        free(CTL_OK(&d, "create", "mine", "--on-interrupt", "rerun"));
+        CTL_AS(&d, 65534, &r, "create", "mine");
+        ck_assert_int_eq(r.status, 0);
+        ctl_result_free(&r);
+        root_item = CTL_OK(&d, "submit", "mine", "--delay", "3600", "--", "/bin/true");
+        CTL_AS(&d, 65534, &r, "submit", "mine", "--delay", "3600", "--", "/bin/true");
+        ck_assert_int_eq(r.status, 0);
+        user_item = strndup(r.out, strcspn(r.out, "\n"));
+        ctl_result_free(&r);
+
+        cmwqd_kill(&d);
+        cmwqd_launch(&d, NULL);
+
+        CTL_AS(&d, 65534, &r, "--json", "list");
+        ck_assert_int_eq(r.status, 0);
+        ck_assert_msg(strstr(r.out, "\"name\":\"mine\"") && strstr(r.out, "\"owner_uid\":65534") &&
+                      strstr(r.out, "\"on_interrupt\":\"drop\""), "uid 65534's list: %s", r.out);
+        ctl_result_free(&r);
+        text = CTL_OK(&d, "--json", "list");
+        ck_assert_msg(strstr(text, "\"on_interrupt\":\"rerun\""), "root's queue lost its policy: %s", text);
+        free(text);
+
+        CTL_AS(&d, 65534, &r, "show", root_item);
+        ck_assert_int_ne(r.status, 0);
+        ctl_result_free(&r);
+        CTL_AS(&d, 65534, &r, "cancel", user_item);
+        ck_assert_int_eq(r.status, 0);
+        ctl_result_free(&r);
+        CTL_AS(&d, 65534, &r, "destroy", "mine");
+        ck_assert_msg(r.status == 0, "uid 65534 cannot destroy its restored queue: %s", r.err);
+        ctl_result_free(&r);
+        assert_state(root_item, "delayed");
+        free(root_item);
+        free(user_item);
+}
+END_TEST
+
+/* --no-store: nothing is written, nothing comes back. */
+START_TEST(test_no_store_keeps_nothing) {
+        const char *const args[] = { "--no-store", NULL };
+        struct cmwqd nd;
+        struct stat st;
+        char *text;
+
+        cmwqd_start(&nd, args);
+        free(CTL_OK(&nd, "create", "fleeting"));
+        free(CTL_OK(&nd, "submit", "fleeting", "--delay", "3600", "--", "/bin/true"));
+        cmwqd_terminate(&nd);
+        ck_assert_int_ne(stat(nd.state_dir, &st), 0);
+        cmwqd_launch(&nd, args);
+        text = CTL_OK(&nd, "list");
+        ck_assert_msg(!strstr(text, "fleeting"), "a --no-store daemon kept a queue: %s", text);
+        free(text);
+        cmwqd_stop(&nd);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("store");
+        TCase *tc = tcase_create("store");
+        SRunner *sr;
+        int failed;
+
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_sigterm_keeps_queues_items_and_history);
+        tcase_add_test(tc, test_sigkill_interrupts_and_reruns_per_policy);
+        tcase_add_test(tc, test_torn_tail_keeps_complete_records);
+        tcase_add_test(tc, test_compaction_keeps_everything);
+        tcase_add_test(tc, test_crash_during_submission_stream);
+        tcase_add_test(tc, test_no_store_keeps_nothing);
+        tcase_add_test(tc, test_per_user_queues_come_back_as_theirs);
+        suite_add_tcase(s, tc);
+
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? 0 : 1;
+}
