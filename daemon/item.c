@@ -349,28 +349,23 @@ static struct exec_spec item_exec_spec(const struct item *i, const struct pool *
         };
 }
 
-/* Lets the item's process run: releases the one made ahead, or makes one. */
-static int item_exec_start(struct item *i, struct worker *worker) {
+/* Makes the item's process, stopped before its program, unless it was made
+ * ahead.  Failing here (fork refused) leaves the item to the pool, which
+ * retries with back-off; a MEM_RECLAIM queue's rescuer may stand in. */
+static int item_make_process(struct item *i, struct pool *pool) {
         struct core *c = i->core;
-        bool had_rescuer = false;
+        struct exec_spec spec;
+        bool had_rescuer;
         int r;
 
-        if (i->prepared) {
-                /* Made ready while it waited: only the release is left. */
-                r = exec_go(i->prepared);
-                if (r >= 0)
-                        i->proc = TAKE_PTR(i->prepared);
-                else
-                        i->prepared = exec_proc_discard(i->prepared);
-        } else {
-                struct exec_spec spec = item_exec_spec(i, worker->pool);
-
-                /* Only here, not to prepare(): a rescuer is for an item
-                 * whose turn it is. */
-                spec.rescuer = &i->wq->rescuer;
-                had_rescuer = i->wq->rescuer;
-                r = exec_start(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->proc);
-        }
+        if (i->prepared)
+                return 0;
+        spec = item_exec_spec(i, pool);
+        /* Only here, not to prepare ahead: a rescuer is for an item whose
+         * turn it is. */
+        spec.rescuer = &i->wq->rescuer;
+        had_rescuer = i->wq->rescuer;
+        r = exec_prepare(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->prepared);
         if (r < 0) {
                 log_warning_errno(r, "Failed to start item %" PRIu64 " of workqueue %s: %m", i->id, i->wq_name);
                 /* A process may be had again by now: be ready next time. */
@@ -385,6 +380,20 @@ static int item_exec_start(struct item *i, struct worker *worker) {
                 log_warning("No process could be created for item %" PRIu64 " of workqueue %s: its rescuer runs it",
                             i->id, i->wq_name);
         }
+        return 0;
+}
+
+/* Lets the item's process, made before, run its program. */
+static int item_exec_start(struct item *i) {
+        int r;
+
+        r = exec_go(i->prepared);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to start item %" PRIu64 " of workqueue %s: %m", i->id, i->wq_name);
+                i->prepared = exec_proc_discard(i->prepared);
+                return r;
+        }
+        i->proc = TAKE_PTR(i->prepared);
         i->started_usec = exec_proc_started_usec(i->proc);
         return 0;
 }
@@ -412,10 +421,14 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
         if (c->shutting_down)
                 return -ESHUTDOWN;
 
+        r = item_make_process(i, worker->pool);
+        if (r < 0)
+                return r;
+
         /* Its start is on disk before its process runs: after a crash an
          * item is either known to have started (interrupted) or has not run
-         * at all, never run and still pending.  A process made ahead waits
-         * for its release meanwhile. */
+         * at all, never run and still pending.  Its process waits for the
+         * release meanwhile. */
         seq = core_store_item_started(i);
         if (seq > 0) {
                 i->started_usec = 0;
@@ -425,7 +438,7 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
                 return 0;
         }
         i->started_usec = 0;
-        r = item_exec_start(i, worker);
+        r = item_exec_start(i);
         if (r < 0)
                 return r;
         item_mark_running(i, worker);
@@ -446,7 +459,7 @@ void core_items_start_durable(struct core *c, uint64_t seq) {
                         i->prepared = exec_proc_discard(i->prepared);
                         res.killed = true;
                 } else {
-                        r = item_exec_start(i, i->worker);
+                        r = item_exec_start(i);
                         if (r >= 0)
                                 continue;
                         res.exec_errno = -r;
