@@ -399,6 +399,12 @@ static void target_update_task(struct sleepwatch_target *t, pid_t tid,
                                enum sleepwatch_task_state state, uint64_t time) {
         struct sleepwatch_task *k;
 
+        /* A watched thread's events also report the threads it creates
+         * (FORK records): those are the client's business, not part of
+         * this target, and counting them as running would hide its block. */
+        if (t->only_tid > 0 && tid != t->only_tid)
+                return;
+
         k = target_find_task(t, tid);
         if (!k) {
                 if (target_add_task(t, tid, &k) < 0) {

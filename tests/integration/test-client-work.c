@@ -941,6 +941,61 @@ START_TEST(test_freeze_stops_callbacks_of_a_freezable_queue) {
 }
 END_TEST
 
+/* A callback that blocks once, right after it started, on something the
+ * next item on its CPU provides: the block must let that item start (the
+ * kernel's rule), or the two wait for each other.  A worker's events also
+ * report the threads it creates; those once hid this block. */
+struct handoff {
+        struct cmwq_work waiter, provider;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool provided;
+        atomic_int waiter_saw_it;
+};
+
+static void handoff_wait(struct cmwq_work *w) {
+        struct handoff *h = cmwq_container_of(w, struct handoff, waiter);
+        struct timespec until;
+        int r = 0;
+
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 20;
+        pthread_mutex_lock(&h->lock);
+        while (!h->provided && r == 0)
+                r = pthread_cond_timedwait(&h->cond, &h->lock, &until);
+        atomic_store(&h->waiter_saw_it, h->provided ? 1 : 0);
+        pthread_mutex_unlock(&h->lock);
+}
+
+static void handoff_provide(struct cmwq_work *w) {
+        struct handoff *h = cmwq_container_of(w, struct handoff, provider);
+
+        pthread_mutex_lock(&h->lock);
+        h->provided = true;
+        pthread_cond_broadcast(&h->cond);
+        pthread_mutex_unlock(&h->lock);
+}
+
+START_TEST(test_a_single_block_lets_the_next_item_run) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+
+        for (int round = 0; round < 5; round++) {
+                struct handoff h = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+                CMWQ_WORK_INIT(&h.waiter, handoff_wait);
+                CMWQ_WORK_INIT(&h.provider, handoff_provide);
+                ck_assert(cmwq_queue_work_on(0, wq, &h.waiter));
+                ck_assert(cmwq_queue_work_on(0, wq, &h.provider));
+                cmwq_flush_work(&h.waiter);
+                cmwq_flush_work(&h.provider);
+                ck_assert_msg(atomic_load(&h.waiter_saw_it) == 1,
+                              "round %d: the item queued behind a blocked one did not run within 20 s", round);
+        }
+        cmwq_disconnect(c);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("client-work");
         TCase *tc = tcase_create("client-work");
@@ -963,6 +1018,7 @@ int main(void) {
         tcase_add_test(tc, test_bound_max_active_limits_callbacks_per_cpu);
         tcase_add_test(tc, test_cpu_intensive_callbacks_do_not_hold_back_their_cpu);
         tcase_add_test(tc, test_freeze_stops_callbacks_of_a_freezable_queue);
+        tcase_add_test(tc, test_a_single_block_lets_the_next_item_run);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
