@@ -190,6 +190,8 @@ void item_retire(struct item *i, enum item_state state) {
         free(i->payload);
         i->payload = NULL;
 
+        core_notify_item_finished(i);
+        core_notify_workqueue_changed(wq);
         item_history_add(i);
         item_waiters_complete(i, 0);
 }
@@ -229,6 +231,7 @@ void item_queue(struct item *i) {
         i->seq = wq->next_seq++;
         list_add_tail(&i->inflight_entry, &wq->inflight);
         workqueue_item_activate(i);
+        core_notify_workqueue_changed(wq);
 }
 
 static void item_sleep_changed(struct sleepwatch_target *t, bool running, void *userdata) {
@@ -367,6 +370,7 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
                         i->key->pending = NULL;
                 i->key->running = i;
         }
+        core_notify_workqueue_changed(i->wq);
         return 0;
 }
 
@@ -659,6 +663,8 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
                 item_add_waiter(i, wait);
         if (a->delay_usec == 0)
                 item_queue(i);
+        else
+                core_notify_workqueue_changed(wq);
         return wait ? 1 : 0;
 
 fail:

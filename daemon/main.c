@@ -20,6 +20,7 @@
 #include "config_file.h"
 #include "core.h"
 #include "exec.h"
+#include "ipc_dbus.h"
 #include "ipc_socket.h"
 #include "log.h"
 #include "sleep.h"
@@ -37,6 +38,7 @@ struct options {
         bool user_mode;
         const char *socket_path;
         enum sleepwatch_mode sleep_mode;
+        bool no_dbus;
         int log_level;
         char **plugin_dirs;             /* from --plugin-dir; NULL: the defaults */
         size_t n_plugin_dirs;
@@ -75,6 +77,8 @@ static void help(void) {
                "                              (default: %g)\n"
                "      --no-sleep-inhibitor    do not take a logind sleep inhibitor, and do not\n"
                "                              freeze the freezable workqueues on suspend\n"
+               "      --no-dbus               do not offer the D-Bus interface (org.cmwq.cmwqd1 on\n"
+               "                              the system bus, or the session bus with --user)\n"
                "  -l, --log-level LEVEL       debug, info, notice, warning or error (default: info)\n"
                "  -h, --help                  show this help and exit\n"
                "  -V, --version               show the version and exit\n"
@@ -98,7 +102,7 @@ static int parse_freeze_timeout(const char *s, uint64_t *ret) {
 }
 
 static int parse_options(int argc, char **argv, struct options *o) {
-        enum { ARG_NO_SLEEP_INHIBITOR = 0x100 };
+        enum { ARG_NO_SLEEP_INHIBITOR = 0x100, ARG_NO_DBUS };
         static const struct option longopts[] = {
                 { "user", no_argument, NULL, 'u' },
                 { "socket", required_argument, NULL, 's' },
@@ -109,6 +113,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
                 { "log-level", required_argument, NULL, 'l' },
                 { "freeze-timeout", required_argument, NULL, 'f' },
                 { "no-sleep-inhibitor", no_argument, NULL, ARG_NO_SLEEP_INHIBITOR },
+                { "no-dbus", no_argument, NULL, ARG_NO_DBUS },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
                 {}
@@ -160,6 +165,9 @@ static int parse_options(int argc, char **argv, struct options *o) {
                         l[o->n_limit_args++] = optarg;
                         break;
                 }
+                case ARG_NO_DBUS:
+                        o->no_dbus = true;
+                        break;
                 case 'l':
                         r = log_level_from_string(optarg);
                         if (r < 0) {
@@ -243,6 +251,7 @@ int main(int argc, char **argv) {
         struct core *core = NULL;
         struct ipc_server *server = NULL;
         struct sleep_freezer *sleep = NULL;
+        struct ipc_dbus *dbus = NULL;
         const char *socket_path;
         int r, ret = EXIT_FAILURE;
 
@@ -368,6 +377,16 @@ int main(int argc, char **argv) {
         } else
                 log_info("Not freezing workqueues on suspend (--no-sleep-inhibitor)");
 
+        /* D-Bus is the second front end: without a bus the socket serves alone. */
+        if (!o.no_dbus) {
+                r = ipc_dbus_new(base, core, o.user_mode, &dbus);
+                if (r < 0)
+                        log_notice_errno(r, "D-Bus is not available (%m); serving the socket only, without %s on the %s bus",
+                                         CMWQ_DBUS_NAME, o.user_mode ? "session" : "system");
+                else
+                        log_info("Serving %s on the %s bus", CMWQ_DBUS_NAME, o.user_mode ? "session" : "system");
+        }
+
         sigterm = evsignal_new(base, SIGTERM, on_signal, base);
         sigint = evsignal_new(base, SIGINT, on_signal, base);
         if (!sigterm || !sigint || evsignal_add(sigterm, NULL) < 0 || evsignal_add(sigint, NULL) < 0) {
@@ -394,6 +413,7 @@ int main(int argc, char **argv) {
 out:
         /* First: its inhibitor lets a pending suspend go on at once. */
         sleep = sleep_freezer_free(sleep);
+        dbus = ipc_dbus_free(dbus);
         server = ipc_server_free(server);
         core = core_free(core);
         /* After the items, before the loop its removal events live on. */

@@ -202,6 +202,7 @@ int core_workqueue_create(struct core *c, const struct core_caller *caller, cons
         u->nr_workqueues++;
         log_debug("Created workqueue %s (flags 0x%x, max_active %u, owner %u)", name, flags, max_active,
                   (unsigned) caller->uid);
+        core_notify_workqueue_added(wq);
         return 0;
 }
 
@@ -220,6 +221,7 @@ void workqueue_free(struct workqueue *wq) {
         if (!wq)
                 return;
 
+        core_notify_workqueue_removed(wq);
         /* Only at daemon shutdown does a queue still hold items here. */
         while (!list_empty(&wq->items)) {
                 struct item *i = list_first_entry(&wq->items, struct item, wq_entry);
@@ -334,6 +336,7 @@ void workqueue_check_waiters(struct workqueue *wq) {
         struct core *c = wq->core;
         struct core_waiter *w, *n;
 
+        core_notify_workqueue_changed(wq);
         list_for_each_entry_safe(w, n, &wq->flushers, entry)
                 if (workqueue_flushed(wq, w->flush_seq)) {
                         list_del_init(&w->entry);
@@ -344,6 +347,8 @@ void workqueue_check_waiters(struct workqueue *wq) {
                 bool destroy = wq->destroying;
 
                 wq->draining = false;
+                if (!destroy)
+                        core_notify_workqueue_changed(wq);
                 waiters_complete(&wq->drainers, 0);
                 if (destroy) {
                         log_debug("Destroyed workqueue %s", wq->name);
@@ -368,6 +373,7 @@ int core_workqueue_destroy(struct core *c, const struct core_caller *caller, con
         /* destroy_workqueue() drains first; new work is refused meanwhile. */
         wq->draining = true;
         wq->destroying = true;
+        core_notify_workqueue_changed(wq);
         if (wq->nr_items == 0) {
                 workqueue_check_waiters(wq);
                 return 0;
@@ -393,6 +399,7 @@ int core_workqueue_set_max_active(struct core *c, const struct core_caller *call
         wq->max_active = max_active ? max_active : WQ_DFL_ACTIVE;
         for (size_t k = 0; k < wq->n_pwqs; k++)
                 pwq_activate_inactive(&wq->pwqs[k]);
+        core_notify_workqueue_changed(wq);
         return 0;
 }
 
@@ -425,6 +432,7 @@ int core_workqueue_drain(struct core *c, const struct core_caller *caller, const
         if (wq->nr_items == 0)
                 return 0;
         wq->draining = true;
+        core_notify_workqueue_changed(wq);
         w->drain_wq = wq;
         list_add_tail(&w->entry, &wq->drainers);
         return 1;
@@ -511,6 +519,7 @@ static void workqueue_freeze(struct workqueue *wq) {
         workqueue_deactivate_pending(wq);
         if (wq->core->freeze_changed)
                 wq->core->freeze_changed(wq, wq->core->freeze_changed_userdata);
+        core_notify_workqueue_changed(wq);
 }
 
 static void workqueue_thaw(struct workqueue *wq) {
@@ -521,6 +530,7 @@ static void workqueue_thaw(struct workqueue *wq) {
                 pwq_activate_inactive(&wq->pwqs[k]);
         if (wq->core->freeze_changed)
                 wq->core->freeze_changed(wq, wq->core->freeze_changed_userdata);
+        core_notify_workqueue_changed(wq);
 }
 
 /* Freezing and thawing are root's: applies @apply to the queue @name, or to
