@@ -122,6 +122,8 @@ int ipc_dbus_caller(struct ipc_dbus *d, sd_bus_message *m, struct dbus_sender **
                 .groups = s->groups,
                 .n_groups = (size_t) n,
         };
+        log_debug("D-Bus client %s is uid %u gid %u pid %d with %d supplementary groups", sender, (unsigned) euid,
+                  (unsigned) egid, (int) pid, n);
         list_add(&s->entry, &d->senders);
         d->nr_senders++;
         dbus_senders_trim(d);

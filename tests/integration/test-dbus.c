@@ -351,7 +351,8 @@ static uint64_t property_u64(const char *path, const char *name, char type) {
         return t;
 }
 
-/* Runs a program (stdout and stderr together), as @uid unless it is -1. */
+/* Runs a program (stdout and stderr together), as @uid (with group @uid and
+ * supplementary group 100) unless it is -1. */
 static int run(uid_t uid, char **out, const char *const *argv) {
         int p[2], status;
         size_t len = 0;
@@ -365,7 +366,9 @@ static int run(uid_t uid, char **out, const char *const *argv) {
         if (pid == 0) {
                 dup2(p[1], STDOUT_FILENO);
                 dup2(p[1], STDERR_FILENO);
-                if (uid != (uid_t) -1 && (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 ||
+                /* One supplementary group (100, "users"), to see that
+                 * items get the caller's groups over D-Bus too. */
+                if (uid != (uid_t) -1 && (setgroups(1, (gid_t[]) { 100 }) < 0 || setresgid(uid, uid, uid) < 0 ||
                                           setresuid(uid, uid, uid) < 0))
                         _exit(126);
                 execvp(argv[0], (char *const *) argv);
@@ -894,14 +897,14 @@ START_TEST(test_wrong_user_refused) {
         free(out);
         ck_assert_uint_eq(property_u64(WQ_PREFIX "mine", "Owner", 'u'), NOBODY);
         ck_assert_int_eq(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "Submit", "sasassayitst", "system",
-                                "2", "/usr/bin/id", "-u", "0", "", "0", "-1", "0", "", "0"),
+                                "3", "/bin/sh", "-c", "id -u; id -g; id -G", "0", "", "0", "-1", "0", "", "0"),
                          0);
         unsigned long long mine;
         ck_assert_int_eq(sscanf(out, "tb %llu", &mine), 1);
         free(out);
         struct item_info info;
         item_call("WaitItem", mine, &info);
-        ck_assert_str_eq(info.out, "65534\n");
+        ck_assert_str_eq(info.out, "65534\n65534\n65534 100\n");
         ck_assert_uint_eq(info.uid, NOBODY);
 }
 END_TEST
