@@ -310,7 +310,7 @@ static void dbus_announce_workqueue(struct ipc_dbus *d, struct dbus_workqueue *w
                         w->announced[k] = now[k];
                 }
         changed[n] = NULL;
-        if (n == 0 || ipc_dbus_workqueue_path(w->wq->name, &path) < 0)
+        if (n == 0 || ipc_dbus_workqueue_path(w->wq, &path) < 0)
                 return;
         r = sd_bus_emit_properties_changed_strv(d->bus, path, CMWQ_DBUS_WORKQUEUE_INTERFACE, (char **) changed);
         if (r < 0)
@@ -347,7 +347,7 @@ static void observe_workqueue_added(struct core_observer *o, struct workqueue *w
 
         if (!dbus_workqueue_track(d, wq))
                 log_warning("Out of memory: workqueue %s will not announce its property changes", wq->name);
-        r = ipc_dbus_workqueue_path(wq->name, &path);
+        r = ipc_dbus_workqueue_path(wq, &path);
         if (r >= 0)
                 r = sd_bus_emit_object_added(d->bus, path);
         if (r < 0)
@@ -363,7 +363,7 @@ static void observe_workqueue_removed(struct core_observer *o, struct workqueue 
 
         if (w)
                 dbus_workqueue_free(w);
-        r = ipc_dbus_workqueue_path(wq->name, &path);
+        r = ipc_dbus_workqueue_path(wq, &path);
         if (r >= 0)
                 r = sd_bus_emit_object_removed(d->bus, path);
         if (r < 0)

@@ -103,7 +103,9 @@ struct ipc_dbus {
 
 int ipc_dbus_objects_add(struct ipc_dbus *d);
 struct dbus_workqueue *ipc_dbus_workqueue_find(struct ipc_dbus *d, const struct workqueue *wq);
-int ipc_dbus_workqueue_path(const char *name, char **ret);
+/* The object of @wq: CMWQ_DBUS_WORKQUEUE_PREFIX/<escaped "UID/NAME">, or of
+ * the bare name for a built-in queue. */
+int ipc_dbus_workqueue_path(const struct workqueue *wq, char **ret);
 /* The values of @wq's changing properties, in the order of the
  * NULL-terminated ipc_dbus_workqueue_changing[]. */
 void ipc_dbus_workqueue_values(const struct workqueue *wq, uint64_t *values);

@@ -18,7 +18,19 @@
 #include "log.h"
 #include "util.h"
 
-int ipc_dbus_workqueue_path(const char *name, char **ret) {
+/* Workqueue names are per user (workqueue.c): an object is named by what
+ * names its queue exactly, "UID/NAME", or the bare name of a built-in. */
+static void workqueue_exact_name(const struct workqueue *wq, char *buf, size_t size) {
+        if (wq->builtin)
+                snprintf(buf, size, "%s", wq->name);
+        else
+                snprintf(buf, size, "%u/%s", (unsigned) wq->owner, wq->name);
+}
+
+int ipc_dbus_workqueue_path(const struct workqueue *wq, char **ret) {
+        char name[WQ_NAME_MAX + 16];
+
+        workqueue_exact_name(wq, name, sizeof(name));
         return sd_bus_path_encode(CMWQ_DBUS_WORKQUEUE_PREFIX, name, ret);
 }
 
@@ -261,7 +273,7 @@ static int method_create_workqueue(sd_bus_message *m, void *userdata, sd_bus_err
         r = core_workqueue_create(d->core, &s->caller, name, flags, max_active, &e);
         if (r < 0)
                 return ipc_dbus_reply_core_error(m, &e);
-        r = ipc_dbus_workqueue_path(name, &path);
+        r = ipc_dbus_workqueue_path(core_find_workqueue(d->core, s->caller.uid, name), &path);
         if (r < 0)
                 return r;
         return sd_bus_reply_method_return(m, "o", path);
@@ -270,7 +282,8 @@ static int method_create_workqueue(sd_bus_message *m, void *userdata, sd_bus_err
 static int method_get_workqueue(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct ipc_dbus *d = userdata;
         _cleanup_(freep) char *path = NULL;
-        struct workqueue *wq;
+        struct core_error e = {};
+        struct workqueue *wq = NULL;
         struct dbus_sender *s;
         const char *name;
         int r;
@@ -279,11 +292,10 @@ static int method_get_workqueue(sd_bus_message *m, void *userdata, sd_bus_error 
         if (r < 0)
                 return r;
         GET_CALLER(d, m, s, error);
-        /* Not found and not visible read alike, as on the socket. */
-        wq = core_find_workqueue(d->core, name);
-        if (!wq || !workqueue_visible_to(wq, &s->caller))
-                return sd_bus_reply_method_errorf(m, errno_to_dbus_error(-ENOENT), "no workqueue named '%s'", name);
-        r = ipc_dbus_workqueue_path(name, &path);
+        r = core_workqueue_lookup(d->core, &s->caller, name, &wq, &e);
+        if (r < 0)
+                return ipc_dbus_reply_core_error(m, &e);
+        r = ipc_dbus_workqueue_path(wq, &path);
         if (r < 0)
                 return r;
         return sd_bus_reply_method_return(m, "o", path);
@@ -427,7 +439,7 @@ static int method_list_workqueues(sd_bus_message *m, void *userdata, sd_bus_erro
                         break;
                 if (!workqueue_visible_to(wq, &s->caller))
                         continue;
-                r = ipc_dbus_workqueue_path(wq->name, &path);
+                r = ipc_dbus_workqueue_path(wq, &path);
                 if (r >= 0)
                         r = sd_bus_message_append(reply, "(souuubbbttt)", wq->name, path, (uint32_t) wq->flags,
                                                   (uint32_t) wq->max_active, (uint32_t) wq->owner, (int) wq->builtin,
@@ -614,54 +626,68 @@ static int property_workqueue(sd_bus *bus, const char *path, const char *interfa
 
 static int wq_method_submit(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct dbus_workqueue *w = userdata;
+        char name[WQ_NAME_MAX + 16];
 
-        return submit(w->dbus, m, w->wq->name, error);
+        workqueue_exact_name(w->wq, name, sizeof(name));
+        return submit(w->dbus, m, name, error);
 }
 
 static int wq_method_flush(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct dbus_workqueue *w = userdata;
+        char name[WQ_NAME_MAX + 16];
 
-        return workqueue_wait(w->dbus, m, WAIT_FLUSH, w->wq->name, 0, error);
+        workqueue_exact_name(w->wq, name, sizeof(name));
+        return workqueue_wait(w->dbus, m, WAIT_FLUSH, name, 0, error);
 }
 
 static int wq_method_drain(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct dbus_workqueue *w = userdata;
+        char name[WQ_NAME_MAX + 16];
 
-        return workqueue_wait(w->dbus, m, WAIT_DRAIN, w->wq->name, 0, error);
+        workqueue_exact_name(w->wq, name, sizeof(name));
+        return workqueue_wait(w->dbus, m, WAIT_DRAIN, name, 0, error);
 }
 
 static int wq_method_destroy(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct dbus_workqueue *w = userdata;
+        char name[WQ_NAME_MAX + 16];
 
-        return workqueue_wait(w->dbus, m, WAIT_DESTROY, w->wq->name, 0, error);
+        workqueue_exact_name(w->wq, name, sizeof(name));
+        return workqueue_wait(w->dbus, m, WAIT_DESTROY, name, 0, error);
 }
 
 static int wq_method_freeze(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct dbus_workqueue *w = userdata;
+        char name[WQ_NAME_MAX + 16];
         uint64_t timeout;
         int r;
 
         r = sd_bus_message_read(m, "t", &timeout);
         if (r < 0)
                 return r;
-        return workqueue_wait(w->dbus, m, WAIT_FREEZE, w->wq->name, timeout, error);
+        workqueue_exact_name(w->wq, name, sizeof(name));
+        return workqueue_wait(w->dbus, m, WAIT_FREEZE, name, timeout, error);
 }
 
 static int wq_method_thaw(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct dbus_workqueue *w = userdata;
+        char name[WQ_NAME_MAX + 16];
 
-        return thaw(w->dbus, m, w->wq->name, error);
+        workqueue_exact_name(w->wq, name, sizeof(name));
+        return thaw(w->dbus, m, name, error);
 }
 
 static int wq_method_set_max_active(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct dbus_workqueue *w = userdata;
+        char name[WQ_NAME_MAX + 16];
         uint32_t max_active;
         int r;
 
         r = sd_bus_message_read(m, "u", &max_active);
         if (r < 0)
                 return r;
-        return set_max_active(w->dbus, m, w->wq->name, max_active, error);
+        workqueue_exact_name(w->wq, name, sizeof(name));
+        return set_max_active(w->dbus, m, name, max_active, error);
 }
 
 #define WQ_PROPERTY(name, type) \
@@ -729,12 +755,18 @@ static int find_workqueue(sd_bus *bus, const char *path, const char *interface, 
         r = sd_bus_path_decode(path, CMWQ_DBUS_WORKQUEUE_PREFIX, &name);
         if (r <= 0 || !name[0])
                 return 0;
-        wq = core_find_workqueue(d->core, name);
-        if (!wq)
-                return 0;
-        w = ipc_dbus_workqueue_find(d, wq);
+        w = NULL;
+        list_for_each_entry(wq, &d->core->workqueues, entry) {
+                char exact[WQ_NAME_MAX + 16];
+
+                workqueue_exact_name(wq, exact, sizeof(exact));
+                if (strcmp(exact, name) == 0) {
+                        w = ipc_dbus_workqueue_find(d, wq);
+                        break;
+                }
+        }
         /* Another user's queue is not there for the caller, as on the socket. */
-        if (!w || !workqueue_visible_to_current(d, bus, wq))
+        if (!w || !workqueue_visible_to_current(d, bus, w->wq))
                 return 0;
         *found = w;
         return 1;
@@ -753,7 +785,7 @@ static int enumerate_workqueues(sd_bus *bus, const char *path, void *userdata, c
         list_for_each_entry(wq, &d->core->workqueues, entry) {
                 if (!workqueue_visible_to_current(d, bus, wq))
                         continue;
-                if (ipc_dbus_workqueue_path(wq->name, &nodes[n]) < 0) {
+                if (ipc_dbus_workqueue_path(wq, &nodes[n]) < 0) {
                         strv_free(nodes);
                         return -ENOMEM;
                 }

@@ -364,6 +364,14 @@ int main(int argc, char **argv) {
                 goto out;
         }
 
+        /* Before anyone can reach us: whoever sees us up may stop us. */
+        sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+        sigint = evsignal_new(base, SIGINT, on_signal, base);
+        if (!sigterm || !sigint || evsignal_add(sigterm, NULL) < 0 || evsignal_add(sigint, NULL) < 0) {
+                log_error("Failed to set up signal handling");
+                goto out;
+        }
+
         r = ipc_server_new(base, core, socket_path, o.user_mode, &server);
         if (r < 0)
                 goto out;
@@ -387,12 +395,6 @@ int main(int argc, char **argv) {
                         log_info("Serving %s on the %s bus", CMWQ_DBUS_NAME, o.user_mode ? "session" : "system");
         }
 
-        sigterm = evsignal_new(base, SIGTERM, on_signal, base);
-        sigint = evsignal_new(base, SIGINT, on_signal, base);
-        if (!sigterm || !sigint || evsignal_add(sigterm, NULL) < 0 || evsignal_add(sigint, NULL) < 0) {
-                log_error("Failed to set up signal handling");
-                goto out;
-        }
 
         log_info("cmwqd %s listening on %s%s (%s instance, %u CPUs, sleep detector %s)", PACKAGE_VERSION,
                  ipc_server_path(server), ipc_server_socket_activated(server) ? " (socket from systemd)" : "",

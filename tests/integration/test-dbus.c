@@ -30,6 +30,9 @@
 #define WORKQUEUE "org.cmwq.cmwqd1.Workqueue"
 #define WQ_PREFIX "/org/cmwq/cmwqd1/workqueue/"
 #define NOBODY 65534
+/* Workqueue names are per user: an object is named by "UID/NAME" (escaped),
+ * a built-in queue by its name.  Root's queues: */
+#define ROOTS WQ_PREFIX "_30_2f"
 
 static struct cmwqd d;
 static pid_t bus_pid;
@@ -583,11 +586,11 @@ START_TEST(test_manager_methods) {
 
         reply = call_ok(PATH, MANAGER, "CreateWorkqueue", "suu", "build", (uint32_t) 0, (uint32_t) 4);
         ck_assert_int_ge(sd_bus_message_read(reply, "o", &path), 0);
-        ck_assert_str_eq(path, WQ_PREFIX "build");
+        ck_assert_str_eq(path, ROOTS "build");
         sd_bus_message_unref(reply);
         reply = call_ok(PATH, MANAGER, "GetWorkqueue", "s", "build");
         ck_assert_int_ge(sd_bus_message_read(reply, "o", &path), 0);
-        ck_assert_str_eq(path, WQ_PREFIX "build");
+        ck_assert_str_eq(path, ROOTS "build");
         sd_bus_message_unref(reply);
 
         msg = call_fails(bus, PATH, MANAGER, "CreateWorkqueue", "org.cmwq.cmwqd1.Error.AlreadyExists", "suu",
@@ -644,7 +647,7 @@ START_TEST(test_manager_methods) {
         free(call_fails(bus, PATH, MANAGER, "GetItem", "org.cmwq.cmwqd1.Error.NotFound", "t", (uint64_t) 999999));
 
         call_ok(PATH, MANAGER, "SetMaxActive", "su", "build", (uint32_t) 9);
-        ck_assert_uint_eq(property_u64(WQ_PREFIX "build", "MaxActive", 'u'), 9);
+        ck_assert_uint_eq(property_u64(ROOTS "build", "MaxActive", 'u'), 9);
         free(call_fails(bus, PATH, MANAGER, "SetMaxActive", "org.cmwq.cmwqd1.Error.InvalidArgument", "su", "build",
                         (uint32_t) 513));
 
@@ -663,7 +666,7 @@ START_TEST(test_manager_methods) {
                                            &builtin, &frozen, &draining, &pending, &running, &total) > 0)
                         if (strcmp(name, "build") == 0) {
                                 found = true;
-                                ck_assert_str_eq(opath, WQ_PREFIX "build");
+                                ck_assert_str_eq(opath, ROOTS "build");
                                 ck_assert_uint_eq(max_active, 9);
                                 ck_assert(!builtin);
                                 ck_assert_uint_eq(total, 1);
@@ -719,10 +722,10 @@ END_TEST
 START_TEST(test_workqueue_object_methods_with_busctl) {
         char *out;
         char flag[256];
-        const char *obj = WQ_PREFIX "fr";
+        const char *obj = ROOTS "fr";
 
         BUSCTL_OK(&out, "call", "--", NAME, PATH, MANAGER, "CreateWorkqueue", "suu", "fr", "2", "0");
-        ck_assert_str_eq(out, "o \"" WQ_PREFIX "fr\"\n");
+        ck_assert_str_eq(out, "o \"" ROOTS "fr\"\n");
         free(out);
         BUSCTL_OK(&out, "get-property", NAME, obj, WORKQUEUE, "Name", "Flags", "Owner", "Builtin", "MaxActive");
         ck_assert_str_eq(out, "s \"fr\"\nu 2\nu 0\nb false\nu 256\n");
@@ -764,7 +767,7 @@ START_TEST(test_workqueue_object_methods_with_busctl) {
 END_TEST
 
 START_TEST(test_signals_and_properties_changed) {
-        const char *obj = WQ_PREFIX "sig";
+        const char *obj = ROOTS "sig";
         char text[128];
         uint64_t id, killed;
 
@@ -816,13 +819,13 @@ START_TEST(test_deferred_flush_does_not_block_the_daemon) {
         for (int k = 0; k < 3; k++)
                 ids[k] = submit("slow", (const char *const[]) { "/bin/sh", "-c", script, NULL }, NULL, 0, NULL);
 
-        ck_assert_int_ge(sd_bus_call_method_async(bus, NULL, NAME, WQ_PREFIX "slow", WORKQUEUE, "Flush",
+        ck_assert_int_ge(sd_bus_call_method_async(bus, NULL, NAME, ROOTS "slow", WORKQUEUE, "Flush",
                                                   on_flush_reply, &replied, NULL),
                          0);
         /* Other calls are answered while the flush waits. */
         for (int k = 0; k < 5; k++) {
                 sd_bus_message_unref(call_ok(PATH, MANAGER, "ListWorkqueues", NULL));
-                BUSCTL_OK(&out, "get-property", NAME, WQ_PREFIX "slow", WORKQUEUE, "InFlight");
+                BUSCTL_OK(&out, "get-property", NAME, ROOTS "slow", WORKQUEUE, "InFlight");
                 ck_assert_str_eq(out, "t 3\n");
                 free(out);
                 out = CTL_OK(&d, "list");
@@ -865,10 +868,10 @@ START_TEST(test_wrong_user_refused) {
                          0);
         ck_assert_msg(strstr(out, "no workqueue named 'private'"), "%s", out);
         free(out);
-        ck_assert_int_ne(BUSCTL(NOBODY, &out, "call", "--", NAME, WQ_PREFIX "private", WORKQUEUE, "Flush"), 0);
+        ck_assert_int_ne(BUSCTL(NOBODY, &out, "call", "--", NAME, ROOTS "private", WORKQUEUE, "Flush"), 0);
         ck_assert_msg(strstr(out, "Unknown object"), "%s", out);
         free(out);
-        ck_assert_int_ne(BUSCTL(NOBODY, &out, "get-property", NAME, WQ_PREFIX "private", WORKQUEUE, "Flags"), 0);
+        ck_assert_int_ne(BUSCTL(NOBODY, &out, "get-property", NAME, ROOTS "private", WORKQUEUE, "Flags"), 0);
         free(out);
         ck_assert_int_ne(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "GetItem", "t", id_text), 0);
         ck_assert_msg(strstr(out, "belongs to another user"), "%s", out);
@@ -895,7 +898,15 @@ START_TEST(test_wrong_user_refused) {
                                 "0", "0"),
                          0);
         free(out);
-        ck_assert_uint_eq(property_u64(WQ_PREFIX "mine", "Owner", 'u'), NOBODY);
+        ck_assert_uint_eq(property_u64(WQ_PREFIX "_365534_2fmine", "Owner", 'u'), NOBODY);
+        /* Names are per user: its "private" is another object than root's. */
+        ck_assert_int_eq(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "CreateWorkqueue", "suu", "private",
+                                "0", "0"),
+                         0);
+        ck_assert_str_eq(out, "o \"" WQ_PREFIX "_365534_2fprivate\"\n");
+        free(out);
+        ck_assert_uint_eq(property_u64(ROOTS "private", "Owner", 'u'), 0);
+        ck_assert_uint_eq(property_u64(ROOTS "private", "Flags", 'u'), 2);
         ck_assert_int_eq(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "Submit", "sasassayitst", "system",
                                 "3", "/bin/sh", "-c", "id -u; id -g; id -G", "0", "", "0", "-1", "0", "", "0"),
                          0);
@@ -923,19 +934,19 @@ START_TEST(test_both_front_ends_see_the_same_state) {
 
         out = CTL_OK(&d, "create", "viasocket", "--max-active", "3");
         free(out);
-        ck_assert_msg(saw("InterfacesAdded", PATH, WQ_PREFIX "viasocket"), "no InterfacesAdded for viasocket");
+        ck_assert_msg(saw("InterfacesAdded", PATH, ROOTS "viasocket"), "no InterfacesAdded for viasocket");
         reply = call_ok(PATH, MANAGER, "GetWorkqueue", "s", "viasocket");
         ck_assert_int_ge(sd_bus_message_read(reply, "o", &path), 0);
-        ck_assert_str_eq(path, WQ_PREFIX "viasocket");
+        ck_assert_str_eq(path, ROOTS "viasocket");
         sd_bus_message_unref(reply);
-        ck_assert_uint_eq(property_u64(WQ_PREFIX "viasocket", "MaxActive", 'u'), 3);
+        ck_assert_uint_eq(property_u64(ROOTS "viasocket", "MaxActive", 'u'), 3);
 
         out = CTL_OK(&d, "set-max-active", "viabus", "2");
         free(out);
-        ck_assert_msg(saw("PropertiesChanged", WQ_PREFIX "viabus", "MaxActive=2"), "no MaxActive=2");
+        ck_assert_msg(saw("PropertiesChanged", ROOTS "viabus", "MaxActive=2"), "no MaxActive=2");
         out = CTL_OK(&d, "destroy", "viasocket");
         free(out);
-        ck_assert_msg(saw("InterfacesRemoved", PATH, WQ_PREFIX "viasocket"), "no InterfacesRemoved");
+        ck_assert_msg(saw("InterfacesRemoved", PATH, ROOTS "viasocket"), "no InterfacesRemoved");
 }
 END_TEST
 
