@@ -659,7 +659,7 @@ START_TEST(test_manager_methods) {
         ck_assert_str_eq(info.state, "cancelled");
         free(call_fails(bus, PATH, MANAGER, "GetItem", "org.cmwq.cmwqd1.Error.NotFound", "t", (uint64_t) 999999));
 
-        call_ok(PATH, MANAGER, "SetMaxActive", "su", "build", (uint32_t) 9);
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "SetMaxActive", "su", "build", (uint32_t) 9));
         ck_assert_uint_eq(property_u64(ROOTS "build", "MaxActive", 'u'), 9);
         free(call_fails(bus, PATH, MANAGER, "SetMaxActive", "org.cmwq.cmwqd1.Error.InvalidArgument", "su", "build",
                         (uint32_t) 513));
@@ -713,20 +713,20 @@ START_TEST(test_manager_methods) {
                 sd_bus_message_unref(reply);
         }
 
-        call_ok(PATH, MANAGER, "FlushWorkqueue", "s", "build");
-        call_ok(PATH, MANAGER, "DrainWorkqueue", "s", "build");
-        call_ok(PATH, MANAGER, "DestroyWorkqueue", "s", "build");
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "FlushWorkqueue", "s", "build"));
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "DrainWorkqueue", "s", "build"));
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "DestroyWorkqueue", "s", "build"));
         free(call_fails(bus, PATH, MANAGER, "GetWorkqueue", "org.cmwq.cmwqd1.Error.NotFound", "s", "build"));
 
         /* Freeze and thaw (root), by name and all freezable queues. */
         free(call_fails(bus, PATH, MANAGER, "Freeze", "org.cmwq.cmwqd1.Error.InvalidArgument", "st", "system",
                         (uint64_t) 0));
-        call_ok(PATH, MANAGER, "Freeze", "st", "", (uint64_t) 0);
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "Freeze", "st", "", (uint64_t) 0));
         ck_assert_uint_eq(property_u64(WQ_PREFIX "system_5ffreezable", "Frozen", 'b'), 1);
         ck_assert_uint_eq(property_u64(WQ_PREFIX "system_5ffreezable_5funbound", "Frozen", 'b'), 1);
-        call_ok(PATH, MANAGER, "Thaw", "s", "system_freezable");
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "Thaw", "s", "system_freezable"));
         ck_assert_uint_eq(property_u64(WQ_PREFIX "system_5ffreezable", "Frozen", 'b'), 0);
-        call_ok(PATH, MANAGER, "Thaw", "s", "");
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "Thaw", "s", ""));
         ck_assert_uint_eq(property_u64(WQ_PREFIX "system_5ffreezable_5funbound", "Frozen", 'b'), 0);
 
         /* The manager's own properties. */
@@ -773,7 +773,7 @@ START_TEST(test_freeze_timeout_and_cancel_of_a_running_item) {
         ck_assert_msg(strstr(msg, text), "'%s' does not name %s", msg, text);
         free(msg);
         ck_assert_uint_eq(property_u64(obj, "Frozen", 'b'), 1);
-        call_ok(obj, WORKQUEUE, "Thaw", NULL);
+        sd_bus_message_unref(call_ok(obj, WORKQUEUE, "Thaw", NULL));
 
         item_call("CancelItem", id, &info);
         ck_assert_str_eq(info.state, "cancelled");
@@ -902,14 +902,14 @@ START_TEST(test_signals_and_properties_changed) {
         snprintf(text, sizeof(text), "%llu sig finished -1 9 0", (unsigned long long) killed);
         ck_assert_msg(saw("ItemFinished", PATH, text), "no ItemFinished '%s'", text);
 
-        call_ok(PATH, MANAGER, "SetMaxActive", "su", "sig", (uint32_t) 5);
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "SetMaxActive", "su", "sig", (uint32_t) 5));
         ck_assert_msg(saw("PropertiesChanged", obj, "MaxActive=5"), "no PropertiesChanged with MaxActive=5");
-        call_ok(obj, WORKQUEUE, "Freeze", "t", (uint64_t) 0);
+        sd_bus_message_unref(call_ok(obj, WORKQUEUE, "Freeze", "t", (uint64_t) 0));
         ck_assert_msg(saw("PropertiesChanged", obj, "Frozen=1"), "no PropertiesChanged with Frozen=1");
-        call_ok(obj, WORKQUEUE, "Thaw", NULL);
+        sd_bus_message_unref(call_ok(obj, WORKQUEUE, "Thaw", NULL));
         ck_assert_msg(saw("PropertiesChanged", obj, "Frozen=0"), "no PropertiesChanged with Frozen=0");
 
-        call_ok(obj, WORKQUEUE, "Destroy", NULL);
+        sd_bus_message_unref(call_ok(obj, WORKQUEUE, "Destroy", NULL));
         ck_assert_msg(saw("InterfacesRemoved", PATH, obj), "no InterfacesRemoved for %s", obj);
 }
 END_TEST
