@@ -40,8 +40,47 @@ void core_waiter_cancel(struct core_waiter *w) {
          * the last drainer gone the queue takes work again.  A destroy goes
          * on whether or not its caller waits for it. */
         wq = w->drain_wq;
-        if (wq && list_empty(&wq->drainers) && !wq->destroying)
+        if (wq && list_empty(&wq->drainers) && !wq->destroying && wq->draining) {
                 wq->draining = false;
+                core_notify_workqueue_changed(wq);
+        }
+}
+
+void core_observer_add(struct core *c, struct core_observer *o) {
+        list_add_tail(&o->entry, &c->observers);
+}
+
+void core_observer_remove(struct core_observer *o) {
+        if (o && list_linked(&o->entry))
+                list_del_init(&o->entry);
+}
+
+/* One place that calls every observer; nothing to tell while the daemon
+ * tears its queues down. */
+#define CORE_NOTIFY(core, callback, ...)                                        \
+        do {                                                                    \
+                struct core_observer *_o, *_n;                                  \
+                if ((core)->shutting_down)                                      \
+                        break;                                                  \
+                list_for_each_entry_safe(_o, _n, &(core)->observers, entry)     \
+                        if (_o->callback)                                       \
+                                _o->callback(_o, __VA_ARGS__);                  \
+        } while (0)
+
+void core_notify_workqueue_added(struct workqueue *wq) {
+        CORE_NOTIFY(wq->core, workqueue_added, wq);
+}
+
+void core_notify_workqueue_removed(struct workqueue *wq) {
+        CORE_NOTIFY(wq->core, workqueue_removed, wq);
+}
+
+void core_notify_workqueue_changed(struct workqueue *wq) {
+        CORE_NOTIFY(wq->core, workqueue_changed, wq);
+}
+
+void core_notify_item_finished(struct item *i) {
+        CORE_NOTIFY(i->core, item_finished, i);
 }
 
 /* Root, and the user the daemon runs as: the owner of a --user instance may
@@ -115,6 +154,7 @@ int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_c
         list_init(&c->history);
         list_init(&c->freezers);
         list_init(&c->starting);
+        list_init(&c->observers);
 
         /* Bound pools exist for every CPU the kernel knows of; a queue to an
          * offline CPU is refused at submission. */

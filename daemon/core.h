@@ -264,6 +264,7 @@ struct core {
         struct list_head freezers;      /* waiting for frozen queues to go idle */
         struct event *freeze_timer;
         struct event *watchdog_timer;   /* armed only while work waits */
+        struct list_head observers;     /* struct core_observer */
         bool shutting_down;
         /* Told when a queue is frozen or thawed (callback work, whose
          * items the core does not see). */
@@ -286,6 +287,26 @@ bool caller_is_privileged(const struct core_caller *caller);
  * core_user_disconnect() of the same uid. */
 int core_user_connect(struct core *c, const struct core_caller *caller, struct core_error *e);
 void core_user_disconnect(struct core *c, uid_t uid);
+
+/* Front ends that publish the core's state (D-Bus signals and properties)
+ * learn of changes here.  The callbacks run from inside the core, in the
+ * middle of whatever changed: they may only look and remember, never call
+ * back into the core.  Any callback may be NULL. */
+struct core_observer {
+        struct list_head entry;
+        void (*workqueue_added)(struct core_observer *o, struct workqueue *wq);
+        /* Still complete and findable by name; freed right after. */
+        void (*workqueue_removed)(struct core_observer *o, struct workqueue *wq);
+        /* Attributes or counters may have changed (max_active, frozen,
+         * draining, pending, running, statistics). */
+        void (*workqueue_changed)(struct core_observer *o, struct workqueue *wq);
+        /* Ended for good (finished, failed or cancelled), in the history now. */
+        void (*item_finished)(struct core_observer *o, struct item *i);
+};
+
+void core_observer_add(struct core *c, struct core_observer *o);
+/* Safe if not added. */
+void core_observer_remove(struct core_observer *o);
 
 /* Workqueues */
 /* The queue @owner has under @name (exactly; see workqueue.c on names). */
@@ -346,6 +367,10 @@ int core_item_cancel(struct core *c, const struct core_caller *caller, uint64_t 
                      struct core_error *e);
 
 /* Internal between core.c, workqueue.c and item.c. */
+void core_notify_workqueue_added(struct workqueue *wq);
+void core_notify_workqueue_removed(struct workqueue *wq);
+void core_notify_workqueue_changed(struct workqueue *wq);
+void core_notify_item_finished(struct item *i);
 struct pool *core_pool_for(struct core *c, int cpu, bool highpri);
 struct item *core_item_lookup(struct core *c, uint64_t id);
 void core_item_hash(struct core *c, struct item *i);

@@ -197,6 +197,8 @@ void item_retire(struct item *i, enum item_state state) {
         i->payload = NULL;
         i->payload_len = 0;
 
+        core_notify_item_finished(i);
+        core_notify_workqueue_changed(wq);
         item_history_add(i);
         item_waiters_complete(i, 0);
 }
@@ -242,6 +244,7 @@ void item_queue(struct item *i) {
         i->seq = wq->next_seq++;
         list_add_tail(&i->inflight_entry, &wq->inflight);
         workqueue_item_activate(i);
+        core_notify_workqueue_changed(wq);
 }
 
 static void item_sleep_changed(struct sleepwatch_target *t, bool running, void *userdata) {
@@ -410,6 +413,7 @@ static void item_mark_running(struct item *i, struct worker *worker) {
                         i->key->pending = NULL;
                 i->key->running = i;
         }
+        core_notify_workqueue_changed(i->wq);
 }
 
 static int item_execute(struct worker *worker, struct pool_work *work) {
@@ -759,6 +763,8 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
                 item_add_waiter(i, wait);
         if (a->delay_usec == 0)
                 item_queue(i);
+        else
+                core_notify_workqueue_changed(wq);
         return wait ? 1 : 0;
 
 fail:

@@ -20,6 +20,7 @@
 #include "config_file.h"
 #include "core.h"
 #include "exec.h"
+#include "ipc_dbus.h"
 #include "ipc_socket.h"
 #include "log.h"
 #include "sleep.h"
@@ -42,6 +43,7 @@ struct options {
         bool user_mode;
         const char *socket_path;
         enum sleepwatch_mode sleep_mode;
+        bool no_dbus;
         int log_level;
         char **plugin_dirs;             /* from --plugin-dir; NULL: the defaults */
         size_t n_plugin_dirs;
@@ -87,6 +89,8 @@ static void help(void) {
                "                              absolute path (default: %s, or\n"
                "                              $XDG_STATE_HOME/cmwqd with --user)\n"
                "      --no-store              keep no state: queues and items end with the daemon\n"
+               "      --no-dbus               do not offer the D-Bus interface (org.cmwq.cmwqd1 on\n"
+               "                              the system bus, or the session bus with --user)\n"
                "  -l, --log-level LEVEL       debug, info, notice, warning or error (default: info)\n"
                "      --watchdog-threshold SECONDS\n"
                "                              log a pool that has work waiting and makes no\n"
@@ -114,7 +118,7 @@ static int parse_freeze_timeout(const char *s, uint64_t *ret) {
 }
 
 static int parse_options(int argc, char **argv, struct options *o) {
-        enum { ARG_NO_SLEEP_INHIBITOR = 0x100, ARG_WATCHDOG_THRESHOLD };
+        enum { ARG_NO_SLEEP_INHIBITOR = 0x100, ARG_WATCHDOG_THRESHOLD, ARG_NO_DBUS };
         static const struct option longopts[] = {
                 { "user", no_argument, NULL, 'u' },
                 { "socket", required_argument, NULL, 's' },
@@ -128,6 +132,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
                 { "watchdog-threshold", required_argument, NULL, ARG_WATCHDOG_THRESHOLD },
                 { "state-dir", required_argument, NULL, 'S' },
                 { "no-store", no_argument, NULL, 'N' },
+                { "no-dbus", no_argument, NULL, ARG_NO_DBUS },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
                 {}
@@ -188,6 +193,9 @@ static int parse_options(int argc, char **argv, struct options *o) {
                         break;
                 case 'N':
                         o->no_store = true;
+                        break;
+                case ARG_NO_DBUS:
+                        o->no_dbus = true;
                         break;
                 case 'l':
                         r = log_level_from_string(optarg);
@@ -299,6 +307,7 @@ int main(int argc, char **argv) {
         struct core *core = NULL;
         struct ipc_server *server = NULL;
         struct sleep_freezer *sleep = NULL;
+        struct ipc_dbus *dbus = NULL;
         const char *socket_path;
         struct store *store = NULL;
         const char *state_dir = NULL;
@@ -436,6 +445,14 @@ int main(int argc, char **argv) {
                 }
         }
 
+        /* Before anyone can reach us: whoever sees us up may stop us. */
+        sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+        sigint = evsignal_new(base, SIGINT, on_signal, base);
+        if (!sigterm || !sigint || evsignal_add(sigterm, NULL) < 0 || evsignal_add(sigint, NULL) < 0) {
+                log_error("Failed to set up signal handling");
+                goto out;
+        }
+
         r = ipc_server_new(base, core, socket_path, o.user_mode, &server);
         if (r < 0)
                 goto out;
@@ -450,11 +467,14 @@ int main(int argc, char **argv) {
         } else
                 log_info("Not freezing workqueues on suspend (--no-sleep-inhibitor)");
 
-        sigterm = evsignal_new(base, SIGTERM, on_signal, base);
-        sigint = evsignal_new(base, SIGINT, on_signal, base);
-        if (!sigterm || !sigint || evsignal_add(sigterm, NULL) < 0 || evsignal_add(sigint, NULL) < 0) {
-                log_error("Failed to set up signal handling");
-                goto out;
+        /* D-Bus is the second front end: without a bus the socket serves alone. */
+        if (!o.no_dbus) {
+                r = ipc_dbus_new(base, core, o.user_mode, &dbus);
+                if (r < 0)
+                        log_notice_errno(r, "D-Bus is not available (%m); serving the socket only, without %s on the %s bus",
+                                         CMWQ_DBUS_NAME, o.user_mode ? "session" : "system");
+                else
+                        log_info("Serving %s on the %s bus", CMWQ_DBUS_NAME, o.user_mode ? "session" : "system");
         }
 
         log_info("cmwqd %s listening on %s%s (%s instance, %u CPUs, sleep detector %s, state %s)", PACKAGE_VERSION,
@@ -477,6 +497,7 @@ int main(int argc, char **argv) {
 out:
         /* First: its inhibitor lets a pending suspend go on at once. */
         sleep = sleep_freezer_free(sleep);
+        dbus = ipc_dbus_free(dbus);
         server = ipc_server_free(server);
         core = core_free(core);
         /* What the last replies and items wrote reaches the disk. */

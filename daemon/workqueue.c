@@ -204,6 +204,7 @@ int core_workqueue_create(struct core *c, const struct core_caller *caller, cons
         log_debug("Created workqueue %s (flags 0x%x, max_active %u, owner %u)", name, flags, max_active,
                   (unsigned) caller->uid);
         workqueue_rescuer_replenish(wq);
+        core_notify_workqueue_added(wq);
         return 0;
 }
 
@@ -236,6 +237,7 @@ void workqueue_free(struct workqueue *wq) {
         if (!wq)
                 return;
 
+        core_notify_workqueue_removed(wq);
         /* Only at daemon shutdown does a queue still hold items here. */
         while (!list_empty(&wq->items)) {
                 struct item *i = list_first_entry(&wq->items, struct item, wq_entry);
@@ -353,6 +355,7 @@ void workqueue_check_waiters(struct workqueue *wq) {
         struct core *c = wq->core;
         struct core_waiter *w, *n;
 
+        core_notify_workqueue_changed(wq);
         list_for_each_entry_safe(w, n, &wq->flushers, entry)
                 if (workqueue_flushed(wq, w->flush_seq)) {
                         list_del_init(&w->entry);
@@ -363,6 +366,8 @@ void workqueue_check_waiters(struct workqueue *wq) {
                 bool destroy = wq->destroying;
 
                 wq->draining = false;
+                if (!destroy)
+                        core_notify_workqueue_changed(wq);
                 waiters_complete(&wq->drainers, 0);
                 if (destroy) {
                         log_debug("Destroyed workqueue %s", wq->name);
@@ -388,6 +393,7 @@ int core_workqueue_destroy(struct core *c, const struct core_caller *caller, con
         /* destroy_workqueue() drains first; new work is refused meanwhile. */
         wq->draining = true;
         wq->destroying = true;
+        core_notify_workqueue_changed(wq);
         if (wq->nr_items == 0) {
                 workqueue_check_waiters(wq);
                 return 0;
@@ -414,6 +420,7 @@ int core_workqueue_set_max_active(struct core *c, const struct core_caller *call
         core_store_workqueue(wq);
         for (size_t k = 0; k < wq->n_pwqs; k++)
                 pwq_activate_inactive(&wq->pwqs[k]);
+        core_notify_workqueue_changed(wq);
         return 0;
 }
 
@@ -463,6 +470,7 @@ int core_workqueue_drain(struct core *c, const struct core_caller *caller, const
         if (wq->nr_items == 0)
                 return 0;
         wq->draining = true;
+        core_notify_workqueue_changed(wq);
         w->drain_wq = wq;
         list_add_tail(&w->entry, &wq->drainers);
         return 1;
@@ -549,6 +557,7 @@ static void workqueue_freeze(struct workqueue *wq) {
         workqueue_deactivate_pending(wq);
         if (wq->core->freeze_changed)
                 wq->core->freeze_changed(wq, wq->core->freeze_changed_userdata);
+        core_notify_workqueue_changed(wq);
 }
 
 static void workqueue_thaw(struct workqueue *wq) {
@@ -559,6 +568,7 @@ static void workqueue_thaw(struct workqueue *wq) {
                 pwq_activate_inactive(&wq->pwqs[k]);
         if (wq->core->freeze_changed)
                 wq->core->freeze_changed(wq, wq->core->freeze_changed_userdata);
+        core_notify_workqueue_changed(wq);
 }
 
 /* Freezing and thawing are root's: applies @apply to the queue @name, or to

@@ -1,0 +1,478 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The D-Bus connection: who is calling, calls that wait for the core, and
+ * the core's changes published as signals (see ipc_dbus.h).
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bus_event.h"
+#include "errors.h"
+#include "ipc_dbus.h"
+#include "log.h"
+#include "util.h"
+
+/* ---- who is calling ---------------------------------------------------- */
+
+static struct dbus_sender *dbus_sender_free(struct dbus_sender *s) {
+        if (!s)
+                return NULL;
+        list_del_init(&s->entry);
+        free(s->name);
+        free(s->groups);
+        free(s);
+        return NULL;
+}
+
+static struct dbus_sender *dbus_sender_find(struct ipc_dbus *d, const char *name) {
+        struct dbus_sender *s;
+
+        list_for_each_entry(s, &d->senders, entry)
+                if (strcmp(s->name, name) == 0)
+                        return s;
+        return NULL;
+}
+
+/* Forgets idle senders beyond the cache size, least recently used first. */
+static void dbus_senders_trim(struct ipc_dbus *d) {
+        struct dbus_sender *s, *n;
+        unsigned idle = 0;
+
+        list_for_each_entry_safe(s, n, &d->senders, entry) {
+                if (s->nr_calls > 0)
+                        continue;
+                if (++idle > IPC_DBUS_SENDER_CACHE_MAX) {
+                        dbus_sender_free(s);
+                        d->nr_senders--;
+                }
+        }
+}
+
+/*
+ * The bus daemon vouches for the sender's effective uid, pid and
+ * supplementary groups (from the peer credentials of its connection).  The
+ * effective gid it does not pass on; sd-bus reads it from /proc/PID.  The
+ * uid, which every ownership rule rests on, never comes from /proc.  A bus
+ * name is never reused, so the credentials are asked once per client.
+ */
+int ipc_dbus_caller(struct ipc_dbus *d, sd_bus_message *m, struct dbus_sender **ret, sd_bus_error *error) {
+        sd_bus_creds *creds = NULL;
+        struct dbus_sender *s;
+        const char *sender = sd_bus_message_get_sender(m);
+        const gid_t *gids = NULL;
+        uid_t euid;
+        gid_t egid;
+        pid_t pid;
+        int n, r;
+
+        if (!sender)
+                return sd_bus_error_set(error, SD_BUS_ERROR_ACCESS_DENIED, "the bus did not say who sent this call");
+        s = dbus_sender_find(d, sender);
+        if (s) {
+                list_del_init(&s->entry);
+                list_add(&s->entry, &d->senders);
+                *ret = s;
+                return 0;
+        }
+
+        r = sd_bus_query_sender_creds(m, SD_BUS_CREDS_EUID | SD_BUS_CREDS_EGID | SD_BUS_CREDS_PID |
+                                                 SD_BUS_CREDS_SUPPLEMENTARY_GIDS | SD_BUS_CREDS_AUGMENT,
+                                      &creds);
+        if (r >= 0)
+                r = sd_bus_creds_get_euid(creds, &euid);
+        if (r >= 0)
+                r = sd_bus_creds_get_egid(creds, &egid);
+        if (r >= 0)
+                r = sd_bus_creds_get_pid(creds, &pid);
+        n = r >= 0 ? sd_bus_creds_get_supplementary_gids(creds, &gids) : r;
+        if (n == -ENODATA)
+                n = 0;          /* an older bus daemon: the primary group only */
+        if (r < 0 || n < 0) {
+                sd_bus_creds_unref(creds);
+                log_warning_errno(r < 0 ? r : n, "Cannot get the credentials of D-Bus client %s: %m", sender);
+                return sd_bus_error_set(error, SD_BUS_ERROR_ACCESS_DENIED,
+                                        "cannot determine the caller's credentials");
+        }
+
+        s = calloc(1, sizeof(*s));
+        if (s) {
+                s->name = strdup(sender);
+                s->groups = n > 0 ? calloc((size_t) n, sizeof(gid_t)) : NULL;
+        }
+        if (!s || !s->name || (n > 0 && !s->groups)) {
+                if (s) {
+                        free(s->name);
+                        free(s->groups);
+                        free(s);
+                }
+                sd_bus_creds_unref(creds);
+                return -ENOMEM;
+        }
+        if (n > 0)
+                memcpy(s->groups, gids, (size_t) n * sizeof(gid_t));
+        sd_bus_creds_unref(creds);
+        s->caller = (struct core_caller) {
+                .uid = euid,
+                .gid = egid,
+                .pid = pid,
+                .groups = s->groups,
+                .n_groups = (size_t) n,
+        };
+        log_debug("D-Bus client %s is uid %u gid %u pid %d with %d supplementary groups", sender, (unsigned) euid,
+                  (unsigned) egid, (int) pid, n);
+        list_add(&s->entry, &d->senders);
+        d->nr_senders++;
+        dbus_senders_trim(d);
+        *ret = s;
+        return 0;
+}
+
+/* ---- errors and calls that wait ------------------------------------------ */
+
+int ipc_dbus_reply_core_error(sd_bus_message *m, const struct core_error *e) {
+        return sd_bus_reply_method_errorf(m, errno_to_dbus_error(e->error), "%s",
+                                          e->message[0] ? e->message : "request failed");
+}
+
+static void dbus_call_free(struct dbus_call *call) {
+        core_waiter_cancel(&call->waiter);
+        list_del_init(&call->entry);
+        if (call->sender)
+                call->sender->nr_calls--;
+        sd_bus_message_unref(call->message);
+        free(call);
+}
+
+/* A freeze that timed out: the error names the items that held it. */
+static int dbus_reply_freeze_timeout(struct ipc_dbus *d, sd_bus_message *m) {
+        char msg[1024];
+        size_t len;
+        struct workqueue *wq;
+        struct item *i;
+
+        len = (size_t) snprintf(msg, sizeof(msg), "freeze timed out; still running, the queues stay frozen:");
+        list_for_each_entry(wq, &d->core->workqueues, entry) {
+                if (!wq->frozen)
+                        continue;
+                list_for_each_entry(i, &wq->items, wq_entry)
+                        if (i->state == ITEM_RUNNING && len < sizeof(msg))
+                                len += (size_t) snprintf(msg + len, sizeof(msg) - len, " item %" PRIu64 " (%s)",
+                                                         i->id, wq->name);
+        }
+        return sd_bus_reply_method_errorf(m, errno_to_dbus_error(-ETIMEDOUT), "%s", msg);
+}
+
+static int dbus_call_reply(struct dbus_call *call, int r) {
+        struct ipc_dbus *d = call->dbus;
+        sd_bus_message *m = call->message;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        struct item *i;
+
+        if (r == -ETIMEDOUT && call->reply == DBUS_CALL_REPLY_FREEZE)
+                return dbus_reply_freeze_timeout(d, m);
+        if (r < 0) {
+                struct core_error e = { .error = r };
+
+                snprintf(e.message, sizeof(e.message), "%s", strerror(-r));
+                return ipc_dbus_reply_core_error(m, &e);
+        }
+        if (call->reply != DBUS_CALL_REPLY_ITEM)
+                return sd_bus_reply_method_return(m, NULL);
+
+        i = core_item_lookup(d->core, call->item_id);
+        if (!i)
+                return sd_bus_reply_method_errorf(m, errno_to_dbus_error(-ENOENT), "the item is gone from the history");
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0)
+                r = ipc_dbus_append_item(reply, i);
+        if (r >= 0)
+                r = sd_bus_send(NULL, reply, NULL);
+        return r;
+}
+
+static void dbus_call_done(struct core_waiter *w, int r) {
+        struct dbus_call *call = container_of(w, struct dbus_call, waiter);
+        struct ipc_dbus *d = call->dbus;
+
+        r = dbus_call_reply(call, r);
+        if (r < 0)
+                log_debug_errno(r, "Cannot send a D-Bus reply: %m");
+        dbus_call_free(call);
+        /* Sent from outside the bus's own callbacks: flush it from the loop. */
+        bus_event_kick(d->event);
+}
+
+struct dbus_call *ipc_dbus_call_new(struct ipc_dbus *d, struct dbus_sender *s, sd_bus_message *m,
+                                    enum dbus_call_reply reply) {
+        struct dbus_call *call;
+
+        if (s->nr_calls >= IPC_DBUS_CALLS_PER_SENDER_MAX) {
+                (void) sd_bus_reply_method_errorf(m, errno_to_dbus_error(-EMFILE),
+                                                  "too many calls waiting for this client (the limit is %u)",
+                                                  IPC_DBUS_CALLS_PER_SENDER_MAX);
+                return NULL;
+        }
+        call = calloc(1, sizeof(*call));
+        if (!call) {
+                (void) sd_bus_reply_method_errno(m, ENOMEM, NULL);
+                return NULL;
+        }
+        core_waiter_init(&call->waiter, dbus_call_done);
+        list_init(&call->entry);
+        call->dbus = d;
+        call->sender = s;
+        call->message = sd_bus_message_ref(m);
+        call->reply = reply;
+        s->nr_calls++;
+        return call;
+}
+
+int ipc_dbus_call_settle(struct dbus_call *call, int r, const struct core_error *e) {
+        if (r == 1) {
+                list_add_tail(&call->entry, &call->dbus->calls);
+                return 1;       /* sd-bus: handled, the reply comes later */
+        }
+        if (r < 0)
+                r = ipc_dbus_reply_core_error(call->message, e);
+        else
+                r = dbus_call_reply(call, 0);
+        dbus_call_free(call);
+        return r < 0 ? r : 1;
+}
+
+/* A client left the bus: forget it, and the calls it waited on. */
+static int on_name_owner_changed(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct ipc_dbus *d = userdata;
+        const char *name, *old_owner, *new_owner;
+        struct dbus_sender *s;
+        struct dbus_call *call, *n;
+
+        if (sd_bus_message_read(m, "sss", &name, &old_owner, &new_owner) < 0)
+                return 0;
+        if (name[0] != ':' || new_owner[0])
+                return 0;
+        s = dbus_sender_find(d, name);
+        if (!s)
+                return 0;
+        list_for_each_entry_safe(call, n, &d->calls, entry)
+                if (call->sender == s)
+                        dbus_call_free(call);
+        dbus_sender_free(s);
+        d->nr_senders--;
+        return 0;
+}
+
+/* ---- the core's changes, published ------------------------------------- */
+
+struct dbus_workqueue *ipc_dbus_workqueue_find(struct ipc_dbus *d, const struct workqueue *wq) {
+        struct dbus_workqueue *w;
+
+        list_for_each_entry(w, &d->workqueues, entry)
+                if (w->wq == wq)
+                        return w;
+        return NULL;
+}
+
+static void dbus_workqueue_free(struct dbus_workqueue *w) {
+        list_del_init(&w->entry);
+        list_del_init(&w->dirty_entry);
+        free(w);
+}
+
+static struct dbus_workqueue *dbus_workqueue_track(struct ipc_dbus *d, struct workqueue *wq) {
+        struct dbus_workqueue *w = calloc(1, sizeof(*w));
+
+        if (!w)
+                return NULL;
+        w->dbus = d;
+        w->wq = wq;
+        list_init(&w->dirty_entry);
+        ipc_dbus_workqueue_values(wq, w->announced);
+        list_add_tail(&w->entry, &d->workqueues);
+        return w;
+}
+
+static void dbus_announce_workqueue(struct ipc_dbus *d, struct dbus_workqueue *w) {
+        const char *changed[ELEMENTSOF(w->announced) + 1];
+        uint64_t now[ELEMENTSOF(w->announced)];
+        _cleanup_(freep) char *path = NULL;
+        size_t n = 0;
+        int r;
+
+        ipc_dbus_workqueue_values(w->wq, now);
+        for (size_t k = 0; ipc_dbus_workqueue_changing[k]; k++)
+                if (now[k] != w->announced[k]) {
+                        changed[n++] = ipc_dbus_workqueue_changing[k];
+                        w->announced[k] = now[k];
+                }
+        changed[n] = NULL;
+        if (n == 0 || ipc_dbus_workqueue_path(w->wq, &path) < 0)
+                return;
+        r = sd_bus_emit_properties_changed_strv(d->bus, path, CMWQ_DBUS_WORKQUEUE_INTERFACE, (char **) changed);
+        if (r < 0)
+                log_debug_errno(r, "Cannot announce the properties of workqueue %s: %m", w->wq->name);
+}
+
+/* Once per loop turn, however many items started or ended in it. */
+static void on_announce(evutil_socket_t fd, short what, void *userdata) {
+        struct ipc_dbus *d = userdata;
+
+        while (!list_empty(&d->dirty)) {
+                struct dbus_workqueue *w = list_first_entry(&d->dirty, struct dbus_workqueue, dirty_entry);
+
+                list_del_init(&w->dirty_entry);
+                dbus_announce_workqueue(d, w);
+        }
+        bus_event_kick(d->event);
+}
+
+static void observe_workqueue_changed(struct core_observer *o, struct workqueue *wq) {
+        struct ipc_dbus *d = container_of(o, struct ipc_dbus, observer);
+        struct dbus_workqueue *w = ipc_dbus_workqueue_find(d, wq);
+
+        if (!w || list_linked(&w->dirty_entry))
+                return;
+        list_add_tail(&w->dirty_entry, &d->dirty);
+        event_active(d->announce, EV_TIMEOUT, 0);
+}
+
+static void observe_workqueue_added(struct core_observer *o, struct workqueue *wq) {
+        struct ipc_dbus *d = container_of(o, struct ipc_dbus, observer);
+        _cleanup_(freep) char *path = NULL;
+        int r;
+
+        if (!dbus_workqueue_track(d, wq))
+                log_warning("Out of memory: workqueue %s will not announce its property changes", wq->name);
+        r = ipc_dbus_workqueue_path(wq, &path);
+        if (r >= 0)
+                r = sd_bus_emit_object_added(d->bus, path);
+        if (r < 0)
+                log_debug_errno(r, "Cannot announce workqueue %s on the bus: %m", wq->name);
+        bus_event_kick(d->event);
+}
+
+static void observe_workqueue_removed(struct core_observer *o, struct workqueue *wq) {
+        struct ipc_dbus *d = container_of(o, struct ipc_dbus, observer);
+        struct dbus_workqueue *w = ipc_dbus_workqueue_find(d, wq);
+        _cleanup_(freep) char *path = NULL;
+        int r;
+
+        if (w)
+                dbus_workqueue_free(w);
+        r = ipc_dbus_workqueue_path(wq, &path);
+        if (r >= 0)
+                r = sd_bus_emit_object_removed(d->bus, path);
+        if (r < 0)
+                log_debug_errno(r, "Cannot announce the removal of workqueue %s on the bus: %m", wq->name);
+        bus_event_kick(d->event);
+}
+
+static void observe_item_finished(struct core_observer *o, struct item *i) {
+        struct ipc_dbus *d = container_of(o, struct ipc_dbus, observer);
+        int exited = i->started_usec && i->state != ITEM_FAILED && !i->signal;
+        int r;
+
+        /* -1 where the protocol leaves the field out: no exit status when
+         * killed or never started, no signal when it exited. */
+        r = sd_bus_emit_signal(d->bus, CMWQ_DBUS_PATH, CMWQ_DBUS_MANAGER_INTERFACE, "ItemFinished", "tssiiu",
+                               i->id, i->wq_name, item_state_to_string(i->state), exited ? i->exit_status : -1,
+                               i->signal ? i->signal : -1, (uint32_t) i->uid);
+        if (r < 0)
+                log_debug_errno(r, "Cannot signal the end of item %" PRIu64 ": %m", i->id);
+        bus_event_kick(d->event);
+}
+
+/* ---- the connection -------------------------------------------------------- */
+
+int ipc_dbus_new(struct event_base *base, struct core *core, bool user_mode, struct ipc_dbus **ret) {
+        struct ipc_dbus *d;
+        struct workqueue *wq;
+        int r;
+
+        d = calloc(1, sizeof(*d));
+        if (!d)
+                return -ENOMEM;
+        d->core = core;
+        d->user_mode = user_mode;
+        list_init(&d->senders);
+        list_init(&d->calls);
+        list_init(&d->workqueues);
+        list_init(&d->dirty);
+        list_init(&d->observer.entry);
+        d->observer = (struct core_observer) {
+                .workqueue_added = observe_workqueue_added,
+                .workqueue_removed = observe_workqueue_removed,
+                .workqueue_changed = observe_workqueue_changed,
+                .item_finished = observe_item_finished,
+        };
+        list_init(&d->observer.entry);
+
+        /* $DBUS_SYSTEM_BUS_ADDRESS / $DBUS_SESSION_BUS_ADDRESS, as usual. */
+        r = user_mode ? sd_bus_open_user(&d->bus) : sd_bus_open_system(&d->bus);
+        if (r < 0)
+                goto fail;
+        (void) sd_bus_set_description(d->bus, "cmwqd");
+
+        d->announce = event_new(base, -1, 0, on_announce, d);
+        if (!d->announce) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        list_for_each_entry(wq, &core->workqueues, entry)
+                if (!dbus_workqueue_track(d, wq)) {
+                        r = -ENOMEM;
+                        goto fail;
+                }
+
+        /* Objects first, then the name: no call arrives before its object. */
+        r = ipc_dbus_objects_add(d);
+        if (r < 0)
+                goto fail;
+        r = sd_bus_match_signal(d->bus, NULL, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                "org.freedesktop.DBus", "NameOwnerChanged", on_name_owner_changed, d);
+        if (r < 0)
+                goto fail;
+        r = sd_bus_request_name(d->bus, CMWQ_DBUS_NAME, 0);
+        if (r < 0)
+                goto fail;
+
+        r = bus_event_attach(d->bus, base, &d->event);
+        if (r < 0)
+                goto fail;
+        core_observer_add(core, &d->observer);
+        *ret = d;
+        return 0;
+
+fail:
+        ipc_dbus_free(d);
+        return r;
+}
+
+struct ipc_dbus *ipc_dbus_free(struct ipc_dbus *d) {
+        if (!d)
+                return NULL;
+        core_observer_remove(&d->observer);
+        while (!list_empty(&d->calls)) {
+                struct dbus_call *call = list_first_entry(&d->calls, struct dbus_call, entry);
+
+                (void) sd_bus_reply_method_errorf(call->message, errno_to_dbus_error(-ESHUTDOWN),
+                                                  "cmwqd is shutting down");
+                dbus_call_free(call);
+        }
+        while (!list_empty(&d->senders))
+                dbus_sender_free(list_first_entry(&d->senders, struct dbus_sender, entry));
+        while (!list_empty(&d->workqueues))
+                dbus_workqueue_free(list_first_entry(&d->workqueues, struct dbus_workqueue, entry));
+        d->event = bus_event_detach(d->event);
+        if (d->announce)
+                event_free(d->announce);
+        /* Whatever is still queued (the last signals) goes out first. */
+        if (d->bus)
+                sd_bus_flush_close_unref(d->bus);
+        free(d);
+        return NULL;
+}

@@ -1,0 +1,1152 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The D-Bus front end (org.cmwq.cmwqd1) of a real cmwqd --user on a private
+ * dbus-daemon started by the test: every method, property and signal,
+ * replies that wait without blocking the daemon, wrong-user calls refused,
+ * one state seen by both front ends, and the installed introspection XML
+ * against what the daemon exports.  The clients are sd-bus and busctl.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <systemd/sd-bus.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define NAME "org.cmwq.cmwqd1"
+#define PATH "/org/cmwq/cmwqd1"
+#define MANAGER "org.cmwq.cmwqd1.Manager"
+#define WORKQUEUE "org.cmwq.cmwqd1.Workqueue"
+#define WQ_PREFIX "/org/cmwq/cmwqd1/workqueue/"
+#define NOBODY 65534
+/* Workqueue names are per user: an object is named by "UID/NAME" (escaped),
+ * a built-in queue by its name.  Root's queues: */
+#define ROOTS WQ_PREFIX "_30_2f"
+
+static struct cmwqd d;
+static pid_t bus_pid;
+static char bus_dir[64], bus_address[256];
+static sd_bus *bus;
+
+static void sleep_ms(int ms) {
+        struct timespec ts = { ms / 1000, (long) (ms % 1000) * 1000000 };
+
+        nanosleep(&ts, NULL);
+}
+
+static void write_file(const char *path, const char *text) {
+        FILE *f = fopen(path, "w");
+
+        ck_assert_msg(f, "cannot create %s: %s", path, strerror(errno));
+        fputs(text, f);
+        ck_assert_int_eq(fclose(f), 0);
+}
+
+static int bus_try_connect(sd_bus **ret);
+
+/* A private bus that every local user may use; names are anyone's, as on a
+ * session bus (the system policy file is checked on its own). */
+static void bus_start(void) {
+        char conf[96], sock[96];
+
+        snprintf(bus_dir, sizeof(bus_dir), "/tmp/cmwq-dbus-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(bus_dir));
+        ck_assert_int_eq(chmod(bus_dir, 0755), 0);
+        snprintf(conf, sizeof(conf), "%s/bus.conf", bus_dir);
+        snprintf(sock, sizeof(sock), "%s/bus", bus_dir);
+        snprintf(bus_address, sizeof(bus_address), "unix:path=%s", sock);
+
+        FILE *f = fopen(conf, "w");
+        ck_assert_ptr_nonnull(f);
+        fprintf(f, "<!DOCTYPE busconfig PUBLIC \"-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN\"\n"
+                   " \"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd\">\n"
+                   "<busconfig>\n"
+                   "  <type>session</type>\n"
+                   "  <listen>unix:path=%s</listen>\n"
+                   "  <auth>EXTERNAL</auth>\n"
+                   "  <policy context=\"default\">\n"
+                   "    <allow user=\"*\"/>\n"
+                   "    <allow own=\"*\"/>\n"
+                   /* as Debian's session.conf: without these the bus
+                    * answers nobody, not even Hello */
+                   "    <allow send_destination=\"*\" eavesdrop=\"true\"/>\n"
+                   "    <allow eavesdrop=\"true\"/>\n"
+                   "  </policy>\n"
+                   "</busconfig>\n",
+                sock);
+        ck_assert_int_eq(fclose(f), 0);
+
+        bus_pid = fork();
+        ck_assert_int_ge(bus_pid, 0);
+        if (bus_pid == 0) {
+                int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+
+                /* It complains that it cannot raise its fd limit; not ours. */
+                if (null >= 0)
+                        dup2(null, STDERR_FILENO);
+                execlp("dbus-daemon", "dbus-daemon", "--nofork", "--config-file", conf, (char *) NULL);
+                _exit(127);
+        }
+        for (int waited = 0; access(sock, F_OK) < 0; waited += 10) {
+                ck_assert_msg(waitpid(bus_pid, NULL, WNOHANG) == 0, "dbus-daemon exited at start-up");
+                ck_assert_msg(waited < 10000, "dbus-daemon did not listen within 10 s");
+                sleep_ms(10);
+        }
+        /* Other users must reach it (uid 65534's calls). */
+        ck_assert_int_eq(chmod(sock, 0777), 0);
+        /* The socket exists before the bus listens on it. */
+        for (int waited = 0; bus_try_connect(&bus) < 0; waited += 10) {
+                ck_assert_msg(waited < 10000, "dbus-daemon did not accept connections within 10 s");
+                sleep_ms(10);
+        }
+}
+
+static void bus_stop(void) {
+        if (bus_pid > 0) {
+                kill(bus_pid, SIGTERM);
+                waitpid(bus_pid, NULL, 0);
+                bus_pid = 0;
+        }
+        char path[160];
+        snprintf(path, sizeof(path), "%s/bus.conf", bus_dir);
+        unlink(path);
+        snprintf(path, sizeof(path), "%s/bus", bus_dir);
+        unlink(path);
+        rmdir(bus_dir);
+}
+
+static int bus_try_connect(sd_bus **ret) {
+        sd_bus *b = NULL;
+        int r;
+
+        r = sd_bus_new(&b);
+        if (r >= 0)
+                r = sd_bus_set_address(b, bus_address);
+        if (r >= 0)
+                r = sd_bus_set_bus_client(b, 1);
+        if (r >= 0)
+                r = sd_bus_start(b);
+        if (r < 0) {
+                sd_bus_unref(b);
+                return r;
+        }
+        *ret = b;
+        return 0;
+}
+
+static sd_bus *bus_connect(void) {
+        sd_bus *b = NULL;
+        int r = bus_try_connect(&b);
+
+        ck_assert_msg(r >= 0, "cannot connect to %s: %s", bus_address, strerror(-r));
+        return b;
+}
+
+static bool name_has_owner(sd_bus *b) {
+        sd_bus_message *reply = NULL;
+        int has = 0;
+
+        if (sd_bus_call_method(b, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                               "NameHasOwner", NULL, &reply, "s", NAME) < 0)
+                return false;
+        (void) sd_bus_message_read(reply, "b", &has);
+        sd_bus_message_unref(reply);
+        return has;
+}
+
+static void start_daemon(const char *const *extra) {
+        const char *args[8] = { "--user" };
+        size_t n = 1;
+
+        for (; extra && *extra && n < 7; extra++)
+                args[n++] = *extra;
+        args[n] = NULL;
+        setenv("DBUS_SESSION_BUS_ADDRESS", bus_address, 1);
+        cmwqd_start(&d, args);
+}
+
+static void setup(void) {
+        bus_start();
+        start_daemon(NULL);
+        for (int waited = 0; !name_has_owner(bus); waited += 20) {
+                ck_assert_msg(waited < 15000, "cmwqd did not take %s within 15 s; log:\n%s", NAME, read_file(d.log));
+                sleep_ms(20);
+        }
+}
+
+static void teardown(void) {
+        bus = sd_bus_flush_close_unref(bus);
+        cmwqd_stop(&d);
+        bus_stop();
+}
+
+/* ---- calling ---------------------------------------------------------------- */
+
+/* Calls a Manager method and fails the test on an error. */
+static sd_bus_message *call_ok(const char *path, const char *iface, const char *method, const char *types, ...) {
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        sd_bus_message *m = NULL, *reply = NULL;
+        va_list ap;
+        int r;
+
+        ck_assert_int_ge(sd_bus_message_new_method_call(bus, &m, NAME, path, iface, method), 0);
+        if (types) {
+                va_start(ap, types);
+                ck_assert_int_ge(sd_bus_message_appendv(m, types, ap), 0);
+                va_end(ap);
+        }
+        r = sd_bus_call(bus, m, 60 * 1000000ULL, &error, &reply);
+        ck_assert_msg(r >= 0, "%s.%s failed: %s: %s", iface, method, error.name, error.message);
+        sd_bus_message_unref(m);
+        sd_bus_error_free(&error);
+        return reply;
+}
+
+/* Calls and expects the D-Bus error @name; returns the error's message. */
+static char *call_fails(sd_bus *b, const char *path, const char *iface, const char *method, const char *name,
+                        const char *types, ...) {
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        sd_bus_message *m = NULL, *reply = NULL;
+        char *msg;
+        va_list ap;
+        int r;
+
+        ck_assert_int_ge(sd_bus_message_new_method_call(b, &m, NAME, path, iface, method), 0);
+        if (types) {
+                va_start(ap, types);
+                ck_assert_int_ge(sd_bus_message_appendv(m, types, ap), 0);
+                va_end(ap);
+        }
+        r = sd_bus_call(b, m, 60 * 1000000ULL, &error, &reply);
+        ck_assert_msg(r < 0, "%s.%s succeeded, expected %s", iface, method, name);
+        ck_assert_msg(strcmp(error.name, name) == 0, "%s.%s: expected %s, got %s: %s", iface, method, name,
+                      error.name, error.message);
+        msg = strdup(error.message ? error.message : "");
+        sd_bus_message_unref(m);
+        sd_bus_error_free(&error);
+        return msg;
+}
+
+static uint64_t submit(const char *wq, const char *const *argv, const char *key, uint64_t delay_usec,
+                       bool *already) {
+        sd_bus_message *m = NULL, *reply = NULL;
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        uint64_t id = 0;
+        int a = 0;
+
+        ck_assert_int_ge(sd_bus_message_new_method_call(bus, &m, NAME, PATH, MANAGER, "Submit"), 0);
+        ck_assert_int_ge(sd_bus_message_append(m, "s", wq), 0);
+        ck_assert_int_ge(sd_bus_message_append_strv(m, (char **) argv), 0);
+        ck_assert_int_ge(sd_bus_message_append(m, "as", 0), 0);
+        ck_assert_int_ge(sd_bus_message_append(m, "s", ""), 0);
+        ck_assert_int_ge(sd_bus_message_append_array(m, 'y', "", 0), 0);
+        ck_assert_int_ge(sd_bus_message_append(m, "itst", -1, delay_usec, key ? key : "", (uint64_t) 0), 0);
+        ck_assert_msg(sd_bus_call(bus, m, 0, &error, &reply) >= 0, "Submit: %s", error.message);
+        ck_assert_int_ge(sd_bus_message_read(reply, "tb", &id, &a), 0);
+        if (already)
+                *already = a;
+        sd_bus_message_unref(m);
+        sd_bus_message_unref(reply);
+        return id;
+}
+
+/* An item (a{sv}) as read by the test. */
+struct item_info {
+        uint64_t id;
+        char workqueue[80];
+        char state[32];
+        uint32_t uid;
+        int exit_status;        /* -1: none */
+        int signal;             /* -1: none */
+        char out[256];
+        char key[64];
+        char argv0[64];
+};
+
+static void read_item(sd_bus_message *m, struct item_info *info) {
+        const char *key;
+
+        memset(info, 0, sizeof(*info));
+        info->exit_status = info->signal = -1;
+        ck_assert_int_ge(sd_bus_message_enter_container(m, 'a', "{sv}"), 0);
+        while (sd_bus_message_enter_container(m, 'e', "sv") > 0) {
+                const char *s;
+                const void *p;
+                size_t len;
+                uint32_t u;
+                int32_t i;
+
+                ck_assert_int_ge(sd_bus_message_read(m, "s", &key), 0);
+                if (strcmp(key, "Id") == 0)
+                        ck_assert_int_ge(sd_bus_message_read(m, "v", "t", &info->id), 0);
+                else if (strcmp(key, "Workqueue") == 0 || strcmp(key, "State") == 0 || strcmp(key, "Key") == 0) {
+                        ck_assert_int_ge(sd_bus_message_read(m, "v", "s", &s), 0);
+                        snprintf(strcmp(key, "State") == 0 ? info->state : strcmp(key, "Key") == 0 ? info->key
+                                                                                                 : info->workqueue,
+                                 64, "%s", s);
+                } else if (strcmp(key, "UID") == 0) {
+                        ck_assert_int_ge(sd_bus_message_read(m, "v", "u", &u), 0);
+                        info->uid = u;
+                } else if (strcmp(key, "ExitStatus") == 0 || strcmp(key, "Signal") == 0) {
+                        ck_assert_int_ge(sd_bus_message_read(m, "v", "i", &i), 0);
+                        *(strcmp(key, "Signal") == 0 ? &info->signal : &info->exit_status) = i;
+                } else if (strcmp(key, "Stdout") == 0) {
+                        ck_assert_int_ge(sd_bus_message_enter_container(m, 'v', "ay"), 0);
+                        ck_assert_int_ge(sd_bus_message_read_array(m, 'y', &p, &len), 0);
+                        snprintf(info->out, sizeof(info->out), "%.*s", (int) len, (const char *) p);
+                        ck_assert_int_ge(sd_bus_message_exit_container(m), 0);
+                } else if (strcmp(key, "Argv") == 0) {
+                        char **l = NULL;
+
+                        ck_assert_int_ge(sd_bus_message_enter_container(m, 'v', "as"), 0);
+                        ck_assert_int_ge(sd_bus_message_read_strv(m, &l), 0);
+                        snprintf(info->argv0, sizeof(info->argv0), "%s", l && l[0] ? l[0] : "");
+                        for (char **k = l; k && *k; k++)
+                                free(*k);
+                        free(l);
+                        ck_assert_int_ge(sd_bus_message_exit_container(m), 0);
+                } else
+                        ck_assert_int_ge(sd_bus_message_skip(m, "v"), 0);
+                ck_assert_int_ge(sd_bus_message_exit_container(m), 0);
+        }
+        ck_assert_int_ge(sd_bus_message_exit_container(m), 0);
+}
+
+static void item_call(const char *method, uint64_t id, struct item_info *info) {
+        sd_bus_message *reply = call_ok(PATH, MANAGER, method, "t", id);
+
+        read_item(reply, info);
+        sd_bus_message_unref(reply);
+}
+
+static uint64_t property_u64(const char *path, const char *name, char type) {
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        uint64_t t = 0;
+        uint32_t u = 0;
+        int b = 0, r;
+
+        switch (type) {
+        case 't':
+                r = sd_bus_get_property_trivial(bus, NAME, path, WORKQUEUE, name, &error, 't', &t);
+                break;
+        case 'u':
+                r = sd_bus_get_property_trivial(bus, NAME, path, WORKQUEUE, name, &error, 'u', &u);
+                t = u;
+                break;
+        default:
+                r = sd_bus_get_property_trivial(bus, NAME, path, WORKQUEUE, name, &error, 'b', &b);
+                t = (uint64_t) b;
+                break;
+        }
+        ck_assert_msg(r >= 0, "property %s of %s: %s", name, path, error.message);
+        sd_bus_error_free(&error);
+        return t;
+}
+
+/* Runs a program (stdout and stderr together), as @uid (with group @uid and
+ * supplementary group 100) unless it is -1. */
+static int run(uid_t uid, char **out, const char *const *argv) {
+        int p[2], status;
+        size_t len = 0;
+        char buf[4096];
+        ssize_t n;
+        pid_t pid;
+
+        ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                dup2(p[1], STDOUT_FILENO);
+                dup2(p[1], STDERR_FILENO);
+                /* One supplementary group (100, "users"), to see that
+                 * items get the caller's groups over D-Bus too. */
+                if (uid != (uid_t) -1 && (setgroups(1, (gid_t[]) { 100 }) < 0 || setresgid(uid, uid, uid) < 0 ||
+                                          setresuid(uid, uid, uid) < 0))
+                        _exit(126);
+                execvp(argv[0], (char *const *) argv);
+                _exit(127);
+        }
+        close(p[1]);
+        *out = calloc(1, 1);
+        while ((n = read(p[0], buf, sizeof(buf))) > 0) {
+                *out = realloc(*out, len + (size_t) n + 1);
+                memcpy(*out + len, buf, (size_t) n);
+                len += (size_t) n;
+                (*out)[len] = 0;
+        }
+        close(p[0]);
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* busctl --address=BUS ARGS..., as @uid. */
+static int busctl(uid_t uid, char **out, const char *const *args) {
+        const char *argv[40];
+        char address[300];
+        int n = 0;
+
+        snprintf(address, sizeof(address), "--address=%s", bus_address);
+        argv[n++] = "busctl";
+        argv[n++] = address;
+        argv[n++] = "--timeout=60";
+        for (; *args && n < 39; args++)
+                argv[n++] = *args;
+        argv[n] = NULL;
+        return run(uid, out, argv);
+}
+#define BUSCTL(uid, out, ...) busctl(uid, out, (const char *const[]) { __VA_ARGS__, NULL })
+
+static void busctl_ok(char **out, const char *const *args) {
+        int r = busctl((uid_t) -1, out, args);
+
+        ck_assert_msg(r == 0, "busctl %s %s exited %d: %s", args[0], args[1] ? args[1] : "", r, *out);
+}
+#define BUSCTL_OK(out, ...) busctl_ok(out, (const char *const[]) { __VA_ARGS__, NULL })
+
+/* ---- signals ---------------------------------------------------------------- */
+
+#define SEEN_MAX 256
+static struct seen {
+        char member[32];
+        char path[128];
+        char text[512];         /* what the test looks for, flattened */
+} seen[SEEN_MAX];
+static int n_seen;
+
+static int on_signal(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct seen *s;
+
+        if (n_seen >= SEEN_MAX)
+                return 0;
+        s = &seen[n_seen++];
+        snprintf(s->member, sizeof(s->member), "%s", sd_bus_message_get_member(m));
+        snprintf(s->path, sizeof(s->path), "%s", sd_bus_message_get_path(m));
+        if (strcmp(s->member, "ItemFinished") == 0) {
+                uint64_t id;
+                const char *wq, *state;
+                int32_t exit_status, sig;
+                uint32_t uid;
+
+                if (sd_bus_message_read(m, "tssiiu", &id, &wq, &state, &exit_status, &sig, &uid) >= 0)
+                        snprintf(s->text, sizeof(s->text), "%llu %s %s %d %d %u", (unsigned long long) id, wq, state,
+                                 exit_status, sig, uid);
+        } else if (strcmp(s->member, "PropertiesChanged") == 0) {
+                const char *iface, *prop;
+                size_t len = 0;
+
+                /* "Name=value Name=value ..." for t, u and b values */
+                if (sd_bus_message_read(m, "s", &iface) < 0 ||
+                    sd_bus_message_enter_container(m, 'a', "{sv}") < 0)
+                        return 0;
+                while (sd_bus_message_enter_container(m, 'e', "sv") > 0) {
+                        const char *contents = NULL;
+                        unsigned long long v = 0;
+
+                        if (sd_bus_message_read(m, "s", &prop) < 0 ||
+                            sd_bus_message_peek_type(m, NULL, &contents) < 0)
+                                return 0;
+                        if (strcmp(contents, "t") == 0) {
+                                uint64_t t;
+                                sd_bus_message_read(m, "v", "t", &t);
+                                v = t;
+                        } else if (strcmp(contents, "u") == 0) {
+                                uint32_t u;
+                                sd_bus_message_read(m, "v", "u", &u);
+                                v = u;
+                        } else if (strcmp(contents, "b") == 0) {
+                                int b;
+                                sd_bus_message_read(m, "v", "b", &b);
+                                v = (unsigned long long) b;
+                        } else
+                                sd_bus_message_skip(m, "v");
+                        sd_bus_message_exit_container(m);
+                        if (len < sizeof(s->text))
+                                len += (size_t) snprintf(s->text + len, sizeof(s->text) - len, "%s=%llu ", prop, v);
+                }
+        } else if (strcmp(s->member, "InterfacesAdded") == 0 || strcmp(s->member, "InterfacesRemoved") == 0) {
+                const char *path;
+
+                if (sd_bus_message_read(m, "o", &path) >= 0)
+                        snprintf(s->text, sizeof(s->text), "%s", path);
+        }
+        return 0;
+}
+
+static void subscribe(void) {
+        ck_assert_int_ge(sd_bus_match_signal(bus, NULL, NAME, NULL, NULL, NULL, on_signal, NULL), 0);
+        /* The match is in place once a round trip has passed. */
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "ListPools", NULL));
+}
+
+/* Processes the bus until a signal @member on @path (NULL: any) has @text
+ * in it, for up to 20 s. */
+static bool saw(const char *member, const char *path, const char *text) {
+        int64_t until = mono_ns() + 20LL * 1000000000;
+
+        for (;;) {
+                for (int k = 0; k < n_seen; k++)
+                        if (strcmp(seen[k].member, member) == 0 && (!path || strcmp(seen[k].path, path) == 0) &&
+                            strstr(seen[k].text, text))
+                                return true;
+                if (mono_ns() > until)
+                        return false;
+                if (sd_bus_process(bus, NULL) > 0)
+                        continue;
+                sd_bus_wait(bus, 100000);
+        }
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+/* The lines of the <interface name="@iface"> element that describe it
+ * (methods, args, properties, signals, annotations), whitespace trimmed,
+ * comments left out, joined by newlines. */
+static char *interface_lines(const char *xml, const char *iface) {
+        char start[128];
+        const char *p, *end;
+        char *out = calloc(1, strlen(xml) + 1);
+        size_t len = 0;
+        bool comment = false;
+
+        snprintf(start, sizeof(start), "<interface name=\"%s\">", iface);
+        p = strstr(xml, start);
+        ck_assert_msg(p, "no %s in:\n%s", start, xml);
+        end = strstr(p, "</interface>");
+        ck_assert_ptr_nonnull(end);
+        while (p < end) {
+                const char *eol = memchr(p, '\n', (size_t) (end - p));
+                const char *a = p, *b = eol ? eol : end;
+
+                p = eol ? eol + 1 : end;
+                while (a < b && (*a == ' ' || *a == '\t'))
+                        a++;
+                while (b > a && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\r'))
+                        b--;
+                if (comment || (b - a >= 4 && memcmp(a, "<!--", 4) == 0)) {
+                        comment = !(b - a >= 3 && memcmp(b - 3, "-->", 3) == 0);
+                        continue;
+                }
+                if (a == b)
+                        continue;
+                memcpy(out + len, a, (size_t) (b - a));
+                len += (size_t) (b - a);
+                out[len++] = '\n';
+        }
+        out[len] = 0;
+        return out;
+}
+
+static void check_introspection(const char *path, const char *iface) {
+        char file[512];
+        const char *srcdir = getenv("CMWQ_TEST_SRCDIR");
+        sd_bus_message *reply;
+        const char *xml;
+        char *live, *installed, *text;
+
+        ck_assert_ptr_nonnull(srcdir);
+        snprintf(file, sizeof(file), "%s/../dbus/%s.xml", srcdir, iface);
+        text = read_file(file);
+        ck_assert_msg(text[0], "cannot read %s", file);
+        reply = call_ok(path, "org.freedesktop.DBus.Introspectable", "Introspect", NULL);
+        ck_assert_int_ge(sd_bus_message_read(reply, "s", &xml), 0);
+        live = interface_lines(xml, iface);
+        installed = interface_lines(text, iface);
+        if (strcmp(live, installed) != 0) {
+                /* Name the first line that differs (a whole dump is too
+                 * long for Check's message). */
+                const char *a = live, *b = installed;
+
+                while (*a && *a == *b) {
+                        a++;
+                        b++;
+                }
+                while (a > live && a[-1] != '\n') {
+                        a--;
+                        b--;
+                }
+                ck_abort_msg("%s differs from what cmwqd exports: file has '%.120s', cmwqd '%.120s'", file, b, a);
+        }
+        free(live);
+        free(installed);
+        free(text);
+        sd_bus_message_unref(reply);
+}
+
+START_TEST(test_introspection_matches_installed_xml) {
+        check_introspection(PATH, MANAGER);
+        check_introspection(WQ_PREFIX "system", WORKQUEUE);
+}
+END_TEST
+
+START_TEST(test_manager_methods) {
+        struct item_info info;
+        sd_bus_message *reply;
+        const char *path;
+        bool already;
+        uint64_t id, delayed, again;
+        char *msg;
+
+        reply = call_ok(PATH, MANAGER, "CreateWorkqueue", "suu", "build", (uint32_t) 0, (uint32_t) 4);
+        ck_assert_int_ge(sd_bus_message_read(reply, "o", &path), 0);
+        ck_assert_str_eq(path, ROOTS "build");
+        sd_bus_message_unref(reply);
+        reply = call_ok(PATH, MANAGER, "GetWorkqueue", "s", "build");
+        ck_assert_int_ge(sd_bus_message_read(reply, "o", &path), 0);
+        ck_assert_str_eq(path, ROOTS "build");
+        sd_bus_message_unref(reply);
+
+        msg = call_fails(bus, PATH, MANAGER, "CreateWorkqueue", "org.cmwq.cmwqd1.Error.AlreadyExists", "suu",
+                         "build", (uint32_t) 0, (uint32_t) 0);
+        ck_assert_msg(strstr(msg, "already exists"), "%s", msg);
+        free(msg);
+        free(call_fails(bus, PATH, MANAGER, "CreateWorkqueue", "org.cmwq.cmwqd1.Error.InvalidArgument", "suu",
+                        "no spaces", (uint32_t) 0, (uint32_t) 0));
+        free(call_fails(bus, PATH, MANAGER, "GetWorkqueue", "org.cmwq.cmwqd1.Error.NotFound", "s", "nosuch"));
+
+        /* Submit with everything: argv, env, cwd, stdin, cpu, key, timeout. */
+        {
+                sd_bus_message *m = NULL;
+                const char *argv[] = { "/bin/sh", "-c", "read line; echo \"$line $GREETING $(pwd)\"; exit 7", NULL };
+                const char *env[] = { "GREETING=hello", NULL };
+                int a = 1;
+
+                ck_assert_int_ge(sd_bus_message_new_method_call(bus, &m, NAME, PATH, MANAGER, "Submit"), 0);
+                ck_assert_int_ge(sd_bus_message_append(m, "s", "build"), 0);
+                ck_assert_int_ge(sd_bus_message_append_strv(m, (char **) argv), 0);
+                ck_assert_int_ge(sd_bus_message_append_strv(m, (char **) env), 0);
+                ck_assert_int_ge(sd_bus_message_append(m, "s", "/tmp"), 0);
+                ck_assert_int_ge(sd_bus_message_append_array(m, 'y', "payload\n", 8), 0);
+                ck_assert_int_ge(sd_bus_message_append(m, "itst", 0, (uint64_t) 0, "", (uint64_t) 30000000), 0);
+                ck_assert_int_ge(sd_bus_call(bus, m, 0, NULL, &reply), 0);
+                ck_assert_int_ge(sd_bus_message_read(reply, "tb", &id, &a), 0);
+                ck_assert(!a);
+                sd_bus_message_unref(m);
+                sd_bus_message_unref(reply);
+        }
+        item_call("WaitItem", id, &info);
+        ck_assert_uint_eq(info.id, id);
+        ck_assert_str_eq(info.state, "finished");
+        ck_assert_str_eq(info.workqueue, "build");
+        ck_assert_int_eq(info.exit_status, 7);
+        ck_assert_int_eq(info.signal, -1);
+        ck_assert_str_eq(info.out, "payload hello /tmp\n");
+        ck_assert_str_eq(info.argv0, "/bin/sh");
+        ck_assert_uint_eq(info.uid, 0);
+        item_call("GetItem", id, &info);
+        ck_assert_str_eq(info.state, "finished");
+
+        /* A key pending under a delay: the second submit is a no-op. */
+        delayed = submit("build", (const char *const[]) { "/bin/true", NULL }, "nightly", 60000000, &already);
+        ck_assert(!already);
+        again = submit("build", (const char *const[]) { "/bin/true", NULL }, "nightly", 60000000, &already);
+        ck_assert(already);
+        ck_assert_uint_eq(again, delayed);
+        item_call("GetItem", delayed, &info);
+        ck_assert_str_eq(info.state, "delayed");
+        ck_assert_str_eq(info.key, "nightly");
+        item_call("CancelItem", delayed, &info);
+        ck_assert_str_eq(info.state, "cancelled");
+        free(call_fails(bus, PATH, MANAGER, "GetItem", "org.cmwq.cmwqd1.Error.NotFound", "t", (uint64_t) 999999));
+
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "SetMaxActive", "su", "build", (uint32_t) 9));
+        ck_assert_uint_eq(property_u64(ROOTS "build", "MaxActive", 'u'), 9);
+        free(call_fails(bus, PATH, MANAGER, "SetMaxActive", "org.cmwq.cmwqd1.Error.InvalidArgument", "su", "build",
+                        (uint32_t) 513));
+
+        /* The lists. */
+        {
+                const char *name, *opath;
+                uint32_t flags, max_active, owner;
+                int builtin, frozen, draining;
+                uint64_t pending, running, total;
+                bool found = false;
+                int n = 0;
+
+                reply = call_ok(PATH, MANAGER, "ListWorkqueues", NULL);
+                ck_assert_int_ge(sd_bus_message_enter_container(reply, 'a', "(souuubbbttt)"), 0);
+                while (sd_bus_message_read(reply, "(souuubbbttt)", &name, &opath, &flags, &max_active, &owner,
+                                           &builtin, &frozen, &draining, &pending, &running, &total) > 0)
+                        if (strcmp(name, "build") == 0) {
+                                found = true;
+                                ck_assert_str_eq(opath, ROOTS "build");
+                                ck_assert_uint_eq(max_active, 9);
+                                ck_assert(!builtin);
+                                ck_assert_uint_eq(total, 1);
+                        }
+                ck_assert(found);
+                sd_bus_message_unref(reply);
+
+                reply = call_ok(PATH, MANAGER, "ListPools", NULL);
+                ck_assert_int_ge(sd_bus_message_enter_container(reply, 'a', "(ibuuuutuu)"), 0);
+                while (sd_bus_message_skip(reply, "(ibuuuutuu)") > 0)
+                        n++;
+                ck_assert_int_eq(n, 2 * (int) sysconf(_SC_NPROCESSORS_CONF) + 2);
+                sd_bus_message_unref(reply);
+
+                found = false;
+                reply = call_ok(PATH, MANAGER, "GetStatistics", NULL);
+                ck_assert_int_ge(sd_bus_message_enter_container(reply, 'a', "(stttttttttt)"), 0);
+                for (;;) {
+                        uint64_t v[10];
+                        int r = sd_bus_message_read(reply, "(stttttttttt)", &name, &v[0], &v[1], &v[2], &v[3],
+                                                    &v[4], &v[5], &v[6], &v[7], &v[8], &v[9]);
+                        ck_assert_int_ge(r, 0);
+                        if (r == 0)
+                                break;
+                        if (strcmp(name, "build") == 0) {
+                                found = true;
+                                ck_assert_uint_eq(v[0], 1);     /* total started */
+                        }
+                }
+                ck_assert(found);
+                sd_bus_message_unref(reply);
+        }
+
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "FlushWorkqueue", "s", "build"));
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "DrainWorkqueue", "s", "build"));
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "DestroyWorkqueue", "s", "build"));
+        free(call_fails(bus, PATH, MANAGER, "GetWorkqueue", "org.cmwq.cmwqd1.Error.NotFound", "s", "build"));
+
+        /* Freeze and thaw (root), by name and all freezable queues. */
+        free(call_fails(bus, PATH, MANAGER, "Freeze", "org.cmwq.cmwqd1.Error.InvalidArgument", "st", "system",
+                        (uint64_t) 0));
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "Freeze", "st", "", (uint64_t) 0));
+        ck_assert_uint_eq(property_u64(WQ_PREFIX "system_5ffreezable", "Frozen", 'b'), 1);
+        ck_assert_uint_eq(property_u64(WQ_PREFIX "system_5ffreezable_5funbound", "Frozen", 'b'), 1);
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "Thaw", "s", "system_freezable"));
+        ck_assert_uint_eq(property_u64(WQ_PREFIX "system_5ffreezable", "Frozen", 'b'), 0);
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "Thaw", "s", ""));
+        ck_assert_uint_eq(property_u64(WQ_PREFIX "system_5ffreezable_5funbound", "Frozen", 'b'), 0);
+
+        /* The manager's own properties. */
+        {
+                sd_bus_error error = SD_BUS_ERROR_NULL;
+                char *version = NULL, *mode = NULL;
+                uint32_t cpus = 0;
+
+                ck_assert_int_ge(sd_bus_get_property_string(bus, NAME, PATH, MANAGER, "Version", &error, &version), 0);
+                ck_assert_str_eq(version, PACKAGE_VERSION);
+                ck_assert_int_ge(sd_bus_get_property_string(bus, NAME, PATH, MANAGER, "Mode", &error, &mode), 0);
+                ck_assert_str_eq(mode, "user");
+                ck_assert_int_ge(sd_bus_get_property_trivial(bus, NAME, PATH, MANAGER, "CPUs", &error, 'u', &cpus), 0);
+                ck_assert_uint_eq(cpus, (uint32_t) sysconf(_SC_NPROCESSORS_CONF));
+                free(version);
+                free(mode);
+        }
+}
+END_TEST
+
+static bool wait_property(const char *path, const char *name, char type, uint64_t value) {
+        for (int waited = 0; waited < 20000; waited += 20) {
+                if (property_u64(path, name, type) == value)
+                        return true;
+                sleep_ms(20);
+        }
+        return false;
+}
+
+/* A freeze that times out names the item that held it; a running item
+ * cancelled is killed and the reply waits for its end. */
+START_TEST(test_freeze_timeout_and_cancel_of_a_running_item) {
+        const char *obj = ROOTS "ft";
+        struct item_info info;
+        char *msg, text[64];
+        uint64_t id;
+
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "CreateWorkqueue", "suu", "ft", (uint32_t) 2, (uint32_t) 0));
+        id = submit("ft", (const char *const[]) { "/bin/sleep", "600", NULL }, NULL, 0, NULL);
+        ck_assert_msg(wait_property(obj, "Running", 't', 1), "the item did not start");
+
+        msg = call_fails(bus, obj, WORKQUEUE, "Freeze", "org.cmwq.cmwqd1.Error.TimedOut", "t", (uint64_t) 200000);
+        snprintf(text, sizeof(text), "item %llu (ft)", (unsigned long long) id);
+        ck_assert_msg(strstr(msg, text), "'%s' does not name %s", msg, text);
+        free(msg);
+        ck_assert_uint_eq(property_u64(obj, "Frozen", 'b'), 1);
+        sd_bus_message_unref(call_ok(obj, WORKQUEUE, "Thaw", NULL));
+
+        item_call("CancelItem", id, &info);
+        ck_assert_str_eq(info.state, "cancelled");
+        ck_assert_int_eq(info.signal, 9);
+        ck_assert_uint_eq(property_u64(obj, "Running", 't'), 0);
+}
+END_TEST
+
+/* The counters of a queue, as properties. */
+START_TEST(test_workqueue_counters) {
+        const char *obj = ROOTS "count";
+        char flag[256], script[600];
+        sd_bus_message *m = NULL, *reply = NULL;
+        uint64_t id;
+        struct item_info info;
+
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "CreateWorkqueue", "suu", "count", (uint32_t) 1, (uint32_t) 0));
+        /* Cannot be run: Failed. */
+        id = submit("count", (const char *const[]) { "/nonexistent/program", NULL }, NULL, 0, NULL);
+        item_call("WaitItem", id, &info);
+        ck_assert_str_eq(info.state, "failed");
+        /* Exit 75 once: Requeued. */
+        test_path(&d, "requeued", flag, sizeof(flag));
+        snprintf(script, sizeof(script), "[ -e %s ] && exit 0; : > %s; exit 75", flag, flag);
+        id = submit("count", (const char *const[]) { "/bin/sh", "-c", script, NULL }, NULL, 0, NULL);
+        item_call("WaitItem", id, &info);
+        ck_assert_int_eq(info.exit_status, 0);
+        /* Over its timeout: TimedOut. */
+        ck_assert_int_ge(sd_bus_message_new_method_call(bus, &m, NAME, obj, WORKQUEUE, "Submit"), 0);
+        ck_assert_int_ge(sd_bus_message_append_strv(m, (char *[]) { "/bin/sleep", "600", NULL }), 0);
+        ck_assert_int_ge(sd_bus_message_append(m, "as", 0), 0);
+        ck_assert_int_ge(sd_bus_message_append(m, "s", ""), 0);
+        ck_assert_int_ge(sd_bus_message_append_array(m, 'y', "", 0), 0);
+        ck_assert_int_ge(sd_bus_message_append(m, "itst", -1, (uint64_t) 0, "", (uint64_t) 100000), 0);
+        ck_assert_int_ge(sd_bus_call(bus, m, 0, NULL, &reply), 0);
+        int already;
+        ck_assert_int_ge(sd_bus_message_read(reply, "tb", &id, &already), 0);
+        sd_bus_message_unref(m);
+        sd_bus_message_unref(reply);
+        item_call("WaitItem", id, &info);
+        /* Burn some CPU: CPUUSec. */
+        id = submit("count", (const char *const[]) { "/bin/sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done",
+                                                     NULL },
+                    NULL, 0, NULL);
+        item_call("WaitItem", id, &info);
+
+        ck_assert_uint_eq(property_u64(obj, "Failed", 't'), 1);
+        ck_assert_uint_eq(property_u64(obj, "Requeued", 't'), 1);
+        ck_assert_uint_eq(property_u64(obj, "TimedOut", 't'), 1);
+        ck_assert_uint_gt(property_u64(obj, "CPUUSec", 't'), 0);
+        ck_assert_uint_eq(property_u64(obj, "InFlight", 't'), 0);
+        ck_assert_uint_eq(property_u64(obj, "Draining", 'b'), 0);
+        /* The pool counters are there (what they count is test-concurrency's). */
+        (void) property_u64(obj, "CPUIntensive", 't');
+        (void) property_u64(obj, "CMWakeups", 't');
+        (void) property_u64(obj, "Mayday", 't');
+        (void) property_u64(obj, "Rescued", 't');
+}
+END_TEST
+
+/* The per-queue object, from busctl as a shell user would. */
+START_TEST(test_workqueue_object_methods_with_busctl) {
+        char *out;
+        char flag[256];
+        const char *obj = ROOTS "fr";
+
+        BUSCTL_OK(&out, "call", "--", NAME, PATH, MANAGER, "CreateWorkqueue", "suu", "fr", "2", "0");
+        ck_assert_str_eq(out, "o \"" ROOTS "fr\"\n");
+        free(out);
+        BUSCTL_OK(&out, "get-property", NAME, obj, WORKQUEUE, "Name", "Flags", "Owner", "Builtin", "MaxActive");
+        ck_assert_str_eq(out, "s \"fr\"\nu 2\nu 0\nb false\nu 256\n");
+        free(out);
+        BUSCTL_OK(&out, "call", "--", NAME, obj, WORKQUEUE, "SetMaxActive", "u", "3");
+        free(out);
+        BUSCTL_OK(&out, "get-property", NAME, obj, WORKQUEUE, "MaxActive");
+        ck_assert_str_eq(out, "u 3\n");
+        free(out);
+
+        /* Frozen: a submitted item waits, and runs once thawed. */
+        test_path(&d, "ran", flag, sizeof(flag));
+        BUSCTL_OK(&out, "call", "--", NAME, obj, WORKQUEUE, "Freeze", "t", "0");
+        free(out);
+        BUSCTL_OK(&out, "call", "--", NAME, obj, WORKQUEUE, "Submit", "asassayitst", "2", "/usr/bin/touch", flag,
+                  "0", "", "0", "-1", "0", "", "0");
+        ck_assert_str_eq(out, "tb 1 false\n");
+        free(out);
+        BUSCTL_OK(&out, "get-property", NAME, obj, WORKQUEUE, "Frozen", "Pending", "InFlight");
+        ck_assert_str_eq(out, "b true\nt 1\nt 1\n");
+        free(out);
+        ck_assert_int_ne(access(flag, F_OK), 0);
+        BUSCTL_OK(&out, "call", "--", NAME, obj, WORKQUEUE, "Thaw");
+        free(out);
+        BUSCTL_OK(&out, "call", "--", NAME, obj, WORKQUEUE, "Flush");
+        free(out);
+        ck_assert_int_eq(access(flag, F_OK), 0);
+        BUSCTL_OK(&out, "get-property", NAME, obj, WORKQUEUE, "Frozen", "Pending", "Running", "Total", "InFlight");
+        ck_assert_str_eq(out, "b false\nt 0\nt 0\nt 1\nt 0\n");
+        free(out);
+        BUSCTL_OK(&out, "call", "--", NAME, obj, WORKQUEUE, "Drain");
+        free(out);
+        BUSCTL_OK(&out, "call", "--", NAME, obj, WORKQUEUE, "Destroy");
+        free(out);
+        ck_assert_int_ne(BUSCTL((uid_t) -1, &out, "get-property", NAME, obj, WORKQUEUE, "Name"), 0);
+        ck_assert_msg(strstr(out, "Unknown object"), "%s", out);
+        free(out);
+}
+END_TEST
+
+START_TEST(test_signals_and_properties_changed) {
+        const char *obj = ROOTS "sig";
+        char text[128];
+        uint64_t id, killed;
+
+        subscribe();
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "CreateWorkqueue", "suu", "sig", (uint32_t) 2, (uint32_t) 0));
+        ck_assert_msg(saw("InterfacesAdded", PATH, obj), "no InterfacesAdded for %s", obj);
+
+        id = submit("sig", (const char *const[]) { "/bin/sh", "-c", "exit 5", NULL }, NULL, 0, NULL);
+        snprintf(text, sizeof(text), "%llu sig finished 5 -1 0", (unsigned long long) id);
+        ck_assert_msg(saw("ItemFinished", PATH, text), "no ItemFinished '%s'", text);
+        ck_assert_msg(saw("PropertiesChanged", obj, "Total=1"), "no PropertiesChanged with Total=1");
+        ck_assert_msg(saw("PropertiesChanged", obj, "Running=0"), "no PropertiesChanged with Running=0");
+
+        /* Killed by a signal: no exit status. */
+        killed = submit("sig", (const char *const[]) { "/bin/sh", "-c", "kill -9 $$", NULL }, NULL, 0, NULL);
+        snprintf(text, sizeof(text), "%llu sig finished -1 9 0", (unsigned long long) killed);
+        ck_assert_msg(saw("ItemFinished", PATH, text), "no ItemFinished '%s'", text);
+
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "SetMaxActive", "su", "sig", (uint32_t) 5));
+        ck_assert_msg(saw("PropertiesChanged", obj, "MaxActive=5"), "no PropertiesChanged with MaxActive=5");
+        sd_bus_message_unref(call_ok(obj, WORKQUEUE, "Freeze", "t", (uint64_t) 0));
+        ck_assert_msg(saw("PropertiesChanged", obj, "Frozen=1"), "no PropertiesChanged with Frozen=1");
+        sd_bus_message_unref(call_ok(obj, WORKQUEUE, "Thaw", NULL));
+        ck_assert_msg(saw("PropertiesChanged", obj, "Frozen=0"), "no PropertiesChanged with Frozen=0");
+
+        sd_bus_message_unref(call_ok(obj, WORKQUEUE, "Destroy", NULL));
+        ck_assert_msg(saw("InterfacesRemoved", PATH, obj), "no InterfacesRemoved for %s", obj);
+}
+END_TEST
+
+static int on_flush_reply(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        int *replied = userdata;
+
+        *replied = sd_bus_message_is_method_error(m, NULL) ? -1 : 1;
+        return 0;
+}
+
+/* A flush replies only when the items queued before it have finished, and
+ * meanwhile the daemon answers everything else, over both front ends. */
+START_TEST(test_deferred_flush_does_not_block_the_daemon) {
+        char gate[256], script[512], *out;
+        uint64_t ids[3];
+        int replied = 0;
+        struct item_info info;
+
+        test_path(&d, "gate", gate, sizeof(gate));
+        snprintf(script, sizeof(script), "while [ ! -e %s ]; do sleep 0.05; done", gate);
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "CreateWorkqueue", "suu", "slow", (uint32_t) 1, (uint32_t) 0));
+        for (int k = 0; k < 3; k++)
+                ids[k] = submit("slow", (const char *const[]) { "/bin/sh", "-c", script, NULL }, NULL, 0, NULL);
+
+        ck_assert_int_ge(sd_bus_call_method_async(bus, NULL, NAME, ROOTS "slow", WORKQUEUE, "Flush",
+                                                  on_flush_reply, &replied, NULL),
+                         0);
+        /* A client that leaves while its flush waits is forgotten. */
+        {
+                sd_bus *gone = bus_connect();
+
+                ck_assert_int_ge(sd_bus_call_method_async(gone, NULL, NAME, ROOTS "slow", WORKQUEUE, "Flush", NULL,
+                                                          NULL, NULL),
+                                 0);
+                ck_assert_int_ge(sd_bus_call_method(gone, NAME, PATH, MANAGER, "ListPools", NULL, NULL, NULL), 0);
+                sd_bus_flush_close_unref(gone);
+        }
+        /* Other calls are answered while the flush waits. */
+        for (int k = 0; k < 5; k++) {
+                sd_bus_message_unref(call_ok(PATH, MANAGER, "ListWorkqueues", NULL));
+                BUSCTL_OK(&out, "get-property", NAME, ROOTS "slow", WORKQUEUE, "InFlight");
+                ck_assert_str_eq(out, "t 3\n");
+                free(out);
+                out = CTL_OK(&d, "list");
+                ck_assert_msg(strstr(out, "slow"), "%s", out);
+                free(out);
+                while (sd_bus_process(bus, NULL) > 0)
+                        ;
+                ck_assert_int_eq(replied, 0);
+        }
+        item_call("GetItem", ids[0], &info);
+        ck_assert_str_ne(info.state, "finished");
+
+        write_file(gate, "");
+        for (int64_t until = mono_ns() + 30LL * 1000000000; replied == 0 && mono_ns() < until;)
+                if (sd_bus_process(bus, NULL) == 0)
+                        sd_bus_wait(bus, 100000);
+        ck_assert_int_eq(replied, 1);
+        for (int k = 0; k < 3; k++) {
+                item_call("GetItem", ids[k], &info);
+                ck_assert_str_eq(info.state, "finished");
+        }
+}
+END_TEST
+
+/* Another user (uid 65534, through busctl) can neither see nor touch a
+ * queue root owns, nor root's items, nor freeze; its own work is its own. */
+START_TEST(test_wrong_user_refused) {
+        char *out, id_text[32];
+        uint64_t id;
+
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "CreateWorkqueue", "suu", "private", (uint32_t) 2, (uint32_t) 0));
+        id = submit("private", (const char *const[]) { "/bin/true", NULL }, NULL, 0, NULL);
+        snprintf(id_text, sizeof(id_text), "%llu", (unsigned long long) id);
+
+        ck_assert_int_ne(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "DestroyWorkqueue", "s", "private"), 0);
+        ck_assert_msg(strstr(out, "no workqueue named 'private'"), "%s", out);
+        free(out);
+        ck_assert_int_ne(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "Submit", "sasassayitst", "private",
+                                "1", "/bin/true", "0", "", "0", "-1", "0", "", "0"),
+                         0);
+        ck_assert_msg(strstr(out, "no workqueue named 'private'"), "%s", out);
+        free(out);
+        ck_assert_int_ne(BUSCTL(NOBODY, &out, "call", "--", NAME, ROOTS "private", WORKQUEUE, "Flush"), 0);
+        ck_assert_msg(strstr(out, "Unknown object"), "%s", out);
+        free(out);
+        ck_assert_int_ne(BUSCTL(NOBODY, &out, "get-property", NAME, ROOTS "private", WORKQUEUE, "Flags"), 0);
+        free(out);
+        ck_assert_int_ne(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "GetItem", "t", id_text), 0);
+        ck_assert_msg(strstr(out, "belongs to another user"), "%s", out);
+        free(out);
+        ck_assert_int_ne(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "CancelItem", "t", id_text), 0);
+        ck_assert_msg(strstr(out, "belongs to another user"), "%s", out);
+        free(out);
+        ck_assert_int_ne(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "Freeze", "st", "system_freezable",
+                                "0"),
+                         0);
+        ck_assert_msg(strstr(out, "only root may freeze"), "%s", out);
+        free(out);
+        ck_assert_int_ne(BUSCTL(NOBODY, &out, "call", "--", NAME, WQ_PREFIX "system", WORKQUEUE, "SetMaxActive",
+                                "u", "1"),
+                         0);
+        ck_assert_msg(strstr(out, "belongs to the system"), "%s", out);
+        free(out);
+        ck_assert_int_eq(BUSCTL(NOBODY, &out, "tree", NAME), 0);
+        ck_assert_msg(!strstr(out, "private") && strstr(out, WQ_PREFIX "system"), "%s", out);
+        free(out);
+
+        /* Its own: a queue, and an item on the shared queue that runs as it. */
+        ck_assert_int_eq(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "CreateWorkqueue", "suu", "mine",
+                                "0", "0"),
+                         0);
+        free(out);
+        ck_assert_uint_eq(property_u64(WQ_PREFIX "_365534_2fmine", "Owner", 'u'), NOBODY);
+        /* Names are per user: its "private" is another object than root's. */
+        ck_assert_int_eq(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "CreateWorkqueue", "suu", "private",
+                                "0", "0"),
+                         0);
+        ck_assert_str_eq(out, "o \"" WQ_PREFIX "_365534_2fprivate\"\n");
+        free(out);
+        ck_assert_uint_eq(property_u64(ROOTS "private", "Owner", 'u'), 0);
+        ck_assert_uint_eq(property_u64(ROOTS "private", "Flags", 'u'), 2);
+        ck_assert_int_eq(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "Submit", "sasassayitst", "system",
+                                "3", "/bin/sh", "-c", "id -u; id -g; id -G", "0", "", "0", "-1", "0", "", "0"),
+                         0);
+        unsigned long long mine;
+        ck_assert_int_eq(sscanf(out, "tb %llu", &mine), 1);
+        free(out);
+        struct item_info info;
+        item_call("WaitItem", mine, &info);
+        ck_assert_str_eq(info.out, "65534\n65534\n65534 100\n");
+        ck_assert_uint_eq(info.uid, NOBODY);
+}
+END_TEST
+
+/* One core: what one front end does, the other sees. */
+START_TEST(test_both_front_ends_see_the_same_state) {
+        char *out;
+        sd_bus_message *reply;
+        const char *path;
+
+        subscribe();
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "CreateWorkqueue", "suu", "viabus", (uint32_t) 1, (uint32_t) 7));
+        out = CTL_OK(&d, "list");
+        ck_assert_msg(strstr(out, "viabus"), "cmwqctl list:\n%s", out);
+        free(out);
+
+        out = CTL_OK(&d, "create", "viasocket", "--max-active", "3");
+        free(out);
+        ck_assert_msg(saw("InterfacesAdded", PATH, ROOTS "viasocket"), "no InterfacesAdded for viasocket");
+        reply = call_ok(PATH, MANAGER, "GetWorkqueue", "s", "viasocket");
+        ck_assert_int_ge(sd_bus_message_read(reply, "o", &path), 0);
+        ck_assert_str_eq(path, ROOTS "viasocket");
+        sd_bus_message_unref(reply);
+        ck_assert_uint_eq(property_u64(ROOTS "viasocket", "MaxActive", 'u'), 3);
+
+        out = CTL_OK(&d, "set-max-active", "viabus", "2");
+        free(out);
+        ck_assert_msg(saw("PropertiesChanged", ROOTS "viabus", "MaxActive=2"), "no MaxActive=2");
+        out = CTL_OK(&d, "destroy", "viasocket");
+        free(out);
+        ck_assert_msg(saw("InterfacesRemoved", PATH, ROOTS "viasocket"), "no InterfacesRemoved");
+}
+END_TEST
+
+/* No bus: one readable line, and the socket serves alone.  --no-dbus: the
+ * bus is not touched. */
+START_TEST(test_without_a_bus) {
+        char *out, *log;
+
+        cmwqd_stop(&d);
+        bus = sd_bus_flush_close_unref(bus);
+
+        snprintf(bus_address, sizeof(bus_address), "unix:path=%s/nothing-here", bus_dir);
+        start_daemon(NULL);
+        out = CTL_OK(&d, "list");
+        ck_assert_msg(strstr(out, "system_freezable"), "%s", out);
+        free(out);
+        log = read_file(d.log);
+        ck_assert_msg(strstr(log, "D-Bus is not available"), "log:\n%s", log);
+        free(log);
+        cmwqd_stop(&d);
+
+        snprintf(bus_address, sizeof(bus_address), "unix:path=%s/bus", bus_dir);
+        start_daemon((const char *const[]) { "--no-dbus", NULL });
+        bus = bus_connect();
+        out = CTL_OK(&d, "list");
+        free(out);
+        ck_assert(!name_has_owner(bus));
+}
+END_TEST
+
+START_TEST(test_system_bus_policy_file) {
+        char file[512], *text;
+        const char *srcdir = getenv("CMWQ_TEST_SRCDIR");
+
+        /* Only root owns the name; everyone may talk to it. */
+        snprintf(file, sizeof(file), "%s/../dbus/org.cmwq.cmwqd1.conf", srcdir);
+        text = read_file(file);
+        ck_assert_msg(strstr(text, "<policy user=\"root\">\n    <allow own=\"org.cmwq.cmwqd1\"/>"), "%s", text);
+        ck_assert_msg(strstr(text, "<policy context=\"default\">\n    <allow send_destination=\"org.cmwq.cmwqd1\"/>"),
+                      "%s", text);
+        ck_assert_msg(!strstr(strstr(text, "context=\"default\""), "own="), "%s", text);
+        free(text);
+        snprintf(file, sizeof(file), "%s/../dbus/org.cmwq.cmwqd1.service", srcdir);
+        text = read_file(file);
+        ck_assert_msg(strstr(text, "Name=org.cmwq.cmwqd1\n") && strstr(text, "SystemdService=cmwqd.service\n"), "%s",
+                      text);
+        free(text);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("dbus");
+        TCase *tc = tcase_create("dbus");
+        SRunner *sr;
+        int failed;
+
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 90);
+        tcase_add_test(tc, test_introspection_matches_installed_xml);
+        tcase_add_test(tc, test_manager_methods);
+        tcase_add_test(tc, test_freeze_timeout_and_cancel_of_a_running_item);
+        tcase_add_test(tc, test_workqueue_counters);
+        tcase_add_test(tc, test_workqueue_object_methods_with_busctl);
+        tcase_add_test(tc, test_signals_and_properties_changed);
+        tcase_add_test(tc, test_deferred_flush_does_not_block_the_daemon);
+        tcase_add_test(tc, test_wrong_user_refused);
+        tcase_add_test(tc, test_both_front_ends_see_the_same_state);
+        tcase_add_test(tc, test_without_a_bus);
+        tcase_add_test(tc, test_system_bus_policy_file);
+        suite_add_tcase(s, tc);
+
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? 0 : 1;
+}
