@@ -388,6 +388,66 @@ static void observe_item_finished(struct core_observer *o, struct item *i) {
 
 /* ---- the connection -------------------------------------------------------- */
 
+struct dbus_held_reply {
+        struct list_head entry;
+        sd_bus_message *reply;
+        uint64_t seq;
+};
+
+/* Sends the held replies whose records are on disk (@durable). */
+static void dbus_held_send(struct ipc_dbus *d, uint64_t durable) {
+        bool sent = false;
+
+        while (!list_empty(&d->held)) {
+                struct dbus_held_reply *h = list_first_entry(&d->held, struct dbus_held_reply, entry);
+
+                if (h->seq > durable)
+                        break;
+                list_del_init(&h->entry);
+                if (d->bus)
+                        (void) sd_bus_send(d->bus, h->reply, NULL);
+                sd_bus_message_unref(h->reply);
+                free(h);
+                sent = true;
+        }
+        if (sent)
+                bus_event_kick(d->event);
+}
+
+static void dbus_store_durable(struct store_listener *l, uint64_t seq) {
+        dbus_held_send(container_of(l, struct ipc_dbus, store_listener), seq);
+}
+
+void ipc_dbus_set_store(struct ipc_dbus *d, struct store *store) {
+        if (!d)
+                return;
+        d->store = store;
+        d->store_listener.durable = dbus_store_durable;
+        if (store)
+                store_add_listener(store, &d->store_listener);
+}
+
+int ipc_dbus_send_durable(struct ipc_dbus *d, sd_bus_message *reply) {
+        struct dbus_held_reply *h;
+        uint64_t seq;
+        int r;
+
+        if (!d->store || store_durable_seq(d->store) >= (seq = store_appended_seq(d->store))) {
+                r = sd_bus_send(d->bus, reply, NULL);
+                sd_bus_message_unref(reply);
+                return r < 0 ? r : 1;
+        }
+        h = calloc(1, sizeof(*h));
+        if (!h) {
+                sd_bus_message_unref(reply);
+                return -ENOMEM;
+        }
+        h->reply = reply;
+        h->seq = seq;
+        list_add_tail(&h->entry, &d->held);
+        return 1;
+}
+
 int ipc_dbus_new(struct event_base *base, struct core *core, bool user_mode, struct ipc_dbus **ret) {
         struct ipc_dbus *d;
         struct workqueue *wq;
@@ -402,6 +462,8 @@ int ipc_dbus_new(struct event_base *base, struct core *core, bool user_mode, str
         list_init(&d->calls);
         list_init(&d->workqueues);
         list_init(&d->dirty);
+        list_init(&d->held);
+        list_init(&d->store_listener.entry);
         list_init(&d->observer.entry);
         d->observer = (struct core_observer) {
                 .workqueue_added = observe_workqueue_added,
@@ -455,6 +517,10 @@ fail:
 struct ipc_dbus *ipc_dbus_free(struct ipc_dbus *d) {
         if (!d)
                 return NULL;
+        if (d->store)
+                store_remove_listener(d->store, &d->store_listener);
+        /* store_free() comes later and syncs what these acknowledge. */
+        dbus_held_send(d, UINT64_MAX);
         core_observer_remove(&d->observer);
         while (!list_empty(&d->calls)) {
                 struct dbus_call *call = list_first_entry(&d->calls, struct dbus_call, entry);

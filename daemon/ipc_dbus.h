@@ -23,6 +23,7 @@
 #include <systemd/sd-bus.h>
 
 #include "core.h"
+#include "store.h"
 #include "list.h"
 
 struct event;
@@ -48,6 +49,9 @@ struct ipc_dbus;
  * caller logs that and goes on without D-Bus. */
 int ipc_dbus_new(struct event_base *base, struct core *core, bool user_mode, struct ipc_dbus **ret);
 struct ipc_dbus *ipc_dbus_free(struct ipc_dbus *d);
+/* With a durable store, replies that acknowledge a change (a queued item, a
+ * created queue) wait until the change is on disk, as on the socket. */
+void ipc_dbus_set_store(struct ipc_dbus *d, struct store *store);
 
 /* Internal between ipc_dbus.c and ipc_dbus_objects.c. */
 
@@ -99,7 +103,14 @@ struct ipc_dbus {
         struct list_head workqueues;    /* struct dbus_workqueue */
         struct list_head dirty;
         struct event *announce;         /* emits PropertiesChanged for dirty queues */
+        struct store *store;            /* borrowed; NULL: nothing is kept */
+        struct store_listener store_listener;
+        struct list_head held;          /* struct dbus_held_reply, by seq */
 };
+
+/* Sends @reply (taking it) once everything the store took so far is on
+ * disk: at once when it already is, or without a store. */
+int ipc_dbus_send_durable(struct ipc_dbus *d, sd_bus_message *reply);
 
 int ipc_dbus_objects_add(struct ipc_dbus *d);
 struct dbus_workqueue *ipc_dbus_workqueue_find(struct ipc_dbus *d, const struct workqueue *wq);

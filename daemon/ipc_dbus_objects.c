@@ -154,11 +154,16 @@ int ipc_dbus_append_item(sd_bus_message *m, const struct item *i) {
                         return _r;                                      \
         } while (0)
 
-/* Replies with nothing or the core's error. */
-static int reply_core(sd_bus_message *m, int r, const struct core_error *e) {
+/* Replies with nothing or the core's error; the success once it is on disk. */
+static int reply_core(struct ipc_dbus *d, sd_bus_message *m, int r, const struct core_error *e) {
+        sd_bus_message *reply = NULL;
+
         if (r < 0)
                 return ipc_dbus_reply_core_error(m, e);
-        return sd_bus_reply_method_return(m, NULL);
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r < 0)
+                return r;
+        return ipc_dbus_send_durable(d, reply);
 }
 
 /* Reads the submit arguments after the workqueue name and queues the item. */
@@ -204,7 +209,16 @@ static int submit(struct ipc_dbus *d, sd_bus_message *m, const char *workqueue, 
         r = core_submit(d->core, &s->caller, &a, NULL, &id, &already, &e);
         if (r < 0)
                 return ipc_dbus_reply_core_error(m, &e);
-        return sd_bus_reply_method_return(m, "tb", id, (int) already);
+        /* The id is an acknowledgement: the item must be on disk first. */
+        sd_bus_message *reply = NULL;
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "tb", id, (int) already);
+        if (r < 0) {
+                sd_bus_message_unref(reply);
+                return r;
+        }
+        return ipc_dbus_send_durable(d, reply);
 }
 
 enum workqueue_wait { WAIT_FLUSH, WAIT_DRAIN, WAIT_DESTROY, WAIT_FREEZE };
@@ -244,7 +258,7 @@ static int set_max_active(struct ipc_dbus *d, sd_bus_message *m, const char *nam
         struct dbus_sender *s;
 
         GET_CALLER(d, m, s, error);
-        return reply_core(m, core_workqueue_set_max_active(d->core, &s->caller, name, max_active, &e), &e);
+        return reply_core(d, m, core_workqueue_set_max_active(d->core, &s->caller, name, max_active, &e), &e);
 }
 
 static int thaw(struct ipc_dbus *d, sd_bus_message *m, const char *name, sd_bus_error *error) {
@@ -252,7 +266,7 @@ static int thaw(struct ipc_dbus *d, sd_bus_message *m, const char *name, sd_bus_
         struct dbus_sender *s;
 
         GET_CALLER(d, m, s, error);
-        return reply_core(m, core_thaw(d->core, &s->caller, name && name[0] ? name : NULL, &e), &e);
+        return reply_core(d, m, core_thaw(d->core, &s->caller, name && name[0] ? name : NULL, &e), &e);
 }
 
 /* ---- org.cmwq.cmwqd1.Manager ------------------------------------------------ */
@@ -276,7 +290,15 @@ static int method_create_workqueue(sd_bus_message *m, void *userdata, sd_bus_err
         r = ipc_dbus_workqueue_path(core_find_workqueue(d->core, s->caller.uid, name), &path);
         if (r < 0)
                 return r;
-        return sd_bus_reply_method_return(m, "o", path);
+        sd_bus_message *reply = NULL;
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0)
+                r = sd_bus_message_append(reply, "o", path);
+        if (r < 0) {
+                sd_bus_message_unref(reply);
+                return r;
+        }
+        return ipc_dbus_send_durable(d, reply);
 }
 
 static int method_get_workqueue(sd_bus_message *m, void *userdata, sd_bus_error *error) {

@@ -473,8 +473,10 @@ int main(int argc, char **argv) {
                 if (r < 0)
                         log_notice_errno(r, "D-Bus is not available (%m); serving the socket only, without %s on the %s bus",
                                          CMWQ_DBUS_NAME, o.user_mode ? "session" : "system");
-                else
+                else {
+                        ipc_dbus_set_store(dbus, store);
                         log_info("Serving %s on the %s bus", CMWQ_DBUS_NAME, o.user_mode ? "session" : "system");
+                }
         }
 
         log_info("cmwqd %s listening on %s%s (%s instance, %u CPUs, sleep detector %s, state %s)", PACKAGE_VERSION,
