@@ -38,7 +38,7 @@ timeline() {
 }
 
 say "Starting cmwqd on $CMWQ_SOCKET"
-"$cmwqd" --socket "$CMWQ_SOCKET" 2>"$tmp/cmwqd.log" &
+"$cmwqd" --socket "$CMWQ_SOCKET" --state-dir "$tmp/state" 2>"$tmp/cmwqd.log" &
 daemon=$!
 for _ in $(seq 100); do [ -S "$CMWQ_SOCKET" ] && ctl list >/dev/null 2>&1 && break; sleep 0.05; done
 sed 's/^/  /' "$tmp/cmwqd.log"
