@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,16 +155,31 @@ int ipc_dbus_append_item(sd_bus_message *m, const struct item *i) {
                         return _r;                                      \
         } while (0)
 
+/* Replies to @m with @types (may be NULL) once the change it acknowledges
+ * is on disk. */
+static int reply_durable(struct ipc_dbus *d, sd_bus_message *m, const char *types, ...) {
+        sd_bus_message *reply = NULL;
+        va_list ap;
+        int r;
+
+        r = sd_bus_message_new_method_return(m, &reply);
+        if (r >= 0 && types) {
+                va_start(ap, types);
+                r = sd_bus_message_appendv(reply, types, ap);
+                va_end(ap);
+        }
+        if (r < 0) {
+                sd_bus_message_unref(reply);
+                return r;
+        }
+        return ipc_dbus_send_durable(d, reply);
+}
+
 /* Replies with nothing or the core's error; the success once it is on disk. */
 static int reply_core(struct ipc_dbus *d, sd_bus_message *m, int r, const struct core_error *e) {
-        sd_bus_message *reply = NULL;
-
         if (r < 0)
                 return ipc_dbus_reply_core_error(m, e);
-        r = sd_bus_message_new_method_return(m, &reply);
-        if (r < 0)
-                return r;
-        return ipc_dbus_send_durable(d, reply);
+        return reply_durable(d, m, NULL);
 }
 
 /* Reads the submit arguments after the workqueue name and queues the item. */
@@ -210,15 +226,7 @@ static int submit(struct ipc_dbus *d, sd_bus_message *m, const char *workqueue, 
         if (r < 0)
                 return ipc_dbus_reply_core_error(m, &e);
         /* The id is an acknowledgement: the item must be on disk first. */
-        sd_bus_message *reply = NULL;
-        r = sd_bus_message_new_method_return(m, &reply);
-        if (r >= 0)
-                r = sd_bus_message_append(reply, "tb", id, (int) already);
-        if (r < 0) {
-                sd_bus_message_unref(reply);
-                return r;
-        }
-        return ipc_dbus_send_durable(d, reply);
+        return reply_durable(d, m, "tb", id, (int) already);
 }
 
 enum workqueue_wait { WAIT_FLUSH, WAIT_DRAIN, WAIT_DESTROY, WAIT_FREEZE };
@@ -290,15 +298,7 @@ static int method_create_workqueue(sd_bus_message *m, void *userdata, sd_bus_err
         r = ipc_dbus_workqueue_path(core_find_workqueue(d->core, s->caller.uid, name), &path);
         if (r < 0)
                 return r;
-        sd_bus_message *reply = NULL;
-        r = sd_bus_message_new_method_return(m, &reply);
-        if (r >= 0)
-                r = sd_bus_message_append(reply, "o", path);
-        if (r < 0) {
-                sd_bus_message_unref(reply);
-                return r;
-        }
-        return ipc_dbus_send_durable(d, reply);
+        return reply_durable(d, m, "o", path);
 }
 
 static int method_get_workqueue(sd_bus_message *m, void *userdata, sd_bus_error *error) {
