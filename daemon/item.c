@@ -433,15 +433,14 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
          * item is either known to have started (interrupted) or has not run
          * at all, never run and still pending.  Its process waits for the
          * release meanwhile. */
+        i->started_usec = 0;
         seq = core_store_item_started(i);
         if (seq > 0) {
-                i->started_usec = 0;
                 item_mark_running(i, worker);
                 i->start_seq = seq;
                 list_add_tail(&i->starting_entry, &c->starting);
                 return 0;
         }
-        i->started_usec = 0;
         r = item_exec_start(i);
         if (r < 0)
                 return r;
