@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "callback.h"
+#include "callback_shm.h"
 #include "log.h"
 #include "util.h"
 
@@ -25,11 +26,13 @@ struct callback_client {
         struct list_head entry;
         pid_t pid;
         const struct core_caller *caller;
-        callback_grant_fn grant;
+        struct callback_shm *shm;
         callback_freeze_fn freeze;
+        callback_broken_fn broken;
         void *userdata;
         struct list_head workers;
         unsigned nr_workers;
+        struct callback_worker *slots[CMWQ_SHM_SLOTS];
         struct pool_work_stats stats;
 };
 
@@ -37,6 +40,8 @@ struct callback_worker {
         struct callback_client *client;
         struct list_head entry;
         pid_t tid;
+        unsigned slot;                  /* its control block in the shared region */
+        uint32_t grant_seq;             /* grants so far: ours, not the region's */
         struct pool *pool;
         struct pool_work work;          /* the demand: queued while it waits */
         struct worker *granted;         /* the pool's worker while it holds a grant */
@@ -65,7 +70,7 @@ static int callback_execute(struct worker *pw, struct pool_work *work) {
         /* It waits for this grant asleep; from now on it runs. */
         sleepwatch_target_assume_running(w->target);
         log_debug("callback: thread %d (PID %d) granted CPU %d", (int) w->tid, (int) w->client->pid, w->pool->cpu);
-        w->client->grant(w->tid, false, w->client->userdata);
+        callback_shm_grant(w->client->shm, w->slot, ++w->grant_seq);
         return 0;
 }
 
@@ -105,7 +110,7 @@ static void callback_sleep_changed(struct sleepwatch_target *t, bool running, vo
          * CPU is not oversubscribed and no new thread is needed. */
         if (worker_counts_running(w->granted) && w->pool->nr_running > 1 && !w->yield_sent) {
                 w->yield_sent = true;
-                w->client->grant(w->tid, true, w->client->userdata);
+                callback_shm_yield(w->client->shm, w->slot, w->grant_seq);
         }
 }
 
@@ -126,7 +131,7 @@ static void callback_pool_contended(struct pool *p, struct pool_work *work, void
                                 log_debug("callback: thread %d (PID %d) asked to yield CPU %d", (int) w->tid,
                                           (int) c->pid, p->cpu);
                                 w->yield_sent = true;
-                                c->grant(w->tid, true, c->userdata);
+                                callback_shm_yield(c->shm, w->slot, w->grant_seq);
                         }
         }
 }
@@ -186,22 +191,40 @@ struct callback_registry *callback_registry_free(struct callback_registry *r) {
         return NULL;
 }
 
-int callback_client_new(struct callback_registry *r, const struct core_caller *caller, callback_grant_fn grant,
-                        callback_freeze_fn freeze, void *userdata, struct callback_client **ret) {
+static int callback_shm_op(enum cmwq_shm_op op, unsigned slot, void *userdata);
+
+static void callback_shm_broken(const char *why, void *userdata) {
+        struct callback_client *c = userdata;
+
+        log_warning("Client PID %d broke the memory it shares with cmwqd: %s", (int) c->pid, why);
+        c->broken(why, c->userdata);
+}
+
+int callback_client_new(struct callback_registry *r, const struct core_caller *caller, int memfd, int eventfd,
+                        callback_freeze_fn freeze, callback_broken_fn broken, void *userdata,
+                        struct callback_client **ret, struct core_error *e) {
+        _cleanup_(closep) int mfd = memfd, efd = eventfd;
         struct callback_client *c;
         struct workqueue *wq;
         pid_t pid = caller->pid;
+        int k;
 
         if (pid <= 0)
-                return -EINVAL;
+                return core_error_set(e, -EINVAL, "the client's PID is unknown");
         c = calloc(1, sizeof(*c));
         if (!c)
-                return -ENOMEM;
+                return core_error_set(e, -ENOMEM, "out of memory");
+        k = callback_shm_new(r->core->base, TAKE_FD(mfd), TAKE_FD(efd), callback_shm_op, callback_shm_broken, c,
+                             &c->shm, e);
+        if (k < 0) {
+                free(c);
+                return k;
+        }
         c->registry = r;
         c->pid = pid;
         c->caller = caller;
-        c->grant = grant;
         c->freeze = freeze;
+        c->broken = broken;
         c->userdata = userdata;
         list_init(&c->workers);
         list_add_tail(&c->entry, &r->clients);
@@ -209,6 +232,7 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
         list_for_each_entry(wq, &r->core->workqueues, entry)
                 if (wq->frozen)
                         callback_client_tell_freeze(c, wq);
+        log_debug("callback: PID %d attached its shared memory", (int) pid);
         *ret = c;
         return 0;
 }
@@ -230,6 +254,7 @@ static void callback_worker_release(struct callback_worker *w) {
 static void callback_worker_free(struct callback_worker *w) {
         callback_worker_release(w);
         sleepwatch_target_free(w->target);
+        w->client->slots[w->slot] = NULL;
         list_del_init(&w->entry);
         w->client->nr_workers--;
         free(w);
@@ -240,6 +265,7 @@ struct callback_client *callback_client_free(struct callback_client *c) {
                 return NULL;
         while (!list_empty(&c->workers))
                 callback_worker_free(list_first_entry(&c->workers, struct callback_worker, entry));
+        callback_shm_free(c->shm);
         list_del_init(&c->entry);
         free(c);
         return NULL;
@@ -263,7 +289,7 @@ static bool thread_of(pid_t pid, pid_t tid) {
         return stat(path, &st) == 0;
 }
 
-int callback_worker_register(struct callback_client *c, pid_t tid, unsigned cpu, bool highpri,
+int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot, unsigned cpu, bool highpri,
                              struct core_error *e) {
         struct core *core = c->registry->core;
         struct callback_worker *w;
@@ -274,6 +300,10 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned cpu,
                                       (int) c->pid);
         if (callback_worker_find(c, tid))
                 return core_error_set(e, -EEXIST, "thread %d is registered already", (int) tid);
+        if (slot >= CMWQ_SHM_SLOTS)
+                return core_error_set(e, -EINVAL, "slot %u is out of range (%u slots)", slot, CMWQ_SHM_SLOTS);
+        if (c->slots[slot])
+                return core_error_set(e, -EEXIST, "slot %u is taken by thread %d", slot, (int) c->slots[slot]->tid);
         if (cpu >= core->nr_cpus || !CPU_ISSET(cpu, &core->cpus_allowed))
                 return core_error_set(e, -EINVAL, "CPU %u is offline or outside cmwqd's CPU set", cpu);
         if (c->nr_workers >= CALLBACK_WORKERS_MAX)
@@ -285,6 +315,7 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned cpu,
                 return core_error_set(e, -ENOMEM, "out of memory");
         w->client = c;
         w->tid = tid;
+        w->slot = slot;
         w->pool = core_pool_for(core, (int) cpu, highpri);
         list_init(&w->work.entry);
         w->work.ops = &callback_ops;
@@ -297,6 +328,7 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned cpu,
                 return core_error_set(e, r, "cannot watch thread %d: %s", (int) tid, strerror(-r));
         }
         list_add_tail(&w->entry, &c->workers);
+        c->slots[slot] = w;
         c->nr_workers++;
         log_debug("callback: PID %d registered worker thread %d on CPU %u%s", (int) c->pid, (int) tid, cpu,
                   highpri ? " (highpri)" : "");
@@ -324,43 +356,45 @@ int callback_worker_unregister(struct callback_client *c, pid_t tid, struct core
         return 0;
 }
 
-int callback_worker_demand(struct callback_client *c, pid_t tid, struct core_error *e) {
-        struct callback_worker *w = NULL;
-        int r;
-
-        r = callback_worker_get(c, tid, &w, e);
-        if (r < 0)
-                return r;
+/* The thread has work: queue its demand (a no-op if queued or granted). */
+static void callback_worker_demand(struct callback_worker *w) {
         if (w->granted || list_linked(&w->work.entry))
-                return 0;
-        log_debug("callback: thread %d (PID %d) demands CPU %d (%u running there)", (int) tid, (int) c->pid,
-                  w->pool->cpu, w->pool->nr_running);
+                return;
+        log_debug("callback: thread %d (PID %d) demands CPU %d (%u running there)", (int) w->tid,
+                  (int) w->client->pid, w->pool->cpu, w->pool->nr_running);
         pool_queue_work(w->pool, &w->work);
-        return 0;
 }
 
-int callback_worker_intensive(struct callback_client *c, pid_t tid, struct core_error *e) {
-        struct callback_worker *w = NULL;
-        int r;
-
-        r = callback_worker_get(c, tid, &w, e);
-        if (r < 0)
-                return r;
+/* Taken on the client's word: it cannot hold back anyone by it, only let
+ * others start, as its own threads outside cmwq would. */
+static void callback_worker_intensive(struct callback_worker *w) {
         if (!w->granted)
-                return core_error_set(e, -EINVAL, "thread %d holds no grant", (int) tid);
-        log_debug("callback: thread %d (PID %d) runs CPU-intensive work on CPU %d", (int) tid, (int) c->pid,
-                  w->pool->cpu);
+                return;         /* gave it back already, or never had it: nothing to stop counting */
+        log_debug("callback: thread %d (PID %d) runs CPU-intensive work on CPU %d", (int) w->tid,
+                  (int) w->client->pid, w->pool->cpu);
         pool_worker_cpu_intensive(w->granted);
+}
+
+static int callback_shm_op(enum cmwq_shm_op op, unsigned slot, void *userdata) {
+        struct callback_client *c = userdata;
+        struct callback_worker *w = c->slots[slot];
+
+        if (!w)
+                return -ENOENT;
+        switch (op) {
+        case CMWQ_SHM_OP_DEMAND:
+                callback_worker_demand(w);
+                break;
+        case CMWQ_SHM_OP_INTENSIVE:
+                callback_worker_intensive(w);
+                break;
+        case CMWQ_SHM_OP_IDLE:
+                callback_worker_release(w);
+                break;
+        }
         return 0;
 }
 
-int callback_worker_idle(struct callback_client *c, pid_t tid, struct core_error *e) {
-        struct callback_worker *w = NULL;
-        int r;
-
-        r = callback_worker_get(c, tid, &w, e);
-        if (r < 0)
-                return r;
-        callback_worker_release(w);
-        return 0;
+int callback_client_sync(struct callback_client *c) {
+        return callback_shm_drain(c->shm);
 }

@@ -510,20 +510,6 @@ static void dispatch_stats(struct ipc_client *c, const Cmwq__Request *req) {
 }
 
 /* Unprompted: the response id 0 says it answers no request. */
-static void send_callback_grant(pid_t tid, bool yield, void *userdata) {
-        struct ipc_client *c = userdata;
-        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
-        Cmwq__CallbackGrant grant = CMWQ__CALLBACK_GRANT__INIT;
-
-        grant.tid = (uint32_t) tid;
-        grant.has_yield = yield;
-        grant.yield = yield;
-        resp.id = 0;
-        resp.body_case = CMWQ__RESPONSE__BODY_CALLBACK_GRANT;
-        resp.callback_grant = &grant;
-        (void) ipc_client_send(c, &resp);
-}
-
 static void send_callback_freeze(const char *name, bool frozen, void *userdata) {
         struct ipc_client *c = userdata;
         Cmwq__Response resp = CMWQ__RESPONSE__INIT;
@@ -537,37 +523,50 @@ static void send_callback_freeze(const char *name, bool frozen, void *userdata) 
         (void) ipc_client_send(c, &resp);
 }
 
-static int dispatch_callback(struct ipc_client *c, const Cmwq__Request *req, struct core_error *e) {
+static void callback_broken(const char *why, void *userdata) {
+        struct ipc_client *c = userdata;
+        char msg[256];
+
+        snprintf(msg, sizeof(msg), "the shared memory is broken: %s", why);
+        ipc_client_send_error(c, 0, -EBADMSG, msg, true);
+}
+
+static int dispatch_callback_attach(struct ipc_client *c, const Cmwq__CallbackAttach *a, struct core_error *e) {
         struct callback_registry *registry;
         int r;
 
-        if (!c->callback) {
-                if (req->body_case != CMWQ__REQUEST__BODY_CALLBACK_REGISTER)
-                        return core_error_set(e, -ENOENT, "no callback worker thread is registered");
-                r = ipc_server_callbacks(c->server, &registry);
-                if (r < 0)
-                        return core_error_set(e, r, "out of memory");
-                r = callback_client_new(registry, &c->caller, send_callback_grant, send_callback_freeze, c,
-                                        &c->callback);
-                if (r < 0)
-                        return core_error_set(e, r, "cannot serve callbacks for this client");
-        }
+        if (c->callback)
+                return core_error_set(e, -EEXIST, "the shared memory is attached already");
+        if (a->layout_version != CMWQ_SHM_VERSION)
+                return core_error_set(e, -EPROTONOSUPPORT, "shared memory layout %u is not cmwqd's (%u)",
+                                      a->layout_version, CMWQ_SHM_VERSION);
+        if (c->nr_passed_fds != 2)
+                return core_error_set(e, -EINVAL,
+                                      "CallbackAttach takes a memfd and an eventfd (SCM_RIGHTS), %u came",
+                                      c->nr_passed_fds);
+        r = ipc_server_callbacks(c->server, &registry);
+        if (r < 0)
+                return core_error_set(e, r, "out of memory");
+        c->nr_passed_fds = 0;
+        return callback_client_new(registry, &c->caller, c->passed_fds[0], c->passed_fds[1], send_callback_freeze,
+                                   callback_broken, c, &c->callback, e);
+}
 
-        switch (req->body_case) {
-        case CMWQ__REQUEST__BODY_CALLBACK_REGISTER:
+static int dispatch_callback(struct ipc_client *c, const Cmwq__Request *req, struct core_error *e) {
+        if (req->body_case == CMWQ__REQUEST__BODY_CALLBACK_ATTACH)
+                return dispatch_callback_attach(c, req->callback_attach, e);
+        if (!c->callback)
+                return core_error_set(e, -ENOENT, "the shared memory is not attached");
+        /* What the ring said before this request comes first. */
+        if (callback_client_sync(c->callback) < 0)
+                return core_error_set(e, -EBADMSG, "the shared memory is broken");
+
+        if (req->body_case == CMWQ__REQUEST__BODY_CALLBACK_REGISTER)
                 return callback_worker_register(c->callback, (pid_t) req->callback_register->tid,
-                                                req->callback_register->cpu,
+                                                req->callback_register->slot, req->callback_register->cpu,
                                                 req->callback_register->has_highpri && req->callback_register->highpri,
                                                 e);
-        case CMWQ__REQUEST__BODY_CALLBACK_UNREGISTER:
-                return callback_worker_unregister(c->callback, (pid_t) req->callback_unregister->tid, e);
-        case CMWQ__REQUEST__BODY_CALLBACK_DEMAND:
-                return callback_worker_demand(c->callback, (pid_t) req->callback_demand->tid, e);
-        case CMWQ__REQUEST__BODY_CALLBACK_INTENSIVE:
-                return callback_worker_intensive(c->callback, (pid_t) req->callback_intensive->tid, e);
-        default:
-                return callback_worker_idle(c->callback, (pid_t) req->callback_idle->tid, e);
-        }
+        return callback_worker_unregister(c->callback, (pid_t) req->callback_unregister->tid, e);
 }
 
 void ipc_dispatch(struct ipc_client *c, Cmwq__Request *req) {
@@ -624,9 +623,7 @@ void ipc_dispatch(struct ipc_client *c, Cmwq__Request *req) {
                 return;
         case CMWQ__REQUEST__BODY_CALLBACK_REGISTER:
         case CMWQ__REQUEST__BODY_CALLBACK_UNREGISTER:
-        case CMWQ__REQUEST__BODY_CALLBACK_DEMAND:
-        case CMWQ__REQUEST__BODY_CALLBACK_IDLE:
-        case CMWQ__REQUEST__BODY_CALLBACK_INTENSIVE:
+        case CMWQ__REQUEST__BODY_CALLBACK_ATTACH:
                 r = dispatch_callback(c, req, &e);
                 break;
         default:

@@ -341,12 +341,67 @@ static bool ipc_client_peer_gone(int fd) {
         return poll(&p, 1, 0) != 1 || (p.revents & (POLLHUP | POLLERR));
 }
 
+/* Reads what the client sent into c->in, and the file descriptors that came
+ * with it into c->passed_fds.  Returns the bytes read, 0 at EOF, or -1 with
+ * errno set; too many descriptors (or ones the kernel had to drop) are
+ * EPROTO. */
+static ssize_t ipc_client_recv(struct ipc_client *c) {
+        union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(sizeof(int) * IPC_CLIENT_PASSED_FDS_MAX)];
+        } control;
+        struct evbuffer_iovec vec;
+        struct iovec iov;
+        struct msghdr msg = {
+                .msg_iov = &iov,
+                .msg_iovlen = 1,
+                .msg_control = &control,
+                .msg_controllen = sizeof(control),
+        };
+        bool too_many = false;
+        ssize_t n;
+
+        if (evbuffer_reserve_space(c->in, IPC_READ_CHUNK, &vec, 1) != 1) {
+                errno = ENOMEM;
+                return -1;
+        }
+        iov = (struct iovec) { .iov_base = vec.iov_base, .iov_len = vec.iov_len };
+        n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0)
+                return -1;
+        for (struct cmsghdr *h = CMSG_FIRSTHDR(&msg); h; h = CMSG_NXTHDR(&msg, h)) {
+                if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
+                        continue;
+                for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                        int fd;
+
+                        memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof(fd));
+                        if (c->nr_passed_fds < IPC_CLIENT_PASSED_FDS_MAX)
+                                c->passed_fds[c->nr_passed_fds++] = fd;
+                        else {
+                                close(fd);
+                                too_many = true;
+                        }
+                }
+        }
+        vec.iov_len = (size_t) n;
+        if (evbuffer_commit_space(c->in, &vec, 1) < 0) {
+                errno = ENOMEM;
+                return -1;
+        }
+        if (too_many || (msg.msg_flags & MSG_CTRUNC)) {
+                errno = EPROTO;
+                return -1;
+        }
+        return n;
+}
+
 static void ipc_client_readable(evutil_socket_t fd, short what, void *userdata) {
         struct ipc_client *c = userdata;
         bool progress = false;
-        int n;
+        ssize_t n;
 
-        n = evbuffer_read(c->in, fd, IPC_READ_CHUNK);
+        n = ipc_client_recv(c);
         if (n == 0) {
                 if (ipc_client_peer_gone(fd)) {
                         ipc_client_free(c);
@@ -362,6 +417,11 @@ static void ipc_client_readable(evutil_socket_t fd, short what, void *userdata) 
         if (n < 0) {
                 if (errno == EAGAIN || errno == EINTR)
                         return;
+                if (errno == EPROTO) {
+                        ipc_client_send_error(c, 0, -EPROTO,
+                                              "more file descriptors were sent than a request takes", true);
+                        return;
+                }
                 log_debug_errno(-errno, "Reading from client pid %d failed: %m", (int) c->caller.pid);
                 ipc_client_free(c);
                 return;
@@ -402,6 +462,8 @@ static void ipc_client_free(struct ipc_client *c) {
         ipc_client_cancel_calls(c);
         /* A client that went away, even killed, gives back its CPUs. */
         c->callback = callback_client_free(c->callback);
+        for (unsigned i = 0; i < c->nr_passed_fds; i++)
+                close(c->passed_fds[i]);
         list_del_init(&c->entry);
         c->server->nr_clients--;
         if (c->usage)

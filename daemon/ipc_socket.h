@@ -38,6 +38,10 @@ struct ipc_server;
 #define IPC_CLIENT_CALLS_MAX 4096u
 #define IPC_CLIENTS_MAX 4096u
 
+/* File descriptors a client may have sent ahead of the request that takes
+ * them; more end its connection. */
+#define IPC_CLIENT_PASSED_FDS_MAX 2u
+
 struct ipc_client {
         struct ipc_server *server;
         struct list_head entry;
@@ -61,7 +65,11 @@ struct ipc_client {
         char *refusal_message;
         struct list_head calls; /* struct ipc_call: requests still waiting */
         unsigned nr_calls;
-        struct callback_client *callback;       /* once it registered a worker thread */
+        struct callback_client *callback;       /* once it attached its shared memory */
+        /* File descriptors it sent (SCM_RIGHTS), waiting for the request
+         * that takes them (CallbackAttach). */
+        int passed_fds[IPC_CLIENT_PASSED_FDS_MAX];
+        unsigned nr_passed_fds;
 };
 
 /* Listens on the socket passed by systemd when there is one, else on @path

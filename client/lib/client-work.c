@@ -5,13 +5,16 @@
  * The kernel's work-item state machine runs here, in the client, under one
  * lock (the work lock): pending lists per CPU pool, non-reentrancy, flush,
  * cancel, delayed work.  What the daemon decides is *when* a worker thread
- * may run on its CPU: each bound worker thread is registered with cmwqd,
- * asks for a grant when its pool has work ("demand"), and once granted runs
+ * may run on its CPU: each bound worker thread is registered with cmwqd in a
+ * slot of the memory shared with it (proto/shm.h), asks for a grant when its
+ * pool has work ("demand", an entry in the shared submission ring), sleeps
+ * on its slot's futex until the daemon grants it, and once granted runs
  * items back to back until its pool is empty or the daemon asks it to yield
- * (other work waits for that CPU), then gives the grant back ("idle").  The
- * daemon sees it block and wake through perf on its thread id and counts it
- * in the CPU's pool like any worker, so exec items and the callbacks of all
- * clients share the CPU's concurrency level.
+ * (other work waits for that CPU), then gives the grant back ("idle").  No
+ * socket message is involved.  The daemon sees it block and wake through
+ * perf on its thread id and counts it in the CPU's pool like any worker, so
+ * exec items and the callbacks of all clients share the CPU's concurrency
+ * level.
  *
  * A pool keeps one demand outstanding while it has pending items: if the
  * granted thread blocks, the daemon starts that demand at once (a
@@ -31,15 +34,21 @@
  * only the thread's own lock.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "client.h"
+#include "shm.h"
 #include "util.h"
 
 #define WORK_PENDING (1u << 0)          /* on a pending or scheduled list */
@@ -48,7 +57,7 @@
 #define WORK_CANCELING (1u << 3)
 #define WORK_INFLIGHT (1u << 4)         /* on its queue's in-flight list */
 
-#define WORK_THREADS_MAX 1024u
+#define WORK_THREADS_MAX CMWQ_SHM_SLOTS        /* a thread's index is its slot */
 #define WORK_UNBOUND_THREADS_MAX 512u
 
 enum thread_state {
@@ -66,16 +75,17 @@ struct work_thread {
         struct work_pool *pool;
         pthread_t thread;
         pid_t tid;
+        unsigned slot;                  /* its index in cw->threads and its control block */
+        uint32_t seen_grant;            /* the last grant it took (bound) */
         enum thread_state state;        /* work lock */
         struct cmwq_work scheduled;     /* sentinel: parked behind current */
         struct cmwq_work *current;
         struct work_thread *next;       /* pool's threads */
-        /* Its own lock: what the reader tells it. */
+        /* Its own lock: how an unbound thread is started and any thread stopped. */
         pthread_mutex_t lock;
         pthread_cond_t cond;
         bool grant;
-        bool yield;
-        bool stop;
+        bool stop;                      /* also read without the lock (atomic) */
 };
 
 struct work_pool {
@@ -95,8 +105,11 @@ struct client_work {
         unsigned nr_cpus;
         struct work_pool *pools;        /* [cpu * 2 + highpri] */
         struct work_pool unbound;
-        struct work_thread *threads[WORK_THREADS_MAX];  /* by tid, for grants */
+        struct work_thread *threads[WORK_THREADS_MAX];  /* by slot */
         unsigned nr_threads;            /* published with release */
+        struct cmwq_shm *shm;           /* shared with cmwqd */
+        int doorbell;                   /* eventfd cmwqd listens on */
+        uint32_t sq_tail;               /* ours: entries added to the ring */
         pthread_t manager;
         bool manager_started;
         pthread_t timer;
@@ -164,44 +177,36 @@ static void timers_del(struct cmwq_delayed_work *dw) {
 
 /* ---- talking to the daemon ------------------------------------------------ */
 
-static void send_tid(struct cmwq *c, Cmwq__Request__BodyCase kind, pid_t tid) {
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__CallbackWorkerTid t = CMWQ__CALLBACK_WORKER_TID__INIT;
-
-        t.tid = (uint32_t) tid;
-        req.body_case = kind;
-        if (kind == CMWQ__REQUEST__BODY_CALLBACK_DEMAND)
-                req.callback_demand = &t;
-        else if (kind == CMWQ__REQUEST__BODY_CALLBACK_INTENSIVE)
-                req.callback_intensive = &t;
-        else
-                req.callback_idle = &t;
-        (void) client_send_oneway(c, &req);
+static void futex_wake_all(uint32_t *word) {
+        /* Not FUTEX_PRIVATE: the daemon wakes the same word in its mapping. */
+        (void) syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-void client_work_grant(struct cmwq *c, pid_t tid, bool yield) {
-        struct client_work *cw = c->work;
-        unsigned n;
+static void futex_wait(uint32_t *word, uint32_t val) {
+        (void) syscall(SYS_futex, word, FUTEX_WAIT, val, NULL, NULL, 0);
+}
 
-        if (!cw)
-                return;
-        n = __atomic_load_n(&cw->nr_threads, __ATOMIC_ACQUIRE);
-        for (unsigned i = 0; i < n; i++) {
-                struct work_thread *t = cw->threads[i];
+/* Tells the daemon what a bound thread does: an entry in the submission
+ * ring, and the doorbell only if the daemon sleeps (need_wakeup), so that a
+ * burst of entries costs it one wake-up.  Work lock held: one producer. */
+static void ring_push(struct client_work *cw, enum cmwq_shm_op op, unsigned slot) {
+        struct cmwq_shm *shm = cw->shm;
+        uint32_t tail = cw->sq_tail;
 
-                if (t->tid != tid)
-                        continue;
-                pthread_mutex_lock(&t->lock);
-                if (yield)
-                        t->yield = true;
-                else {
-                        t->grant = true;
-                        t->yield = false;
-                }
-                pthread_cond_signal(&t->cond);
-                pthread_mutex_unlock(&t->lock);
-                return;
+        /* Never full with a live daemon (at most three entries per thread,
+         * see proto/shm.h); a stuck one gets the doorbell until it reads. */
+        while (tail - __atomic_load_n(&shm->sq_head, __ATOMIC_ACQUIRE) >= CMWQ_SHM_RING) {
+                if (cw->dead || __atomic_load_n(&cw->c->dead, __ATOMIC_RELAXED))
+                        return;
+                (void) eventfd_write(cw->doorbell, 1);
+                usleep(1000);
         }
+        __atomic_store_n(&shm->sq[tail & (CMWQ_SHM_RING - 1)], CMWQ_SHM_ENTRY(op, slot), __ATOMIC_RELAXED);
+        cw->sq_tail = tail + 1;
+        __atomic_store_n(&shm->sq_tail, cw->sq_tail, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&shm->need_wakeup, __ATOMIC_SEQ_CST) &&
+            __atomic_exchange_n(&shm->need_wakeup, 0, __ATOMIC_SEQ_CST))
+                (void) eventfd_write(cw->doorbell, 1);
 }
 
 /* Freezing is the daemon's decision, but only the library sees the items:
@@ -342,7 +347,7 @@ static void pool_kick(struct client_work *cw, struct work_pool *p) {
                 if (t->state == THREAD_IDLE) {
                         t->state = THREAD_DEMANDING;
                         p->demanding = true;
-                        send_tid(cw->c, CMWQ__REQUEST__BODY_CALLBACK_DEMAND, t->tid);
+                        ring_push(cw, CMWQ_SHM_OP_DEMAND, t->slot);
                         return;
                 }
         p->demanding = true;
@@ -361,11 +366,16 @@ static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_w
         w->_nr_started++;
         wq->cb_active++;
         t->current = w;
+        /* The completion records cmwqd reads: this thread's alone. */
+        if (t->pool->cpu >= 0)
+                __atomic_add_fetch(&cw->shm->slots[t->slot].started, 1, __ATOMIC_RELAXED);
 
         pthread_mutex_unlock(&cw->lock);
         w->func(w);
         pthread_mutex_lock(&cw->lock);
 
+        if (t->pool->cpu >= 0)
+                __atomic_add_fetch(&cw->shm->slots[t->slot].finished, 1, __ATOMIC_RELAXED);
         t->current = NULL;
         wq->cb_active--;
         w->_nr_finished++;
@@ -410,27 +420,64 @@ static struct cmwq_work *thread_take(struct work_thread *t) {
         }
 }
 
+static bool thread_stopped(struct work_thread *t) {
+        return __atomic_load_n(&t->stop, __ATOMIC_ACQUIRE);
+}
+
+/* Waits for the daemon's next grant in the thread's slot (bound), or to be
+ * started (unbound), or for a stop. */
 static bool thread_wait_grant(struct client_work *cw, struct work_thread *t) {
         bool stop;
 
         pthread_mutex_unlock(&cw->lock);
-        pthread_mutex_lock(&t->lock);
-        while (!t->grant && !t->stop)
-                pthread_cond_wait(&t->cond, &t->lock);
-        t->grant = false;
-        stop = t->stop;
-        pthread_mutex_unlock(&t->lock);
+        if (t->pool->cpu >= 0) {
+                uint32_t *word = &cw->shm->slots[t->slot].grant;
+
+                for (;;) {
+                        uint32_t g = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+
+                        if (thread_stopped(t))
+                                break;
+                        if (g != t->seen_grant) {
+                                t->seen_grant = g;
+                                break;
+                        }
+                        futex_wait(word, g);
+                }
+                stop = thread_stopped(t);
+        } else {
+                pthread_mutex_lock(&t->lock);
+                while (!t->grant && !t->stop)
+                        pthread_cond_wait(&t->cond, &t->lock);
+                t->grant = false;
+                stop = t->stop;
+                pthread_mutex_unlock(&t->lock);
+        }
         pthread_mutex_lock(&cw->lock);
         return !stop;
 }
 
-static bool thread_yield_asked(struct work_thread *t) {
-        bool y;
-
+/* Tells @t to end, whether it waits on its condition or on its slot. */
+static void thread_stop(struct client_work *cw, struct work_thread *t) {
         pthread_mutex_lock(&t->lock);
-        y = t->yield;
+        __atomic_store_n(&t->stop, true, __ATOMIC_RELEASE);
+        pthread_cond_signal(&t->cond);
         pthread_mutex_unlock(&t->lock);
-        return y;
+        /* Only a thread in the table has its slot. */
+        if (t->pool->cpu >= 0 && cw->shm && t->slot < __atomic_load_n(&cw->nr_threads, __ATOMIC_ACQUIRE) &&
+            cw->threads[t->slot] == t) {
+                /* Our own page: moving the word makes a late FUTEX_WAIT
+                 * return at once; no grant matters any more. */
+                uint32_t *word = &cw->shm->slots[t->slot].grant;
+
+                __atomic_add_fetch(word, 1, __ATOMIC_RELEASE);
+                futex_wake_all(word);
+        }
+}
+
+/* The daemon asked for this grant back: others wait for the CPU. */
+static bool thread_yield_asked(struct client_work *cw, struct work_thread *t) {
+        return __atomic_load_n(&cw->shm->slots[t->slot].yield, __ATOMIC_ACQUIRE) == t->seen_grant;
 }
 
 static int thread_register(struct client_work *cw, struct work_thread *t) {
@@ -438,6 +485,7 @@ static int thread_register(struct client_work *cw, struct work_thread *t) {
         Cmwq__CallbackWorker reg = CMWQ__CALLBACK_WORKER__INIT;
 
         reg.tid = (uint32_t) t->tid;
+        reg.slot = t->slot;
         reg.cpu = (uint32_t) t->pool->cpu;
         reg.has_highpri = true;
         reg.highpri = t->pool->highpri;
@@ -456,6 +504,13 @@ static void *work_thread_main(void *userdata) {
         t->tid = (pid_t) syscall(SYS_gettid);
 
         pthread_mutex_lock(&cw->lock);
+        if (cw->nr_threads >= WORK_THREADS_MAX) {
+                t->state = THREAD_DEAD;
+                p->demanding = false;
+                pthread_mutex_unlock(&cw->lock);
+                return NULL;
+        }
+        t->slot = cw->nr_threads;
         cw->threads[cw->nr_threads] = t;
         __atomic_store_n(&cw->nr_threads, cw->nr_threads + 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&cw->lock);
@@ -498,7 +553,7 @@ static void *work_thread_main(void *userdata) {
                                 /* Parked behind our last item: ours to run. */
                                 w = t->scheduled._next;
                                 wlist_del(w);
-                        } else if (!(bound && thread_yield_asked(t)))
+                        } else if (!(bound && thread_yield_asked(cw, t)))
                                 w = thread_take(t);
                         if (!w)
                                 break;
@@ -510,7 +565,7 @@ static void *work_thread_main(void *userdata) {
                                  * grant, which is then given back after
                                  * the item, so that no further item runs
                                  * uncounted on it. */
-                                send_tid(cw->c, CMWQ__REQUEST__BODY_CALLBACK_INTENSIVE, t->tid);
+                                ring_push(cw, CMWQ_SHM_OP_INTENSIVE, t->slot);
                                 run_one(cw, t, w);
                                 /* Parked behind it: first in line again. */
                                 thread_unpark(t, true);
@@ -520,12 +575,9 @@ static void *work_thread_main(void *userdata) {
                 }
 
                 t->state = THREAD_IDLE;
-                if (bound) {
-                        pthread_mutex_lock(&t->lock);
-                        t->yield = false;
-                        pthread_mutex_unlock(&t->lock);
-                        send_tid(cw->c, CMWQ__REQUEST__BODY_CALLBACK_IDLE, t->tid);
-                } else
+                if (bound)
+                        ring_push(cw, CMWQ_SHM_OP_IDLE, t->slot);
+                else
                         p->nr_idle++;
                 pool_kick(cw, p);
         }
@@ -564,10 +616,8 @@ static void work_connection_lost(struct client_work *cw, int error) {
                                 w->_nr_finished++;
                                 inflight_del_if_idle(w);
                         }
-                        pthread_mutex_lock(&t->lock);
-                        t->stop = p->cpu >= 0;  /* unbound threads need no daemon */
-                        pthread_cond_signal(&t->cond);
-                        pthread_mutex_unlock(&t->lock);
+                        if (p->cpu >= 0)        /* unbound threads need no daemon */
+                                thread_stop(cw, t);
                 }
         }
         pthread_cond_broadcast(&cw->done);
@@ -630,6 +680,53 @@ static void *timer_main(void *userdata) {
 
 /* ---- set-up and tear-down ------------------------------------------------- */
 
+/* Makes the memory shared with cmwqd and the doorbell, and passes both to
+ * it (proto/shm.h).  The memfd's size is sealed: cmwqd refuses one it could
+ * be made to fault on. */
+static int work_attach(struct client_work *cw) {
+        _cleanup_(closep) int memfd = -1, doorbell = -1;
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__CallbackAttach attach = CMWQ__CALLBACK_ATTACH__INIT;
+        Cmwq__Response *resp = NULL;
+        struct cmwq_shm *shm;
+        int fds[2], r;
+
+        memfd = memfd_create("cmwq-callbacks", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (memfd < 0)
+                return client_error(-errno, "cannot make the memory shared with cmwqd: %s", strerror(errno));
+        if (ftruncate(memfd, sizeof(*shm)) < 0 || fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
+                return client_error(-errno, "cannot size the memory shared with cmwqd: %s", strerror(errno));
+        doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (doorbell < 0)
+                return client_error(-errno, "cannot make an eventfd: %s", strerror(errno));
+        shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+        if (shm == MAP_FAILED)
+                return client_error(-errno, "cannot map the memory shared with cmwqd: %s", strerror(errno));
+        shm->magic = CMWQ_SHM_MAGIC;
+        shm->version = CMWQ_SHM_VERSION;
+        shm->nr_slots = CMWQ_SHM_SLOTS;
+        shm->ring_size = CMWQ_SHM_RING;
+
+        attach.layout_version = CMWQ_SHM_VERSION;
+        req.body_case = CMWQ__REQUEST__BODY_CALLBACK_ATTACH;
+        req.callback_attach = &attach;
+        fds[0] = memfd;
+        fds[1] = doorbell;
+        r = client_call_fds(cw->c, &req, fds, 2, &resp);
+        if (r >= 0) {
+                r = resp->error != CMWQ__ERROR__OK ? client_response_error(resp, "cmwqd refused the shared memory")
+                                                    : 0;
+                cmwq__response__free_unpacked(resp, NULL);
+        }
+        if (r < 0) {
+                munmap(shm, sizeof(*shm));
+                return r;
+        }
+        cw->shm = shm;
+        cw->doorbell = TAKE_FD(doorbell);
+        return 0;
+}
+
 static int work_get(struct cmwq *c, struct client_work **ret) {
         struct client_work *cw;
         pthread_condattr_t ca;
@@ -674,6 +771,16 @@ static int work_get(struct cmwq *c, struct client_work **ret) {
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
         pthread_cond_init(&cw->timer_cond, &ca);
         pthread_condattr_destroy(&ca);
+        cw->doorbell = -1;
+        r = work_attach(cw);
+        if (r < 0) {
+                pthread_cond_destroy(&cw->timer_cond);
+                pthread_cond_destroy(&cw->done);
+                pthread_mutex_destroy(&cw->lock);
+                free(cw->pools);
+                free(cw);
+                goto done;
+        }
 
         /* Published before the threads start: the reader looks it up. */
         __atomic_store_n(&c->work, cw, __ATOMIC_RELEASE);
@@ -698,12 +805,7 @@ void client_work_stop(struct cmwq *c) {
         cw->stopping = true;
         pthread_cond_broadcast(&cw->timer_cond);
         for (unsigned i = 0; i < cw->nr_threads; i++) {
-                struct work_thread *t = cw->threads[i];
-
-                pthread_mutex_lock(&t->lock);
-                t->stop = true;
-                pthread_cond_signal(&t->cond);
-                pthread_mutex_unlock(&t->lock);
+                thread_stop(cw, cw->threads[i]);
         }
         pthread_mutex_unlock(&cw->lock);
 
@@ -714,10 +816,7 @@ void client_work_stop(struct cmwq *c) {
                 for (struct work_thread *t = p->threads, *n; t; t = n) {
                         n = t->next;
                         /* Racing a thread that registers: tell it again. */
-                        pthread_mutex_lock(&t->lock);
-                        t->stop = true;
-                        pthread_cond_signal(&t->cond);
-                        pthread_mutex_unlock(&t->lock);
+                        thread_stop(cw, t);
                         pthread_join(t->thread, NULL);
                         t->next = all;
                         all = t;
@@ -742,6 +841,8 @@ void client_work_stop(struct cmwq *c) {
         pthread_cond_destroy(&cw->timer_cond);
         pthread_cond_destroy(&cw->done);
         pthread_mutex_destroy(&cw->lock);
+        munmap(cw->shm, sizeof(*cw->shm));
+        close(cw->doorbell);
         free(cw->pools);
         free(cw);
         c->work = NULL;

@@ -103,14 +103,6 @@ static void client_dispatch_locked(struct cmwq *c, Cmwq__Response *resp) {
         struct client_call *call;
 
         if (resp->id == 0 && resp->error == CMWQ__ERROR__OK &&
-            resp->body_case == CMWQ__RESPONSE__BODY_CALLBACK_GRANT) {
-                client_work_grant(c, (pid_t) resp->callback_grant->tid,
-                                  resp->callback_grant->has_yield && resp->callback_grant->yield);
-                cmwq__response__free_unpacked(resp, NULL);
-                return;
-        }
-
-        if (resp->id == 0 && resp->error == CMWQ__ERROR__OK &&
             resp->body_case == CMWQ__RESPONSE__BODY_CALLBACK_FREEZE) {
                 client_work_freeze(c, resp->callback_freeze->workqueue, resp->callback_freeze->frozen);
                 cmwq__response__free_unpacked(resp, NULL);
@@ -169,13 +161,14 @@ static void client_read_blocking_locked(struct cmwq *c) {
                 (void) client_read_available_locked(c);
 }
 
-static int client_send_locked(struct cmwq *c, Cmwq__Request *req, struct client_call *call) {
+static int client_send_locked(struct cmwq *c, Cmwq__Request *req, const int *fds, unsigned n_fds,
+                              struct client_call *call) {
         int r;
 
         if (c->dead)
                 return client_dead_error(c);
 
-        r = conn_send_request(c->conn, req);
+        r = conn_send_request_fds(c->conn, req, fds, n_fds);
         if (r == -EMSGSIZE)
                 return client_error(r, "the request is larger than cmwqd accepts (%u bytes)",
                                     conn_max_payload(c->conn));
@@ -189,12 +182,16 @@ static int client_send_locked(struct cmwq *c, Cmwq__Request *req, struct client_
 }
 
 int client_call(struct cmwq *c, Cmwq__Request *req, Cmwq__Response **ret) {
+        return client_call_fds(c, req, NULL, 0, ret);
+}
+
+int client_call_fds(struct cmwq *c, Cmwq__Request *req, const int *fds, unsigned n_fds, Cmwq__Response **ret) {
         struct client_call call = {};
         int r;
 
         list_init(&call.entry);
         pthread_mutex_lock(&c->lock);
-        r = client_send_locked(c, req, &call);
+        r = client_send_locked(c, req, fds, n_fds, &call);
         if (r < 0) {
                 pthread_mutex_unlock(&c->lock);
                 return r;
@@ -283,7 +280,7 @@ int client_call_async(struct cmwq *c, Cmwq__Request *req, struct client_call *ca
 
         list_init(&call->entry);
         pthread_mutex_lock(&c->lock);
-        r = client_send_locked(c, req, call);
+        r = client_send_locked(c, req, NULL, 0, call);
         pthread_mutex_unlock(&c->lock);
         return r;
 }

@@ -89,6 +89,8 @@ int client_response_error(const Cmwq__Response *resp, const char *what);
  * cmwq__response__free_unpacked), or a negative errno (transport).  An error
  * the daemon answered with is in the response. */
 int client_call(struct cmwq *c, Cmwq__Request *req, Cmwq__Response **ret);
+/* The same, passing @fds along with the request (they stay open here). */
+int client_call_fds(struct cmwq *c, Cmwq__Request *req, const int *fds, unsigned n_fds, Cmwq__Response **ret);
 /* A call that answers with an error or "done": returns 0 or the errno. */
 int client_call_simple(struct cmwq *c, Cmwq__Request *req, const char *what);
 /* Sends @req; @call (heap-allocated, owned by the connection from now on)
@@ -104,7 +106,6 @@ void client_read_forever(struct cmwq *c);
 void client_wake_reader(struct cmwq *c);
 
 /* client-work.c */
-void client_work_grant(struct cmwq *c, pid_t tid, bool yield);   /* with c->lock held */
 void client_work_freeze(struct cmwq *c, const char *name, bool frozen);   /* with c->lock held */
 /* Lets every pool look for work again (after a thaw); without c->lock. */
 void client_work_kick(struct cmwq *c);

@@ -137,9 +137,47 @@ static int conn_send_all(int fd, const uint8_t *p, size_t n) {
         return 0;
 }
 
-static int conn_send(struct conn *c, const Cmwq__Request *req) {
+/* Sends the first bytes of @p with @fds attached (SCM_RIGHTS): the daemon
+ * receives them with the first byte of the frame.  Returns the bytes sent. */
+static ssize_t conn_send_fds(int fd, const uint8_t *p, size_t n, const int *fds, unsigned n_fds) {
+        union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(sizeof(int) * CONN_PASS_FDS_MAX)];
+        } control = {};
+        struct iovec iov = { .iov_base = (void *) p, .iov_len = n };
+        struct msghdr msg = {
+                .msg_iov = &iov,
+                .msg_iovlen = 1,
+                .msg_control = &control,
+                .msg_controllen = CMSG_SPACE(sizeof(int) * n_fds),
+        };
+        struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+        ssize_t k;
+
+        h->cmsg_level = SOL_SOCKET;
+        h->cmsg_type = SCM_RIGHTS;
+        h->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
+        memcpy(CMSG_DATA(h), fds, sizeof(int) * n_fds);
+        for (;;) {
+                k = sendmsg(fd, &msg, MSG_NOSIGNAL);
+                if (k >= 0)
+                        return k;
+                if (errno == EINTR)
+                        continue;
+                if (errno == EAGAIN) {
+                        struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+
+                        if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+                                return -errno;
+                        continue;
+                }
+                return -errno;
+        }
+}
+
+static int conn_send(struct conn *c, const Cmwq__Request *req, const int *fds, unsigned n_fds) {
         _cleanup_(freep) uint8_t *buf = NULL;
-        size_t len;
+        size_t len, sent = 0;
 
         len = cmwq__request__get_packed_size(req);
         if (len > c->max_payload)
@@ -152,7 +190,17 @@ static int conn_send(struct conn *c, const Cmwq__Request *req) {
         if (cmwq__request__pack(req, buf + CMWQ_FRAME_HEADER_SIZE) != len)
                 return -EINVAL;
 
-        return conn_send_all(c->fd, buf, CMWQ_FRAME_HEADER_SIZE + len);
+        if (n_fds > 0) {
+                ssize_t k;
+
+                if (n_fds > CONN_PASS_FDS_MAX)
+                        return -EINVAL;
+                k = conn_send_fds(c->fd, buf, CMWQ_FRAME_HEADER_SIZE + len, fds, n_fds);
+                if (k < 0)
+                        return (int) k;
+                sent = (size_t) k;
+        }
+        return conn_send_all(c->fd, buf + sent, CMWQ_FRAME_HEADER_SIZE + len - sent);
 }
 
 /* Read one whole frame and decode it.  Bytes after it stay buffered. */
@@ -206,11 +254,15 @@ static int conn_recv(struct conn *c, Cmwq__Response **ret) {
 }
 
 int conn_send_request(struct conn *c, Cmwq__Request *req) {
+        return conn_send_request_fds(c, req, NULL, 0);
+}
+
+int conn_send_request_fds(struct conn *c, Cmwq__Request *req, const int *fds, unsigned n_fds) {
         if (!c || c->fd < 0)
                 return -ENOTCONN;
 
         req->id = ++c->next_id;
-        return conn_send(c, req);
+        return conn_send(c, req, fds, n_fds);
 }
 
 int conn_read_response(struct conn *c, Cmwq__Response **ret) {

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/*
+ * The daemon's side of the memory one libcmwq-client process shares with it
+ * (layout and protocol in proto/shm.h): checking the memfd and the doorbell
+ * a client passed, reading its submission ring, and writing grants into its
+ * workers' control blocks.
+ *
+ * Nothing read from the region is trusted.  Entries are read once each and
+ * checked (op, slot) before they reach the caller's op function, the ring's
+ * fill level is bounded by its size, and a doorbell drains at most one
+ * ring's worth of entries per turn of the event loop, so that a client
+ * filling its ring as fast as it can delays nobody else.  A region found
+ * broken is reported once through the broken function; the owner ends that
+ * client's connection.
+ */
+
+#include <event2/event.h>
+#include <stdint.h>
+
+#include "core.h"
+#include "shm.h"
+
+struct callback_shm;
+
+/* One checked ring entry.  A negative errno rejects it: the client broke the
+ * protocol (e.g. a slot it never registered), and its region is broken. */
+typedef int (*callback_shm_op_fn)(enum cmwq_shm_op op, unsigned slot, void *userdata);
+/* The client broke its region; @why says how, for the log. */
+typedef void (*callback_shm_broken_fn)(const char *why, void *userdata);
+
+/* Takes @memfd and @eventfd (closes them on failure too).  The memfd must be
+ * sealed against shrinking and growing and of the size of struct cmwq_shm,
+ * with the magic and version of proto/shm.h; the eventfd must be one. */
+int callback_shm_new(struct event_base *base, int memfd, int eventfd, callback_shm_op_fn op,
+                     callback_shm_broken_fn broken, void *userdata, struct callback_shm **ret,
+                     struct core_error *e);
+struct callback_shm *callback_shm_free(struct callback_shm *s);
+
+/* Reads what the ring holds now (at most one ring's worth).  Returns 0, or
+ * a negative errno if the ring is broken (and reports it). */
+int callback_shm_drain(struct callback_shm *s);
+
+/* Grants the thread in @slot its CPU for the @seq-th time and wakes it. */
+void callback_shm_grant(struct callback_shm *s, unsigned slot, uint32_t seq);
+/* Asks the thread in @slot to give its @seq-th grant back after its current item. */
+void callback_shm_yield(struct callback_shm *s, unsigned slot, uint32_t seq);
+/* The client's completion records of @slot, as it wrote them: for display
+ * and for telling progress from a stall, never for a decision about others. */
+void callback_shm_records(struct callback_shm *s, unsigned slot, uint64_t *started, uint64_t *finished);
+
+/*
+ * The reader itself, on a region in memory (the fuzzer calls it directly):
+ * consumes at most @max entries after *@head, checks each and passes it to
+ * @op, and publishes the new head.  Returns the number consumed, or
+ * -EBADMSG with *@why set when the ring or an entry is broken (or the op
+ * function's error).
+ */
+int callback_shm_consume(struct cmwq_shm *shm, uint32_t *head, unsigned max, callback_shm_op_fn op,
+                         void *userdata, const char **why);

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/*
+ * The memory a libcmwq-client process shares with cmwqd for callback work.
+ *
+ * The client makes a memfd of exactly sizeof(struct cmwq_shm), seals its
+ * size (F_SEAL_SHRINK | F_SEAL_GROW) and passes it, with an eventfd (the
+ * doorbell), over the socket in a CallbackAttach request.  Both ends map it
+ * shared.  Then:
+ *
+ *   - the submission ring carries the client's worker threads' requests to
+ *     the daemon: "thread in slot S has work for its CPU" (DEMAND), "gives
+ *     its grant back" (IDLE), "runs an item of a CPU_INTENSIVE queue"
+ *     (INTENSIVE).  The client is the only producer, the daemon the only
+ *     consumer.  After adding entries the client rings the doorbell only if
+ *     the daemon set need_wakeup (io_uring's SQ_NEED_WAKEUP), so a burst of
+ *     requests costs one wake-up;
+ *   - a worker's control block (its slot) carries the daemon's answers: the
+ *     grant word, a futex the thread sleeps on and the daemon bumps and
+ *     wakes when it grants the CPU, and the yield word, which asks the
+ *     thread to give the grant back after its current item.  A granted
+ *     thread runs items back to back without asking the daemon (the
+ *     kernel's keep_working()): queueing and running a callback needs no
+ *     round trip while a thread holds its CPU;
+ *   - the slot's completion records (items started and finished on that
+ *     thread) are the client's account of its work, which the daemon reads
+ *     for its statistics and its watchdog.
+ *
+ * The daemon trusts nothing it reads here: every index is bounded, every
+ * op checked, the ring's fill level checked against its size, and every
+ * value is read once into a local before it is used.  A client that
+ * scribbles on the region harms only itself: the daemon ends its
+ * connection.  The daemon never writes anything the client's correctness
+ * depends on except the grant and yield words, sq_head and need_wakeup.
+ */
+
+#include <stdint.h>
+
+#define CMWQ_SHM_MAGIC 0x71776d63u      /* "cmwq", little endian */
+#define CMWQ_SHM_VERSION 1u
+
+/* Worker threads one client may register: one slot each. */
+#define CMWQ_SHM_SLOTS 1024u
+/* Entries of the submission ring, a power of two.  A thread has at most
+ * three requests outstanding (INTENSIVE, IDLE, then DEMAND, after which it
+ * waits for a grant), so a well-behaved client never fills it. */
+#define CMWQ_SHM_RING 4096u
+
+enum cmwq_shm_op {
+        CMWQ_SHM_OP_DEMAND = 1,
+        CMWQ_SHM_OP_IDLE = 2,
+        CMWQ_SHM_OP_INTENSIVE = 3,
+};
+
+/* A ring entry: the op in the top 8 bits, the slot in the low 24. */
+#define CMWQ_SHM_ENTRY(op, slot) (((uint32_t) (op) << 24) | ((uint32_t) (slot) & 0xffffffu))
+#define CMWQ_SHM_ENTRY_OP(e) ((uint32_t) (e) >> 24)
+#define CMWQ_SHM_ENTRY_SLOT(e) ((uint32_t) (e) & 0xffffffu)
+
+/* One worker thread's control block, a cache line of its own. */
+struct cmwq_shm_slot {
+        /* Written by the daemon. */
+        uint32_t grant;         /* grants so far; the futex word */
+        uint32_t yield;         /* == grant: give this grant back after the current item */
+        uint32_t reserved0[2];
+        /* Written by the client: its completion records. */
+        uint64_t started;       /* callbacks started on this thread */
+        uint64_t finished;      /* callbacks that returned */
+        uint8_t reserved1[32];
+} __attribute__((aligned(64)));
+
+struct cmwq_shm {
+        /* Written by the client before it attaches; checked once. */
+        uint32_t magic;
+        uint32_t version;
+        uint32_t nr_slots;
+        uint32_t ring_size;
+        uint8_t reserved0[48];
+        /* Written by the daemon. */
+        uint32_t sq_head;       /* entries consumed */
+        uint32_t need_wakeup;   /* 1: ring the doorbell after adding entries */
+        uint8_t reserved1[56];
+        /* Written by the client. */
+        uint32_t sq_tail;       /* entries added */
+        uint8_t reserved2[60];
+        uint32_t sq[CMWQ_SHM_RING];
+        struct cmwq_shm_slot slots[CMWQ_SHM_SLOTS];
+} __attribute__((aligned(64)));
+
+_Static_assert(sizeof(struct cmwq_shm_slot) == 64, "a slot is one cache line");
+_Static_assert((CMWQ_SHM_RING & (CMWQ_SHM_RING - 1)) == 0, "the ring size is a power of two");
+_Static_assert(CMWQ_SHM_RING >= 3 * CMWQ_SHM_SLOTS, "the ring holds every thread's outstanding requests");
