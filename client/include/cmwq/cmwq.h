@@ -192,7 +192,12 @@ typedef void (*cmwq_work_fn)(struct cmwq_work *work);
 
 /*
  * A work item: a function run on a worker thread of this process, when the
- * daemon's concurrency management lets it run on its CPU.  Caller-owned and
+ * daemon's concurrency management lets it run on its CPU.  The first
+ * callback work of a connection makes the memory it shares with the daemon
+ * (a sealed memfd of about 84 KiB, mapped in both, and an eventfd): a
+ * thread asks for its CPU and learns it may run through that memory, and
+ * runs queued items back to back while it holds the CPU, so that queueing
+ * and running an item takes no message to the daemon.  Caller-owned and
  * embedded in the caller's own structure (find it again with
  * cmwq_container_of()); initialize it with CMWQ_WORK_INIT() before first
  * use and keep it alive and unmoved until it is neither pending nor running
