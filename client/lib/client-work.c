@@ -42,6 +42,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -236,6 +237,21 @@ static bool wq_frozen(const struct cmwq_workqueue *wq) {
 /* ---- threads -------------------------------------------------------------- */
 
 static void *work_thread_main(void *userdata);
+
+/* A high-priority pool's thread runs at the kernel's HIGHPRI_NICE_LEVEL
+ * (-20), or as close to it as this process may go (RLIMIT_NICE): never at
+ * more priority than the process could take itself. */
+static void thread_raise_priority(void) {
+        struct rlimit rl;
+        int nice = -20;
+
+        if (setpriority(PRIO_PROCESS, 0, nice) == 0)
+                return;
+        if (getrlimit(RLIMIT_NICE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur <= 20)
+                return;
+        nice = 20 - (int) (rl.rlim_cur > 40 ? 40 : rl.rlim_cur);
+        (void) setpriority(PRIO_PROCESS, 0, nice);
+}
 
 static struct work_thread *thread_new(struct client_work *cw, struct work_pool *p) {
         struct work_thread *t;
@@ -502,6 +518,8 @@ static void *work_thread_main(void *userdata) {
 
         work_self = t;
         t->tid = (pid_t) syscall(SYS_gettid);
+        if (p->highpri)
+                thread_raise_priority();        /* on Linux, of this thread alone */
 
         pthread_mutex_lock(&cw->lock);
         if (cw->nr_threads >= WORK_THREADS_MAX) {

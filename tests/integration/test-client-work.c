@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -84,6 +85,7 @@ struct probe_work {
         atomic_int runs;
         atomic_int cpu;
         atomic_long tid;
+        atomic_int nice;
 };
 
 static void probe_fn(struct cmwq_work *w) {
@@ -91,6 +93,8 @@ static void probe_fn(struct cmwq_work *w) {
 
         atomic_store(&p->cpu, sched_getcpu());
         atomic_store(&p->tid, (long) syscall(SYS_gettid));
+        errno = 0;
+        atomic_store(&p->nice, getpriority(PRIO_PROCESS, 0));  /* this thread's, on Linux */
         atomic_fetch_add(&p->runs, 1);
 }
 
@@ -127,6 +131,35 @@ START_TEST(test_queue_work_runs_on_a_worker_thread) {
         char *out = CTL_OK(&d, "--json", "pools");
         ck_assert_msg(strstr(out, "\"workers\""), "pools: %s", out);
         free(out);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+/* As the kernel's high-priority workers: nice -20 where the process may take
+ * it (root here, in CI), else the lowest RLIMIT_NICE allows. */
+START_TEST(test_highpri_callbacks_run_at_raised_priority) {
+        struct cmwq *c = connect_ok();
+        struct probe_work p = {};
+        int own = getpriority(PRIO_PROCESS, 0), normal, high;
+        struct rlimit rl;
+
+        CMWQ_WORK_INIT(&p.work, probe_fn);
+        ck_assert(cmwq_queue_work(cmwq_system_workqueue(c, CMWQ_SYSTEM), &p.work));
+        ck_assert_int_ge(cmwq_flush_work(&p.work), 0);
+        normal = atomic_load(&p.nice);
+        ck_assert(cmwq_queue_work(cmwq_system_workqueue(c, CMWQ_SYSTEM_HIGHPRI), &p.work));
+        ck_assert_int_ge(cmwq_flush_work(&p.work), 0);
+        high = atomic_load(&p.nice);
+        ck_assert_int_eq(atomic_load(&p.runs), 2);
+
+        ck_assert_int_eq(normal, own);
+        ck_assert_int_eq(getpriority(PRIO_PROCESS, 0), own);   /* the caller's thread is left alone */
+        if (geteuid() == 0)
+                ck_assert_int_eq(high, -20);
+        else {
+                ck_assert_int_eq(getrlimit(RLIMIT_NICE, &rl), 0);
+                ck_assert_int_eq(high, rl.rlim_cur > 20 ? (int) (20 - (rl.rlim_cur > 40 ? 40 : rl.rlim_cur)) : own);
+        }
         cmwq_disconnect(c);
 }
 END_TEST
@@ -1009,6 +1042,7 @@ int main(void) {
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_set_timeout(tc, 90);
         tcase_add_test(tc, test_queue_work_runs_on_a_worker_thread);
+        tcase_add_test(tc, test_highpri_callbacks_run_at_raised_priority);
         tcase_add_test(tc, test_pending_is_a_noop_and_a_running_item_may_be_requeued);
         tcase_add_test(tc, test_a_work_item_requeues_itself);
         tcase_add_test(tc, test_never_runs_on_two_threads_at_once);
