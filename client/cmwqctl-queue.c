@@ -154,6 +154,9 @@ static void print_holding(const Cmwq__FreezeReply *reply) {
                 }
                 fputc('\n', stderr);
         }
+        for (size_t i = 0; i < reply->n_callbacks; i++)
+                fprintf(stderr, "cmwqctl:   callbacks of PID %" PRIu32 " on %s\n", reply->callbacks[i]->pid,
+                        reply->callbacks[i]->workqueue);
 }
 
 /* freeze [NAME] [--timeout SECONDS], thaw [NAME] */
@@ -219,6 +222,17 @@ int verb_freeze_thaw(Context *ctx, int argc, char **argv) {
                 for (size_t i = 0; reply && i < reply->n_holding; i++)
                         item_json(reply->holding[i], &w);
                 json_array_end(&w);
+                json_key(&w, "callbacks");
+                json_array_begin(&w);
+                for (size_t i = 0; reply && i < reply->n_callbacks; i++) {
+                        json_object_begin(&w);
+                        json_key(&w, "pid");
+                        json_uint(&w, reply->callbacks[i]->pid);
+                        json_key(&w, "workqueue");
+                        json_string(&w, reply->callbacks[i]->workqueue);
+                        json_object_end(&w);
+                }
+                json_array_end(&w);
                 json_object_end(&w);
                 json_finish(&w);
         }
@@ -229,10 +243,10 @@ int verb_freeze_thaw(Context *ctx, int argc, char **argv) {
                         print_holding(reply);
                 return r;
         }
-        if (reply && reply->n_holding > 0) {
+        if (reply && (reply->n_holding > 0 || reply->n_callbacks > 0)) {
                 /* Frozen, but not everything that ran has finished. */
-                fprintf(stderr, "cmwqctl: freeze timed out, %zu item(s) still running%s\n",
-                        reply->n_holding, ctx->json ? "" : ":");
+                fprintf(stderr, "cmwqctl: freeze timed out, %zu item(s) and the callbacks of %zu client(s) still "
+                        "running%s\n", reply->n_holding, reply->n_callbacks, ctx->json ? "" : ":");
                 if (!ctx->json)
                         print_holding(reply);
                 return CTL_EXIT_REFUSED;

@@ -33,6 +33,8 @@ struct callback_client {
         struct list_head workers;
         unsigned nr_workers;
         struct callback_worker *slots[CMWQ_SHM_SLOTS];
+        struct list_head holds;         /* struct callback_hold: freezes it has not answered */
+        uint32_t freeze_seq;            /* the last freeze notice's number */
         struct pool_work_stats stats;
 };
 
@@ -136,9 +138,12 @@ static void callback_pool_contended(struct pool *p, struct pool_work *work, void
         }
 }
 
-/* Tells @c that @wq was frozen or thawed, under the name it knows. */
-static void callback_client_tell_freeze(struct callback_client *c, const struct workqueue *wq) {
+/* Tells @c that @wq was frozen or thawed, under the name it knows.  Until
+ * it answers a freeze, @c holds it: its callbacks of @wq may still run. */
+static void callback_client_tell_freeze(struct callback_client *c, struct workqueue *wq) {
         char name[WQ_NAME_MAX + 16];  /* UID/NAME */
+        struct callback_hold *h = NULL;
+        uint32_t seq = 0;
 
         if (!workqueue_visible_to(wq, c->caller))
                 return;
@@ -146,7 +151,43 @@ static void callback_client_tell_freeze(struct callback_client *c, const struct 
                 snprintf(name, sizeof(name), "%s", wq->name);
         else
                 snprintf(name, sizeof(name), "%u/%s", (unsigned) wq->owner, wq->name);
-        c->freeze(name, wq->frozen, c->userdata);
+        if (wq->frozen) {
+                c->freeze_seq = (c->freeze_seq + 1) & CMWQ_SHM_SEQ_MASK;
+                if (c->freeze_seq == 0)
+                        c->freeze_seq = 1;
+                seq = c->freeze_seq;
+                h = calloc(1, sizeof(*h));
+                if (h) {
+                        h->wq = wq;
+                        h->pid = c->pid;
+                        h->seq = seq;
+                        list_add_tail(&h->wq_entry, &wq->callback_holds);
+                        list_add_tail(&h->owner_entry, &c->holds);
+                } else
+                        log_warning("Out of memory: the freeze of %s does not wait for PID %d's callbacks", wq->name,
+                                    (int) c->pid);
+        }
+        c->freeze(name, wq->frozen, seq, c->userdata);
+}
+
+/* Whether notice @seq was sent no later than @acked (both modulo 2^24). */
+static bool freeze_seq_answered(uint32_t seq, uint32_t acked) {
+        return ((acked - seq) & CMWQ_SHM_SEQ_MASK) < (CMWQ_SHM_SEQ_MASK + 1) / 2;
+}
+
+/* @c says that no callback of a frozen queue runs, as of notice @acked.
+ * Taken on its word: a client that answers early lets only its own
+ * callbacks run into the freeze. */
+static void callback_client_freeze_answered(struct callback_client *c, uint32_t acked) {
+        struct callback_hold *h, *n;
+
+        list_for_each_entry_safe(h, n, &c->holds, owner_entry)
+                if (freeze_seq_answered(h->seq, acked)) {
+                        log_debug("callback: PID %d has no callback of %s running any more", (int) c->pid,
+                                  h->wq->name);
+                        callback_hold_free(h);
+                }
+        core_check_freezers(c->registry->core);
 }
 
 static void callback_freeze_changed(struct workqueue *wq, void *userdata) {
@@ -227,6 +268,7 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
         c->broken = broken;
         c->userdata = userdata;
         list_init(&c->workers);
+        list_init(&c->holds);
         list_add_tail(&c->entry, &r->clients);
         /* Before any grant: no callback of a frozen queue may start. */
         list_for_each_entry(wq, &r->core->workqueues, entry)
@@ -267,6 +309,12 @@ struct callback_client *callback_client_free(struct callback_client *c) {
                 callback_worker_free(list_first_entry(&c->workers, struct callback_worker, entry));
         callback_shm_free(c->shm);
         list_del_init(&c->entry);
+        if (!list_empty(&c->holds)) {
+                /* Gone: none of its callbacks runs any more. */
+                while (!list_empty(&c->holds))
+                        callback_hold_free(list_first_entry(&c->holds, struct callback_hold, owner_entry));
+                core_check_freezers(c->registry->core);
+        }
         free(c);
         return NULL;
 }
@@ -375,10 +423,15 @@ static void callback_worker_intensive(struct callback_worker *w) {
         pool_worker_cpu_intensive(w->granted);
 }
 
-static int callback_shm_op(enum cmwq_shm_op op, unsigned slot, void *userdata) {
+static int callback_shm_op(enum cmwq_shm_op op, unsigned arg, void *userdata) {
         struct callback_client *c = userdata;
-        struct callback_worker *w = c->slots[slot];
+        struct callback_worker *w;
 
+        if (op == CMWQ_SHM_OP_FREEZE_ACK) {
+                callback_client_freeze_answered(c, arg);
+                return 0;
+        }
+        w = c->slots[arg];
         if (!w)
                 return -ENOENT;
         switch (op) {
@@ -390,6 +443,8 @@ static int callback_shm_op(enum cmwq_shm_op op, unsigned slot, void *userdata) {
                 break;
         case CMWQ_SHM_OP_IDLE:
                 callback_worker_release(w);
+                break;
+        case CMWQ_SHM_OP_FREEZE_ACK:
                 break;
         }
         return 0;

@@ -40,10 +40,11 @@
 struct callback_registry;
 struct callback_client;
 
-/* Sends "the queue the client calls @name is frozen (or thawed)".  The
- * client keeps its callbacks of a frozen queue from starting: the daemon
- * grants threads, not items, and does not see them. */
-typedef void (*callback_freeze_fn)(const char *name, bool frozen, void *userdata);
+/* Sends "the queue the client calls @name is frozen (or thawed)", a freeze
+ * as notice @seq.  The client keeps its callbacks of a frozen queue from
+ * starting (the daemon grants threads, not items, and does not see them) and
+ * answers once none runs; until then the freeze waits for it. */
+typedef void (*callback_freeze_fn)(const char *name, bool frozen, uint32_t seq, void *userdata);
 /* The client broke its shared memory (@why): end its connection. */
 typedef void (*callback_broken_fn)(const char *why, void *userdata);
 

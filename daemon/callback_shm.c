@@ -44,11 +44,11 @@ int callback_shm_consume(struct cmwq_shm *shm, uint32_t *head, unsigned max, cal
                 uint32_t o = CMWQ_SHM_ENTRY_OP(e), slot = CMWQ_SHM_ENTRY_SLOT(e);
 
                 (*head)++;
-                if (o < CMWQ_SHM_OP_DEMAND || o > CMWQ_SHM_OP_INTENSIVE) {
+                if (o < CMWQ_SHM_OP_DEMAND || o > CMWQ_SHM_OP_FREEZE_ACK) {
                         *why = "an entry of its submission ring has an unknown op";
                         return -EBADMSG;
                 }
-                if (slot >= CMWQ_SHM_SLOTS) {
+                if (o != CMWQ_SHM_OP_FREEZE_ACK && slot >= CMWQ_SHM_SLOTS) {
                         *why = "an entry of its submission ring names a slot out of range";
                         return -EBADMSG;
                 }

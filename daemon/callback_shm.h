@@ -24,9 +24,11 @@
 
 struct callback_shm;
 
-/* One checked ring entry.  A negative errno rejects it: the client broke the
- * protocol (e.g. a slot it never registered), and its region is broken. */
-typedef int (*callback_shm_op_fn)(enum cmwq_shm_op op, unsigned slot, void *userdata);
+/* One checked ring entry: @arg is a slot below CMWQ_SHM_SLOTS, or for
+ * FREEZE_ACK a sequence number.  A negative errno rejects it: the client
+ * broke the protocol (e.g. a slot it never registered), and its region is
+ * broken. */
+typedef int (*callback_shm_op_fn)(enum cmwq_shm_op op, unsigned arg, void *userdata);
 /* The client broke its region; @why says how, for the log. */
 typedef void (*callback_shm_broken_fn)(const char *why, void *userdata);
 

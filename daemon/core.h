@@ -210,6 +210,22 @@ struct pwq {
         struct list_head inactive;      /* over max_active or frozen, in order */
 };
 
+/* A client with callback work (callback.c) that may still be running
+ * callbacks of a frozen queue: it has been told of the freeze and has not
+ * yet said that none runs.  A freeze waits for it as for a running item;
+ * thawing or freeing the queue ends it. */
+struct callback_hold {
+        struct list_head wq_entry;      /* wq->callback_holds */
+        struct list_head owner_entry;   /* its client's list */
+        struct workqueue *wq;
+        pid_t pid;                      /* the client's */
+        uint32_t seq;                   /* the freeze notice it answers */
+};
+
+/* Unlinks @h from both lists and frees it; the caller then lets waiting
+ * freezers look again (core_check_freezers()). */
+void callback_hold_free(struct callback_hold *h);
+
 struct workqueue {
         struct core *core;
         struct list_head entry;
@@ -232,6 +248,7 @@ struct workqueue {
         struct list_head drainers;      /* drain and destroy */
         struct work_key *keys;          /* singly linked, small */
         struct exec_rescuer *rescuer;   /* MEM_RECLAIM: a process made ahead */
+        struct list_head callback_holds;        /* while frozen: struct callback_hold */
         struct workqueue_stats stats;
 };
 
@@ -378,6 +395,8 @@ void core_item_unhash(struct core *c, struct item *i);
 void workqueue_item_activate(struct item *i);
 void workqueue_item_finished(struct item *i);
 void workqueue_check_waiters(struct workqueue *wq);
+/* Completes the freezes whose queues have nothing running any more. */
+void core_check_freezers(struct core *c);
 struct pwq *workqueue_pwq_for_cpu(struct workqueue *wq, int cpu);
 void workqueue_free(struct workqueue *wq);
 void workqueue_rescuer_replenish(struct workqueue *wq);

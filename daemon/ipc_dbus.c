@@ -158,10 +158,16 @@ static int dbus_reply_freeze_timeout(struct ipc_dbus *d, sd_bus_message *m) {
         list_for_each_entry(wq, &d->core->workqueues, entry) {
                 if (!wq->frozen)
                         continue;
+                struct callback_hold *h;
+
                 list_for_each_entry(i, &wq->items, wq_entry)
                         if (i->state == ITEM_RUNNING && len < sizeof(msg))
                                 len += (size_t) snprintf(msg + len, sizeof(msg) - len, " item %" PRIu64 " (%s)",
                                                          i->id, wq->name);
+                list_for_each_entry(h, &wq->callback_holds, wq_entry)
+                        if (len < sizeof(msg))
+                                len += (size_t) snprintf(msg + len, sizeof(msg) - len, " callbacks of PID %d (%s)",
+                                                         (int) h->pid, wq->name);
         }
         return sd_bus_reply_method_errorf(m, errno_to_dbus_error(-ETIMEDOUT), "%s", msg);
 }

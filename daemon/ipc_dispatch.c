@@ -136,17 +136,25 @@ static void send_freeze_holders(struct ipc_client *c, uint64_t id) {
         _cleanup_(freep) Cmwq__ItemInfo *infos = NULL;
         _cleanup_(freep) Cmwq__ItemInfo **ptrs = NULL;
         _cleanup_(freep) char *errbufs = NULL;
+        _cleanup_(freep) Cmwq__CallbackHolder *holders = NULL;
+        _cleanup_(freep) Cmwq__CallbackHolder **holder_ptrs = NULL;
+        struct callback_hold *h;
         struct workqueue *wq;
         struct item *i;
-        size_t n = 0, total = 0;
+        size_t n = 0, total = 0, nh = 0, total_holds = 0;
 
         list_for_each_entry(wq, &core->workqueues, entry)
-                if (wq->frozen)
+                if (wq->frozen) {
                         total += workqueue_nr_running(wq);
+                        list_for_each_entry(h, &wq->callback_holds, wq_entry)
+                                total_holds++;
+                }
         infos = calloc(total ? total : 1, sizeof(*infos));
         ptrs = calloc(total ? total : 1, sizeof(*ptrs));
         errbufs = calloc(total ? total : 1, 256);
-        if (!infos || !ptrs || !errbufs) {
+        holders = calloc(total_holds ? total_holds : 1, sizeof(*holders));
+        holder_ptrs = calloc(total_holds ? total_holds : 1, sizeof(*holder_ptrs));
+        if (!infos || !ptrs || !errbufs || !holders || !holder_ptrs) {
                 ipc_client_send_error(c, id, -ENOMEM, "out of memory", false);
                 return;
         }
@@ -159,11 +167,22 @@ static void send_freeze_holders(struct ipc_client *c, uint64_t id) {
                                 ptrs[n] = &infos[n];
                                 n++;
                         }
+                list_for_each_entry(h, &wq->callback_holds, wq_entry)
+                        if (nh < total_holds) {
+                                cmwq__callback_holder__init(&holders[nh]);
+                                holders[nh].pid = (uint32_t) h->pid;
+                                holders[nh].workqueue = wq->name;
+                                holder_ptrs[nh] = &holders[nh];
+                                nh++;
+                        }
         }
         reply.n_holding = n;
         reply.holding = ptrs;
+        reply.n_callbacks = nh;
+        reply.callbacks = holder_ptrs;
         resp.id = id;
-        resp.message = (char *) "freeze timed out: these items were still running; the queues stay frozen";
+        resp.message = (char *) "freeze timed out: these items (or clients' callbacks) were still running; "
+                                "the queues stay frozen";
         resp.body_case = CMWQ__RESPONSE__BODY_FREEZE;
         resp.freeze = &reply;
         (void) ipc_client_send(c, &resp);
@@ -510,13 +529,15 @@ static void dispatch_stats(struct ipc_client *c, const Cmwq__Request *req) {
 }
 
 /* Unprompted: the response id 0 says it answers no request. */
-static void send_callback_freeze(const char *name, bool frozen, void *userdata) {
+static void send_callback_freeze(const char *name, bool frozen, uint32_t seq, void *userdata) {
         struct ipc_client *c = userdata;
         Cmwq__Response resp = CMWQ__RESPONSE__INIT;
         Cmwq__CallbackFreeze freeze = CMWQ__CALLBACK_FREEZE__INIT;
 
         freeze.workqueue = (char *) name;
         freeze.frozen = frozen;
+        freeze.has_seq = seq != 0;
+        freeze.seq = seq;
         resp.id = 0;
         resp.body_case = CMWQ__RESPONSE__BODY_CALLBACK_FREEZE;
         resp.callback_freeze = &freeze;

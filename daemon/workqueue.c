@@ -181,6 +181,7 @@ int core_workqueue_create(struct core *c, const struct core_caller *caller, cons
         list_init(&wq->items);
         list_init(&wq->flushers);
         list_init(&wq->drainers);
+        list_init(&wq->callback_holds);
         wq->name = strdup(name);
         wq->n_pwqs = (flags & WQ_UNBOUND) ? 1 : c->nr_cpus;
         wq->pwqs = calloc(wq->n_pwqs, sizeof(struct pwq));
@@ -245,6 +246,8 @@ void workqueue_free(struct workqueue *wq) {
         }
         waiters_complete(&wq->flushers, -ENOENT);
         waiters_complete(&wq->drainers, -ENOENT);
+        while (!list_empty(&wq->callback_holds))
+                callback_hold_free(list_first_entry(&wq->callback_holds, struct callback_hold, wq_entry));
         list_del_init(&wq->entry);
         u = user_usage_get(&wq->core->users, wq->owner);
         if (u) {
@@ -332,16 +335,24 @@ static bool workqueue_flushed(const struct workqueue *wq, uint64_t seq) {
         return list_first_entry(&wq->inflight, struct item, inflight_entry)->seq > seq;
 }
 
+void callback_hold_free(struct callback_hold *h) {
+        if (!h)
+                return;
+        list_del_init(&h->wq_entry);
+        list_del_init(&h->owner_entry);
+        free(h);
+}
+
 static bool core_frozen_queues_idle(struct core *c) {
         struct workqueue *wq = NULL;
 
         list_for_each_entry(wq, &c->workqueues, entry)
-                if (wq->frozen && workqueue_nr_running(wq) > 0)
+                if (wq->frozen && (workqueue_nr_running(wq) > 0 || !list_empty(&wq->callback_holds)))
                         return false;
         return true;
 }
 
-static void core_check_freezers(struct core *c) {
+void core_check_freezers(struct core *c) {
         if (list_empty(&c->freezers) || !core_frozen_queues_idle(c))
                 return;
         if (c->freeze_timer)
@@ -541,10 +552,15 @@ static void core_freeze_timer_fired(evutil_socket_t fd, short what, void *userda
 
                 if (!wq->frozen)
                         continue;
+                struct callback_hold *h;
+
                 list_for_each_entry(i, &wq->items, wq_entry)
                         if (i->state == ITEM_RUNNING)
                                 log_warning("Freeze timed out: item %" PRIu64 " of workqueue %s (%s) is still running",
                                             i->id, wq->name, i->argv[0]);
+                list_for_each_entry(h, &wq->callback_holds, wq_entry)
+                        log_warning("Freeze timed out: PID %d has not said that its callbacks of workqueue %s "
+                                    "have returned", (int) h->pid, wq->name);
         }
         core_arm_freeze_timer(c);
         waiters_complete(&expired, -ETIMEDOUT);
@@ -564,6 +580,9 @@ static void workqueue_thaw(struct workqueue *wq) {
         if (!wq->frozen)
                 return;
         wq->frozen = false;
+        /* A thawed queue waits for nobody's answer. */
+        while (!list_empty(&wq->callback_holds))
+                callback_hold_free(list_first_entry(&wq->callback_holds, struct callback_hold, wq_entry));
         for (size_t k = 0; k < wq->n_pwqs; k++)
                 pwq_activate_inactive(&wq->pwqs[k]);
         if (wq->core->freeze_changed)

@@ -12,7 +12,9 @@
  *   - the submission ring carries the client's worker threads' requests to
  *     the daemon: "thread in slot S has work for its CPU" (DEMAND), "gives
  *     its grant back" (IDLE), "runs an item of a CPU_INTENSIVE queue"
- *     (INTENSIVE).  The client is the only producer, the daemon the only
+ *     (INTENSIVE); and the client's answer to the daemon's freeze notices
+ *     (sent on the socket, each with a sequence number): "no callback of a
+ *     frozen queue runs any more, as of notice N" (FREEZE_ACK).  The client is the only producer, the daemon the only
  *     consumer.  After adding entries the client rings the doorbell only if
  *     the daemon set need_wakeup (io_uring's SQ_NEED_WAKEUP), so a burst of
  *     requests costs one wake-up;
@@ -44,16 +46,20 @@
 #define CMWQ_SHM_SLOTS 1024u
 /* Entries of the submission ring, a power of two.  A thread has at most
  * three requests outstanding (INTENSIVE, IDLE, then DEMAND, after which it
- * waits for a grant), so a well-behaved client never fills it. */
+ * waits for a grant), and a FREEZE_ACK follows only a new notice from the
+ * daemon, so a well-behaved client never fills it. */
 #define CMWQ_SHM_RING 4096u
 
 enum cmwq_shm_op {
         CMWQ_SHM_OP_DEMAND = 1,
         CMWQ_SHM_OP_IDLE = 2,
         CMWQ_SHM_OP_INTENSIVE = 3,
+        CMWQ_SHM_OP_FREEZE_ACK = 4,     /* the low 24 bits: a notice's sequence number */
 };
 
-/* A ring entry: the op in the top 8 bits, the slot in the low 24. */
+/* A ring entry: the op in the top 8 bits, the slot (or the sequence number
+ * of FREEZE_ACK, modulo 2^24) in the low 24. */
+#define CMWQ_SHM_SEQ_MASK 0xffffffu
 #define CMWQ_SHM_ENTRY(op, slot) (((uint32_t) (op) << 24) | ((uint32_t) (slot) & 0xffffffu))
 #define CMWQ_SHM_ENTRY_OP(e) ((uint32_t) (e) >> 24)
 #define CMWQ_SHM_ENTRY_SLOT(e) ((uint32_t) (e) & 0xffffffu)
@@ -90,4 +96,4 @@ struct cmwq_shm {
 
 _Static_assert(sizeof(struct cmwq_shm_slot) == 64, "a slot is one cache line");
 _Static_assert((CMWQ_SHM_RING & (CMWQ_SHM_RING - 1)) == 0, "the ring size is a power of two");
-_Static_assert(CMWQ_SHM_RING >= 3 * CMWQ_SHM_SLOTS, "the ring holds every thread's outstanding requests");
+_Static_assert(CMWQ_SHM_RING >= 3 * CMWQ_SHM_SLOTS + 64, "the ring holds every thread's outstanding requests");

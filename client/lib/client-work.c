@@ -111,6 +111,7 @@ struct client_work {
         struct cmwq_shm *shm;           /* shared with cmwqd */
         int doorbell;                   /* eventfd cmwqd listens on */
         uint32_t sq_tail;               /* ours: entries added to the ring */
+        uint32_t freeze_answered;       /* the last freeze notice answered */
         pthread_t manager;
         bool manager_started;
         pthread_t timer;
@@ -213,7 +214,7 @@ static void ring_push(struct client_work *cw, enum cmwq_shm_op op, unsigned slot
 /* Freezing is the daemon's decision, but only the library sees the items:
  * it keeps those of a frozen queue from starting.  That concerns this
  * client's own items only; nothing of other clients depends on it. */
-void client_work_freeze(struct cmwq *c, const char *name, bool frozen) {
+void client_work_freeze(struct cmwq *c, const char *name, bool frozen, uint32_t seq) {
         struct cmwq_workqueue *wq;
 
         list_for_each_entry(wq, &c->workqueues, entry)
@@ -222,9 +223,12 @@ void client_work_freeze(struct cmwq *c, const char *name, bool frozen) {
         for (unsigned i = 0; i < CLIENT_NR_SYSTEM_QUEUES; i++)
                 if (c->system[i].name && strcmp(c->system[i].name, name) == 0)
                         __atomic_store_n(&c->system[i].cb_frozen, frozen, __ATOMIC_RELEASE);
-        if (!frozen && c->work) {
-                /* Kicking the pools takes the work lock, which must not be
-                 * taken under the connection's: the manager does it. */
+        if (frozen && seq)
+                __atomic_store_n(&c->freeze_notice, seq, __ATOMIC_RELEASE);
+        if (!frozen || seq) {
+                /* Kicking the pools and answering the freeze take the work
+                 * lock, which must not be taken under the connection's:
+                 * the manager does it. */
                 c->work_kick = true;
                 pthread_cond_broadcast(&c->cond);
         }
@@ -232,6 +236,25 @@ void client_work_freeze(struct cmwq *c, const char *name, bool frozen) {
 
 static bool wq_frozen(const struct cmwq_workqueue *wq) {
         return __atomic_load_n(&wq->cb_frozen, __ATOMIC_ACQUIRE);
+}
+
+/* Answers the daemon's last freeze notice once no callback of a frozen
+ * queue runs: its freeze waits for that.  Work lock held: no thread starts
+ * or ends an item meanwhile, and none starts one of a frozen queue. */
+static void freeze_answer_locked(struct client_work *cw) {
+        uint32_t notice = __atomic_load_n(&cw->c->freeze_notice, __ATOMIC_ACQUIRE);
+        unsigned n = __atomic_load_n(&cw->nr_threads, __ATOMIC_ACQUIRE);
+
+        if (notice == 0 || notice == cw->freeze_answered || !cw->shm)
+                return;
+        for (unsigned i = 0; i < n; i++) {
+                struct cmwq_work *w = cw->threads[i]->current;
+
+                if (w && wq_frozen(w->_wq))
+                        return;         /* answered when it returns */
+        }
+        ring_push(cw, CMWQ_SHM_OP_FREEZE_ACK, notice & CMWQ_SHM_SEQ_MASK);
+        cw->freeze_answered = notice;
 }
 
 /* ---- threads -------------------------------------------------------------- */
@@ -394,6 +417,8 @@ static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_w
                 __atomic_add_fetch(&cw->shm->slots[t->slot].finished, 1, __ATOMIC_RELAXED);
         t->current = NULL;
         wq->cb_active--;
+        if (wq_frozen(wq))
+                freeze_answer_locked(cw);
         w->_nr_finished++;
         w->_running = NULL;
         w->_state &= ~WORK_RUNNING;
@@ -1171,6 +1196,7 @@ void client_work_kick(struct cmwq *c) {
         if (!cw)
                 return;
         pthread_mutex_lock(&cw->lock);
+        freeze_answer_locked(cw);
         for (unsigned i = 0; i < cw->nr_cpus * 2; i++)
                 pool_kick(cw, &cw->pools[i]);
         pool_kick(cw, &cw->unbound);

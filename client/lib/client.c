@@ -104,7 +104,8 @@ static void client_dispatch_locked(struct cmwq *c, Cmwq__Response *resp) {
 
         if (resp->id == 0 && resp->error == CMWQ__ERROR__OK &&
             resp->body_case == CMWQ__RESPONSE__BODY_CALLBACK_FREEZE) {
-                client_work_freeze(c, resp->callback_freeze->workqueue, resp->callback_freeze->frozen);
+                client_work_freeze(c, resp->callback_freeze->workqueue, resp->callback_freeze->frozen,
+                                   resp->callback_freeze->has_seq ? resp->callback_freeze->seq : 0);
                 cmwq__response__free_unpacked(resp, NULL);
                 return;
         }

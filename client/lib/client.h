@@ -76,7 +76,8 @@ struct cmwq {
         struct cmwq_workqueue system[CLIENT_NR_SYSTEM_QUEUES];
         bool stopping;                  /* cmwq_disconnect() has begun */
         struct client_work *work;       /* callback machinery, made on first use */
-        bool work_kick;                 /* a queue thawed: the manager kicks the pools */
+        bool work_kick;                 /* a queue thawed or froze: the manager kicks the pools */
+        uint32_t freeze_notice;         /* the daemon's last freeze notice (atomic) */
         pthread_mutex_t work_init_lock;
 };
 
@@ -106,7 +107,9 @@ void client_read_forever(struct cmwq *c);
 void client_wake_reader(struct cmwq *c);
 
 /* client-work.c */
-void client_work_freeze(struct cmwq *c, const char *name, bool frozen);   /* with c->lock held */
+/* With c->lock held.  A freeze notice @seq is answered (FREEZE_ACK) by the
+ * manager once no callback of a frozen queue runs. */
+void client_work_freeze(struct cmwq *c, const char *name, bool frozen, uint32_t seq);
 /* Lets every pool look for work again (after a thaw); without c->lock. */
 void client_work_kick(struct cmwq *c);
 void client_work_stop(struct cmwq *c);

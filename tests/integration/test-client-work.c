@@ -926,7 +926,17 @@ START_TEST(test_freeze_stops_callbacks_of_a_freezable_queue) {
         ck_assert(cmwq_queue_work_on(0, wq, &a.work));
         wait_until(&g.started, 1);
 
-        free(CTL_OK(&d, "freeze", "cold"));
+        /* The freeze waits for the running callback, and one that times
+         * out names the process running it. */
+        {
+                struct ctl_result r = {};
+                char want[64];
+
+                ck_assert_int_eq(CTL(&d, &r, "freeze", "cold", "--timeout", "0.5"), 1);
+                snprintf(want, sizeof(want), "callbacks of PID %d on cold", (int) getpid());
+                ck_assert_msg(strstr(r.err, want), "freeze: %s", r.err);
+                ctl_result_free(&r);
+        }
         /* A call answered after the freeze: the library has read it. */
         ck_assert_int_eq(cmwq_flush_workqueue(unrelated), 0);
 
@@ -941,8 +951,19 @@ START_TEST(test_freeze_stops_callbacks_of_a_freezable_queue) {
                       "callbacks of a frozen queue started");
         ck_assert(cmwq_work_pending(&b.work));
 
-        /* The running one finishes. */
-        shared_gate_open(&g);
+        /* The running one finishes, and a freeze waiting for it ends then. */
+        {
+                struct ctl_async fa;
+                struct ctl_result r = {};
+
+                CTL_START(&d, &fa, "freeze", "cold", "--timeout", "60");
+                ck_assert_msg(!ctl_finish(&fa, 300, &r), "freeze ended while a callback ran: %d %s", r.status,
+                              r.err);
+                shared_gate_open(&g);
+                ck_assert_msg(ctl_finish(&fa, 30000, &r), "freeze did not end once the callback returned");
+                ck_assert_msg(r.status == 0, "freeze: %d %s", r.status, r.err);
+                ctl_result_free(&r);
+        }
         ck_assert_int_ge(cmwq_flush_work(&a.work), 0);
         run_marker_on(0, other, &marker);
         ck_assert_int_eq(atomic_load(&b.ran_at), 0);
