@@ -413,6 +413,8 @@ int pools_print(const Cmwq__PoolsReply *pools, FILE *f) {
                 { "PENDING", true },
                 { "BUSY", true },
                 { "BLOCKED", true },
+                { "CB-THREADS", true },
+                { "CALLBACKS", true },
         };
         _cleanup_(table_freep) Table *t = NULL;
         int r;
@@ -431,7 +433,9 @@ int pools_print(const Cmwq__PoolsReply *pools, FILE *f) {
                     table_addf(t, "%" PRIu32, p->idle) < 0 ||
                     table_addf(t, "%" PRIu64, p->pending) < 0 ||
                     table_add_opt_u32(t, p->has_busy, p->busy) < 0 ||
-                    table_add_opt_u32(t, p->has_blocked, p->blocked) < 0)
+                    table_add_opt_u32(t, p->has_blocked, p->blocked) < 0 ||
+                    table_add_opt_u32(t, p->has_callback_threads, p->callback_threads) < 0 ||
+                    (p->has_callbacks ? table_addf(t, "%" PRIu64, p->callbacks) : table_add(t, "-")) < 0)
                         return -ENOMEM;
         }
         table_print(t, f);
@@ -455,6 +459,10 @@ void pools_json(const Cmwq__PoolsReply *pools, JsonWriter *w) {
                         json_kv_uint(w, "busy", p->busy);
                 if (p->has_blocked)
                         json_kv_uint(w, "blocked", p->blocked);
+                if (p->has_callback_threads)
+                        json_kv_uint(w, "callback_threads", p->callback_threads);
+                if (p->has_callbacks)
+                        json_kv_uint(w, "callbacks", p->callbacks);
                 json_object_end(w);
         }
         json_array_end(w);

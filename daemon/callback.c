@@ -49,14 +49,19 @@ struct callback_worker {
         struct worker *granted;         /* the pool's worker while it holds a grant */
         struct sleepwatch_target *target;
         bool yield_sent;
+        uint64_t granted_usec;          /* CLOCK_MONOTONIC, while granted */
+        uint64_t granted_finished;      /* its completion record then */
+        uint64_t counted_finished;      /* its completion record, as last added to the pool's count */
 };
 
 static int callback_execute(struct worker *pw, struct pool_work *work);
 static uint64_t callback_cpu_usec(struct worker *pw);
+static void callback_describe(struct worker *pw, char *buf, size_t size);
 
 static const struct pool_work_ops callback_ops = {
         .execute = callback_execute,
         .cpu_usec = callback_cpu_usec,
+        .describe = callback_describe,
 };
 
 static int callback_execute(struct worker *pw, struct pool_work *work) {
@@ -65,6 +70,8 @@ static int callback_execute(struct worker *pw, struct pool_work *work) {
         pw->userdata = w;
         w->granted = pw;
         w->yield_sent = false;
+        w->granted_usec = now_usec(CLOCK_MONOTONIC);
+        callback_shm_records(w->client->shm, w->slot, &(uint64_t) { 0 }, &w->granted_finished);
         /* The pool took its CPU-time baseline before it knew the thread:
          * take it now, so that the CPU-intensive threshold counts this
          * grant's CPU time, not the wall time. */
@@ -74,6 +81,25 @@ static int callback_execute(struct worker *pw, struct pool_work *work) {
         log_debug("callback: thread %d (PID %d) granted CPU %d", (int) w->tid, (int) w->client->pid, w->pool->cpu);
         callback_shm_grant(w->client->shm, w->slot, ++w->grant_seq);
         return 0;
+}
+
+/* From the client's completion records, which it may have scribbled on:
+ * words for a log, nothing decided by them. */
+static void callback_describe(struct worker *pw, char *buf, size_t size) {
+        struct callback_worker *w = pw->userdata;
+        uint64_t started, finished;
+
+        if (!w) {
+                snprintf(buf, size, "a client's callback thread");
+                return;
+        }
+        callback_shm_records(w->client->shm, w->slot, &started, &finished);
+        snprintf(buf, size,
+                 "callback thread %d of PID %d (UID %u), granted %" PRIu64 " s ago, %" PRIu64
+                 " callbacks returned since, %s",
+                 (int) w->tid, (int) w->client->pid, (unsigned) w->client->caller->uid,
+                 (now_usec(CLOCK_MONOTONIC) - w->granted_usec) / USEC_PER_SEC, finished - w->granted_finished,
+                 started == finished + 1 ? "one running now" : "none running now");
 }
 
 /* CPU time of the thread (not of one item: a grant runs many). */
@@ -279,10 +305,25 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
         return 0;
 }
 
+/* Adds the callbacks @w returned since the last look to its pool's count.
+ * The record is the client's: one that goes backwards or leaps is not
+ * believed, and it never counts for more than the client's own threads. */
+#define CALLBACK_COUNT_LEAP_MAX (UINT64_C(1) << 32)
+
+static void callback_worker_count(struct callback_worker *w) {
+        uint64_t started, finished;
+
+        callback_shm_records(w->client->shm, w->slot, &started, &finished);
+        if (finished >= w->counted_finished && finished - w->counted_finished <= CALLBACK_COUNT_LEAP_MAX)
+                w->pool->callbacks_returned += finished - w->counted_finished;
+        w->counted_finished = finished;
+}
+
 /* Gives back the grant or withdraws the demand. */
 static void callback_worker_release(struct callback_worker *w) {
         struct worker *pw = w->granted;
 
+        callback_worker_count(w);
         if (pw) {
                 log_debug("callback: thread %d (PID %d) gives CPU %d back%s", (int) w->tid, (int) w->client->pid,
                           w->pool->cpu, pw->flags & WORKER_CPU_INTENSIVE ? " (was CPU-intensive)" : "");
@@ -296,6 +337,7 @@ static void callback_worker_release(struct callback_worker *w) {
 static void callback_worker_free(struct callback_worker *w) {
         callback_worker_release(w);
         sleepwatch_target_free(w->target);
+        w->pool->nr_callback_threads--;
         w->client->slots[w->slot] = NULL;
         list_del_init(&w->entry);
         w->client->nr_workers--;
@@ -378,6 +420,9 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot
         list_add_tail(&w->entry, &c->workers);
         c->slots[slot] = w;
         c->nr_workers++;
+        w->pool->nr_callback_threads++;
+        /* Whatever the slot says now was not run on this pool's watch. */
+        callback_shm_records(c->shm, slot, &(uint64_t) { 0 }, &w->counted_finished);
         log_debug("callback: PID %d registered worker thread %d on CPU %u%s", (int) c->pid, (int) tid, cpu,
                   highpri ? " (highpri)" : "");
         return 0;

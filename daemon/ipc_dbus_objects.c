@@ -484,14 +484,15 @@ static int method_list_pools(sd_bus_message *m, void *userdata, sd_bus_error *er
 
         r = sd_bus_message_new_method_return(m, &reply);
         if (r >= 0)
-                r = sd_bus_message_open_container(reply, 'a', "(ibuuuutuu)");
+                r = sd_bus_message_open_container(reply, 'a', "(ibuuuutuuut)");
         for (size_t n = 0; r >= 0 && n < total; n++) {
                 const struct pool *p = n < total - 2 ? &core->cpu_pools[n] : &core->unbound_pools[n - (total - 2)];
 
-                r = sd_bus_message_append(reply, "(ibuuuutuu)", (int32_t) p->cpu, (int) p->highpri,
+                r = sd_bus_message_append(reply, "(ibuuuutuuut)", (int32_t) p->cpu, (int) p->highpri,
                                           (uint32_t) p->nr_workers, (uint32_t) p->nr_running, (uint32_t) p->nr_idle,
                                           (uint64_t) p->nr_pending, (uint32_t) (p->nr_workers - p->nr_idle),
-                                          (uint32_t) p->nr_blocked);
+                                          (uint32_t) p->nr_blocked, (uint32_t) p->nr_callback_threads,
+                                          (uint64_t) p->callbacks_returned);
         }
         if (r >= 0)
                 r = sd_bus_message_close_container(reply);
@@ -575,7 +576,7 @@ static const sd_bus_vtable manager_vtable[] = {
         SD_BUS_METHOD_WITH_ARGS("ListWorkqueues", SD_BUS_NO_ARGS,
                                 SD_BUS_RESULT("a(souuubbbttt)", workqueues), method_list_workqueues,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("ListPools", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(ibuuuutuu)", pools),
+        SD_BUS_METHOD_WITH_ARGS("ListPools", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(ibuuuutuuut)", pools),
                                 method_list_pools, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetStatistics", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(stttttttttt)", workqueues),
                                 method_get_statistics, SD_BUS_VTABLE_UNPRIVILEGED),

@@ -473,6 +473,10 @@ static void dispatch_pools(struct ipc_client *c, const Cmwq__Request *req) {
                 pi->busy = p->nr_workers - p->nr_idle;
                 pi->has_blocked = true;
                 pi->blocked = p->nr_blocked;
+                pi->has_callback_threads = true;
+                pi->callback_threads = p->nr_callback_threads;
+                pi->has_callbacks = true;
+                pi->callbacks = p->callbacks_returned;
                 ptrs[n] = pi;
         }
         reply.n_pools = total;

@@ -73,6 +73,9 @@ struct pool_work_ops {
          * it is then tried out of turn, as the kernel's rescuer takes its
          * queue's work from a pool in mayday. */
         bool (*rescuable)(struct pool_work *work);
+        /* Optional: a few words for the logs on what @worker is doing, for
+         * work that is not an item (the watchdog names who holds a pool). */
+        void (*describe)(struct worker *worker, char *buf, size_t size);
 };
 
 #define POOL_CPU_UNKNOWN UINT64_MAX
@@ -114,6 +117,11 @@ struct pool {
         unsigned nr_running;
         unsigned nr_blocked;
         uint64_t nr_pending;            /* length of worklist */
+        /* libcmwq-client worker threads on this pool (callback.c), and the
+         * callbacks they returned from, as their clients' completion
+         * records say (counted at each grant's end; for display only). */
+        unsigned nr_callback_threads;
+        uint64_t callbacks_returned;
         uint64_t last_progress_usec;    /* CLOCK_MONOTONIC, for the watchdog */
         uint64_t watchdog_since_usec;   /* watchdog.c's: work waiting since; 0: none */
         uint64_t watchdog_reported_usec;        /* watchdog.c's: the stall last reported */

@@ -81,11 +81,23 @@ static void pool_describe(const struct pool *p, char *buf, size_t size) {
                 snprintf(buf, size, "the%s pool of CPU %d", p->highpri ? " high-priority" : "", p->cpu);
 }
 
+/* A busy worker of @p that is not an item (a client's callback thread). */
+static void pool_describe_holder(struct pool *p, char *buf, size_t size) {
+        struct worker *w;
+
+        snprintf(buf, size, "clients' callbacks");
+        list_for_each_entry(w, &p->busy_list, entry)
+                if (w->current && w->current->ops->describe) {
+                        w->current->ops->describe(w, buf, size);
+                        return;
+                }
+}
+
 static void watchdog_report(struct core *c, struct pool *p, uint64_t stalled_usec) {
         struct item *waiting = NULL, *holder;
         struct pool_work *work;
         struct pwq *pwq = NULL;
-        char pool_name[64];
+        char pool_name[64], who[256];
 
         /* Who waits: the first item on the worklist, else the first queue
          * held back. */
@@ -95,12 +107,13 @@ static void watchdog_report(struct core *c, struct pool *p, uint64_t stalled_use
         if (!waiting && (pwq = pool_first_inactive(c, p)))
                 waiting = list_first_entry(&pwq->inactive, struct item, work.entry);
         holder = pool_oldest_running(p, pwq);
+        pool_describe_holder(p, who, sizeof(who));
 
         pool_describe(p, pool_name, sizeof(pool_name));
         if (!waiting)
                 /* Only clients' callbacks wait: they are not counted per queue. */
-                log_warning("Watchdog: %s has had callbacks waiting and made no progress for %" PRIu64 " s",
-                            pool_name, stalled_usec / USEC_PER_SEC);
+                log_warning("Watchdog: %s has had callbacks waiting and made no progress for %" PRIu64 " s: "
+                            "%s holds it", pool_name, stalled_usec / USEC_PER_SEC, who);
         else if (holder)
                 log_warning("Watchdog: %s has had work waiting and made no progress for %" PRIu64 " s: "
                             "item %" PRIu64 " of workqueue %s (%s) holds it, running for %" PRIu64 " s; "
@@ -108,10 +121,11 @@ static void watchdog_report(struct core *c, struct pool *p, uint64_t stalled_use
                             pool_name, stalled_usec / USEC_PER_SEC, holder->id, holder->wq_name, holder->argv[0],
                             (now_usec(CLOCK_REALTIME) - holder->started_usec) / USEC_PER_SEC,
                             waiting->id, waiting->wq_name);
-        else if (!list_empty(&p->busy_list))
+        else if (!list_empty(&p->busy_list)) {
                 log_warning("Watchdog: %s has had work waiting and made no progress for %" PRIu64 " s: "
-                            "clients' callbacks hold it; item %" PRIu64 " of workqueue %s waits",
-                            pool_name, stalled_usec / USEC_PER_SEC, waiting->id, waiting->wq_name);
+                            "%s holds it; item %" PRIu64 " of workqueue %s waits",
+                            pool_name, stalled_usec / USEC_PER_SEC, who, waiting->id, waiting->wq_name);
+        }
         else
                 log_warning("Watchdog: %s has had work waiting and made no progress for %" PRIu64 " s: "
                             "item %" PRIu64 " of workqueue %s (%s) cannot be started, queued %" PRIu64 " s ago",

@@ -127,11 +127,33 @@ START_TEST(test_queue_work_runs_on_a_worker_thread) {
         ck_assert_int_ge(cmwq_flush_work(&p.work), 0);
         ck_assert_int_eq(atomic_load(&p.runs), 3 + nr_cpus());
 
-        /* The daemon counts our worker threads in its pools. */
-        char *out = CTL_OK(&d, "--json", "pools");
-        ck_assert_msg(strstr(out, "\"workers\""), "pools: %s", out);
+        /* The daemon counts our worker threads in its pools, and the
+         * callbacks they ran (1 + nr_cpus + 1 on bound pools), once each
+         * thread has given its CPU back. */
+        char *out = NULL;
+        for (int waited = 0;; waited++) {
+                free(out);
+                out = CTL_OK(&d, "--json", "pools");
+                if (json_sum(out, "callbacks") >= 2 + nr_cpus())
+                        break;
+                ck_assert_msg(waited < 1000, "pools after %d bound callbacks: %s", 2 + nr_cpus(), out);
+                usleep(10000);
+        }
+        ck_assert_int_eq(json_sum(out, "callbacks"), 2 + nr_cpus());
+        ck_assert_int_ge(json_sum(out, "callback_threads"), 2);        /* normal and high priority */
         free(out);
         cmwq_disconnect(c);
+        /* Gone with the client: its threads; what they ran stays counted. */
+        for (int waited = 0;; waited++) {
+                out = CTL_OK(&d, "--json", "pools");
+                if (json_sum(out, "callback_threads") == 0)
+                        break;
+                ck_assert_msg(waited < 1000, "pools after the client left: %s", out);
+                free(out);
+                usleep(10000);
+        }
+        ck_assert_int_eq(json_sum(out, "callbacks"), 2 + nr_cpus());
+        free(out);
 }
 END_TEST
 

@@ -688,8 +688,8 @@ START_TEST(test_manager_methods) {
                 sd_bus_message_unref(reply);
 
                 reply = call_ok(PATH, MANAGER, "ListPools", NULL);
-                ck_assert_int_ge(sd_bus_message_enter_container(reply, 'a', "(ibuuuutuu)"), 0);
-                while (sd_bus_message_skip(reply, "(ibuuuutuu)") > 0)
+                ck_assert_int_ge(sd_bus_message_enter_container(reply, 'a', "(ibuuuutuuut)"), 0);
+                while (sd_bus_message_skip(reply, "(ibuuuutuuut)") > 0)
                         n++;
                 ck_assert_int_eq(n, 2 * (int) sysconf(_SC_NPROCESSORS_CONF) + 2);
                 sd_bus_message_unref(reply);
