@@ -112,11 +112,33 @@ static void conn_set_error(struct conn *c, const char *msg) {
         c->last_error = msg && *msg ? strdup(msg) : NULL;
 }
 
-static int conn_send_all(int fd, const uint8_t *p, size_t n) {
+/* Sends all @n bytes of @p; @fds (if any) go with the first of them
+ * (SCM_RIGHTS), so that the daemon receives them with the frame's start. */
+static int conn_send_all(int fd, const uint8_t *p, size_t n, const int *fds, unsigned n_fds) {
+        union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(sizeof(int) * CONN_PASS_FDS_MAX)];
+        } control = {};
+
+        if (n_fds > CONN_PASS_FDS_MAX)
+                return -EINVAL;
         while (n > 0) {
+                struct iovec iov = { .iov_base = (void *) p, .iov_len = n };
+                struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
                 ssize_t k;
 
-                k = send(fd, p, n, MSG_NOSIGNAL);
+                if (n_fds > 0) {
+                        struct cmsghdr *h;
+
+                        msg.msg_control = &control;
+                        msg.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
+                        h = CMSG_FIRSTHDR(&msg);
+                        h->cmsg_level = SOL_SOCKET;
+                        h->cmsg_type = SCM_RIGHTS;
+                        h->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
+                        memcpy(CMSG_DATA(h), fds, sizeof(int) * n_fds);
+                }
+                k = sendmsg(fd, &msg, MSG_NOSIGNAL);
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -131,53 +153,16 @@ static int conn_send_all(int fd, const uint8_t *p, size_t n) {
                         }
                         return -errno;
                 }
+                n_fds = 0;      /* they went with the first byte */
                 p += k;
                 n -= (size_t) k;
         }
         return 0;
 }
 
-/* Sends the first bytes of @p with @fds attached (SCM_RIGHTS): the daemon
- * receives them with the first byte of the frame.  Returns the bytes sent. */
-static ssize_t conn_send_fds(int fd, const uint8_t *p, size_t n, const int *fds, unsigned n_fds) {
-        union {
-                struct cmsghdr h;
-                char buf[CMSG_SPACE(sizeof(int) * CONN_PASS_FDS_MAX)];
-        } control = {};
-        struct iovec iov = { .iov_base = (void *) p, .iov_len = n };
-        struct msghdr msg = {
-                .msg_iov = &iov,
-                .msg_iovlen = 1,
-                .msg_control = &control,
-                .msg_controllen = CMSG_SPACE(sizeof(int) * n_fds),
-        };
-        struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
-        ssize_t k;
-
-        h->cmsg_level = SOL_SOCKET;
-        h->cmsg_type = SCM_RIGHTS;
-        h->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
-        memcpy(CMSG_DATA(h), fds, sizeof(int) * n_fds);
-        for (;;) {
-                k = sendmsg(fd, &msg, MSG_NOSIGNAL);
-                if (k >= 0)
-                        return k;
-                if (errno == EINTR)
-                        continue;
-                if (errno == EAGAIN) {
-                        struct pollfd pfd = { .fd = fd, .events = POLLOUT };
-
-                        if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
-                                return -errno;
-                        continue;
-                }
-                return -errno;
-        }
-}
-
 static int conn_send(struct conn *c, const Cmwq__Request *req, const int *fds, unsigned n_fds) {
         _cleanup_(freep) uint8_t *buf = NULL;
-        size_t len, sent = 0;
+        size_t len;
 
         len = cmwq__request__get_packed_size(req);
         if (len > c->max_payload)
@@ -190,17 +175,7 @@ static int conn_send(struct conn *c, const Cmwq__Request *req, const int *fds, u
         if (cmwq__request__pack(req, buf + CMWQ_FRAME_HEADER_SIZE) != len)
                 return -EINVAL;
 
-        if (n_fds > 0) {
-                ssize_t k;
-
-                if (n_fds > CONN_PASS_FDS_MAX)
-                        return -EINVAL;
-                k = conn_send_fds(c->fd, buf, CMWQ_FRAME_HEADER_SIZE + len, fds, n_fds);
-                if (k < 0)
-                        return (int) k;
-                sent = (size_t) k;
-        }
-        return conn_send_all(c->fd, buf + sent, CMWQ_FRAME_HEADER_SIZE + len - sent);
+        return conn_send_all(c->fd, buf, CMWQ_FRAME_HEADER_SIZE + len, fds, n_fds);
 }
 
 /* Read one whole frame and decode it.  Bytes after it stay buffered. */
