@@ -824,9 +824,9 @@ START_TEST(test_listings) {
         run_ctl(&r, fake.env, "pools", NULL);
         ck_assert_int_eq(r.status, 0);
         ck_assert_str_eq(r.out,
-                "CPU      PRIO     WORKERS  RUNNING  IDLE  PENDING  BUSY  BLOCKED\n"
-                "0        normal         2        1     1        5     -        -\n"
-                "unbound  highpri        0        0     0        0     -        -\n");
+                "CPU      PRIO     WORKERS  RUNNING  IDLE  PENDING  BUSY  BLOCKED  CB-THREADS  CALLBACKS\n"
+                "0        normal         2        1     1        5     -        -           -          -\n"
+                "unbound  highpri        0        0     0        0     -        -           -          -\n");
         run_done(&r);
 
         run_ctl(&r, fake.env, "stats", NULL);
