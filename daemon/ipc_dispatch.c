@@ -648,9 +648,23 @@ void ipc_dispatch(struct ipc_client *c, Cmwq__Request *req) {
                 return;
         case CMWQ__REQUEST__BODY_CALLBACK_REGISTER:
         case CMWQ__REQUEST__BODY_CALLBACK_UNREGISTER:
-        case CMWQ__REQUEST__BODY_CALLBACK_ATTACH:
+        case CMWQ__REQUEST__BODY_CALLBACK_ATTACH: {
+                /* A new worker thread waits for this: not for the disk too. */
+                Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+                Cmwq__Empty empty = CMWQ__EMPTY__INIT;
+
                 r = dispatch_callback(c, req, &e);
-                break;
+                resp.id = req->id;
+                if (r < 0) {
+                        resp.error = errno_to_protocol_error(e.error);
+                        resp.message = (char *) (e.message[0] ? e.message : "request failed");
+                } else {
+                        resp.body_case = CMWQ__RESPONSE__BODY_DONE;
+                        resp.done = &empty;
+                }
+                (void) ipc_client_send_unlogged(c, &resp);
+                return;
+        }
         default:
                 ipc_client_send_error(c, req->id, -EPROTO, "unknown request", true);
                 return;

@@ -40,6 +40,7 @@ struct ipc_server {
 };
 
 static void ipc_client_free(struct ipc_client *c);
+static int ipc_client_send_to(struct ipc_client *c, const Cmwq__Response *resp, bool unlogged);
 static int ipc_server_new_fd(struct event_base *base, struct core *core, int fd, const char *path,
                              bool user_mode, struct ipc_server **ret);
 
@@ -163,6 +164,14 @@ void ipc_server_set_store(struct ipc_server *s, struct store *store) {
 }
 
 int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp) {
+        return ipc_client_send_to(c, resp, false);
+}
+
+int ipc_client_send_unlogged(struct ipc_client *c, const Cmwq__Response *resp) {
+        return ipc_client_send_to(c, resp, true);
+}
+
+static int ipc_client_send_to(struct ipc_client *c, const Cmwq__Response *resp, bool unlogged) {
         size_t len = cmwq__response__get_packed_size(resp);
         struct evbuffer_iovec vec;
         uint8_t hdr[CMWQ_FRAME_HEADER_SIZE];
@@ -195,7 +204,7 @@ int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp) {
                         return ipc_client_drop_unread(c, "is over the per-user limit 'reply-bytes' of unread replies");
         }
 
-        out = ipc_client_output_for_reply(c);
+        out = unlogged ? c->out : ipc_client_output_for_reply(c);
         frame_header_encode(hdr, (uint32_t) len);
         if (evbuffer_add(out, hdr, sizeof(hdr)) < 0)
                 return -ENOMEM;

@@ -97,6 +97,10 @@ int ipc_server_callbacks(struct ipc_server *s, struct callback_registry **ret);
 
 /* Queues @resp for the client.  Returns a negative errno if it could not. */
 int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp);
+/* For a reply that acknowledges nothing the state log keeps (a callback
+ * thread's registration): it does not wait for the log to reach the disk,
+ * and may overtake replies that do (clients match replies by id). */
+int ipc_client_send_unlogged(struct ipc_client *c, const Cmwq__Response *resp);
 /* Sends an error reply; with @fatal the connection closes after it. */
 void ipc_client_send_error(struct ipc_client *c, uint64_t id, int error, const char *message, bool fatal);
 
