@@ -89,7 +89,7 @@ run_tests() {
 
 run_demo() {
         build build
-        (cd build && make -s tests/integration/probe)
+        (cd build && make -s tests/integration/probe tests/demo-callbacks)
         exec "$top/tests/demo.sh" "$top/build"
 }
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A live demo of concurrency management: cmwqd on a private socket, items
 # that block all progressing together on one CPU, short CPU-bound items on
-# one CPU taking turns, and a spinning item marked CPU-intensive so that it
-# cannot hold its pool.  Usage: tests/demo.sh BUILDDIR
+# one CPU taking turns, a spinning item marked CPU-intensive so that it
+# cannot hold its pool, and a C service's callbacks sharing a CPU with exec
+# items.  Usage: tests/demo.sh BUILDDIR (with tests/integration/probe and
+# tests/demo-callbacks built)
 set -euo pipefail
 build=$(readlink -f "${1:-build}")
 cmwqd=$build/cmwqd
@@ -66,7 +68,19 @@ for i in 1 2 3 4; do ctl submit demo --cpu 0 -- "$probe" spin 2 "$tmp/c.log" "sh
 ctl flush demo
 timeline "$tmp/c.log"
 
-say "4. Statistics (the kernel's wq_monitor.py columns) and pools afterwards"
+say "4. A C service (tests/demo-callbacks.c) queues callbacks and exec items on CPU 0."
+echo "   Three callbacks that block (sleep 300 ms) run together, as items do; three"
+echo "   that compute for 4 ms take turns with three exec items that do the same:"
+echo "   callbacks and exec items share the CPU's one concurrency level (the pools"
+echo "   count the service's worker threads and its callbacks)."
+"$build/tests/demo-callbacks" "$tmp/d.log" "$probe" 3 3 &
+client=$!
+sleep 0.15
+ctl pools | sed -n '1,2p'
+wait "$client"
+timeline "$tmp/d.log"
+
+say "5. Statistics (the kernel's wq_monitor.py columns) and pools afterwards"
 ctl stats | sed -n '1p;/^demo /p'
 ctl pools
 
