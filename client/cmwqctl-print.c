@@ -335,7 +335,19 @@ int list_print(const Cmwq__ListReply *list, FILE *f) {
 
         for (size_t i = 0; i < list->n_workqueues; i++) {
                 const Cmwq__WorkqueueInfo *q = list->workqueues[i];
-                char flags[128], user[64];
+                char flags[128], user[64], owner[160];
+
+                if (q->has_owner_uid)
+                        format_user(user, sizeof(user), q->owner_uid);
+                else
+                        snprintf(user, sizeof(user), "-");
+                /* Why it will go away on its own: it lives as long as the
+                 * library connection that made it. */
+                if (q->has_owner_pid)
+                        snprintf(owner, sizeof(owner), "%s, %sconnection of pid %" PRIu32, user,
+                                 q->has_owner_gone && q->owner_gone ? "closed " : "", q->owner_pid);
+                else
+                        snprintf(owner, sizeof(owner), "%s", user);
 
                 if (table_add(t, q->name) < 0 ||
                     table_add(t, workqueue_flags_to_string(q->flags, flags, sizeof(flags))) < 0 ||
@@ -345,7 +357,7 @@ int list_print(const Cmwq__ListReply *list, FILE *f) {
                     (q->has_total ? table_addf(t, "%" PRIu64, q->total) : table_add(t, "-")) < 0 ||
                     table_add(t, yes_no(q->has_frozen, q->frozen)) < 0 ||
                     table_add(t, yes_no(q->has_draining, q->draining)) < 0 ||
-                    table_add(t, q->has_owner_uid ? format_user(user, sizeof(user), q->owner_uid) : "-") < 0)
+                    table_add(t, owner) < 0)
                         return -ENOMEM;
         }
         table_print(t, f);
@@ -382,6 +394,10 @@ void list_json(const Cmwq__ListReply *list, JsonWriter *w) {
                 json_kv_uint(w, "max_active", q->max_active);
                 if (q->has_owner_uid)
                         json_kv_uint(w, "owner_uid", q->owner_uid);
+                if (q->has_owner_pid) {
+                        json_kv_uint(w, "owner_pid", q->owner_pid);
+                        json_kv_bool(w, "owner_gone", q->has_owner_gone && q->owner_gone);
+                }
                 if (q->has_on_interrupt)
                         json_kv_string(w, "on_interrupt",
                                        q->on_interrupt == CMWQ__INTERRUPT_POLICY__INTERRUPT_RERUN ? "rerun" : "drop");

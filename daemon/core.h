@@ -238,6 +238,12 @@ struct workqueue {
         bool draining;
         bool destroying;
         enum interrupt_policy on_interrupt;
+        /* Connection-owned (struct core_conn_owner): destroyed when the
+         * connection ends.  owner_conn is NULL once it has ended. */
+        bool connection_owned;
+        pid_t owner_pid;
+        struct core_conn_owner *owner_conn;
+        struct list_head owner_entry;   /* owner_conn->workqueues */
         struct pwq *pwqs;               /* bound: one per CPU; unbound: one */
         size_t n_pwqs;
         struct list_head inflight;      /* queued, not finished, by seq */
@@ -325,6 +331,24 @@ void core_observer_add(struct core *c, struct core_observer *o);
 /* Safe if not added. */
 void core_observer_remove(struct core_observer *o);
 
+/* A front end's connection that owns workqueues: libcmwq-client's
+ * alloc_workqueue(), which lives as long as its caller, as the kernel's
+ * lives as long as its module.  When the connection ends, each of its queues
+ * is destroyed as by core_workqueue_destroy() with nobody waiting: new work
+ * is refused, what was accepted still runs, then the queue is gone. */
+struct core_conn_owner {
+        struct list_head workqueues;    /* struct workqueue, owner_entry */
+        pid_t pid;                      /* shown with the queue ("connection of pid N") */
+};
+
+void core_conn_owner_init(struct core_conn_owner *o, pid_t pid);
+/* The connection ended: destroys its queues (may free some at once).  Safe
+ * to call twice. */
+void core_conn_owner_release(struct core_conn_owner *o);
+/* A connection-owned queue whose connection is gone: destroy it once its
+ * items have run (may free it at once). */
+void workqueue_orphan(struct workqueue *wq);
+
 /* Workqueues */
 /* The queue @owner has under @name (exactly; see workqueue.c on names). */
 struct workqueue *core_find_workqueue(struct core *c, uid_t owner, const char *name);
@@ -334,6 +358,11 @@ int core_workqueue_lookup(struct core *c, const struct core_caller *caller, cons
 bool workqueue_visible_to(const struct workqueue *wq, const struct core_caller *caller);
 int core_workqueue_create(struct core *c, const struct core_caller *caller, const char *name,
                           unsigned flags, unsigned max_active, struct core_error *e);
+/* As core_workqueue_create(), the queue tied to the connection @owner
+ * (NULL: a persistent queue, as core_workqueue_create()). */
+int core_workqueue_create_owned(struct core *c, const struct core_caller *caller, const char *name,
+                                unsigned flags, unsigned max_active, struct core_conn_owner *owner,
+                                struct core_error *e);
 int core_workqueue_destroy(struct core *c, const struct core_caller *caller, const char *name,
                            struct core_waiter *w, struct core_error *e);
 int core_workqueue_set_on_interrupt(struct core *c, const struct core_caller *caller, const char *name,

@@ -14,7 +14,9 @@
  * item that was pending is queued again (a delay that has not passed is
  * armed for what is left of it); one that was running is interrupted: run
  * again from the start if its queue's policy is "rerun", otherwise retired
- * as ITEM_INTERRUPTED.  Finished items are back in the history.
+ * as ITEM_INTERRUPTED.  Finished items are back in the history.  A
+ * connection-owned queue is destroyed once its recovered items have run:
+ * no connection survives a restart.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -49,6 +51,12 @@ static void workqueue_record_fill(CmwqStore__Workqueue *w, const struct workqueu
         w->owner = wq->owner;
         w->has_on_interrupt = true;
         w->on_interrupt = wq->on_interrupt;
+        if (wq->connection_owned) {
+                w->has_owned_by_connection = true;
+                w->owned_by_connection = true;
+                w->has_owner_pid = true;
+                w->owner_pid = (uint32_t) wq->owner_pid;
+        }
 }
 
 void core_store_workqueue(struct workqueue *wq) {
@@ -297,6 +305,12 @@ static int restore_workqueue(struct core *c, const CmwqStore__Workqueue *w) {
                 wq->max_active = w->max_active;
         if (w->has_on_interrupt && w->on_interrupt < _INTERRUPT_POLICY_MAX)
                 wq->on_interrupt = w->on_interrupt;
+        /* Its connection did not outlive the cmwqd that served it:
+         * core_store_orphans() destroys it after the replay. */
+        if (w->has_owned_by_connection && w->owned_by_connection && !wq->builtin) {
+                wq->connection_owned = true;
+                wq->owner_pid = (pid_t) w->owner_pid;
+        }
         return 0;
 }
 
@@ -529,6 +543,19 @@ static void core_store_settle(struct core *c) {
                 }
 }
 
+/* After the settling: a connection-owned queue outlives its connection
+ * only to run what it accepted.  The empty ones go before the snapshot (so
+ * the new log never names them); the others are in the snapshot, still
+ * connection-owned, and go once their items have run, writing their
+ * WorkqueueDestroyed then.  Dying again before that only repeats this. */
+static void core_store_orphans(struct core *c) {
+        struct workqueue *wq, *n;
+
+        list_for_each_entry_safe(wq, n, &c->workqueues, entry)
+                if (wq->connection_owned && !wq->owner_conn)
+                        workqueue_orphan(wq);
+}
+
 /* Queues the recovered items, in each queue's order. */
 static void core_store_requeue(struct core *c) {
         uint64_t now = now_usec(CLOCK_REALTIME);
@@ -565,6 +592,7 @@ int core_store_attach(struct core *c, struct store *s) {
 
         c->restoring = false;
         core_store_settle(c);
+        core_store_orphans(c);
         r = store_start(s, c->base, core_store_snapshot, c);
         if (r < 0)
                 return r;

@@ -436,6 +436,12 @@ static void dispatch_list(struct ipc_client *c, const Cmwq__Request *req) {
                 w->builtin = wq->builtin;
                 w->has_on_interrupt = true;
                 w->on_interrupt = (Cmwq__InterruptPolicy) wq->on_interrupt;
+                if (wq->connection_owned) {
+                        w->has_owner_pid = true;
+                        w->owner_pid = (uint32_t) wq->owner_pid;
+                        w->has_owner_gone = true;
+                        w->owner_gone = !wq->owner_conn;
+                }
                 ptrs[n++] = w;
         }
         list.n_workqueues = n;
@@ -608,9 +614,13 @@ void ipc_dispatch(struct ipc_client *c, Cmwq__Request *req) {
                         r = core_error_set(&e, -EINVAL, "unknown on_interrupt policy %u (0 drop, 1 rerun)", policy);
                         break;
                 }
-                r = core_workqueue_create(core, &c->caller, req->create->name,
-                                          req->create->has_flags ? req->create->flags : 0,
-                                          req->create->has_max_active ? req->create->max_active : 0, &e);
+                r = core_workqueue_create_owned(core, &c->caller, req->create->name,
+                                                req->create->has_flags ? req->create->flags : 0,
+                                                req->create->has_max_active ? req->create->max_active : 0,
+                                                req->create->has_owned_by_connection &&
+                                                                req->create->owned_by_connection
+                                                        ? &c->owned : NULL,
+                                                &e);
                 if (r >= 0 && policy != INTERRUPT_DROP)
                         r = core_workqueue_set_on_interrupt(core, &c->caller, req->create->name, policy, &e);
                 break;

@@ -473,6 +473,7 @@ static void ipc_client_free(struct ipc_client *c) {
         c->callback = callback_client_free(c->callback);
         for (unsigned i = 0; i < c->nr_passed_fds; i++)
                 close(c->passed_fds[i]);
+        core_conn_owner_release(&c->owned);
         list_del_init(&c->entry);
         c->server->nr_clients--;
         if (c->usage)
@@ -508,6 +509,7 @@ static int ipc_client_read_credentials(struct ipc_client *c) {
         c->caller.uid = cred.uid;
         c->caller.gid = cred.gid;
         c->caller.pid = cred.pid;
+        c->owned.pid = cred.pid;
 
         /* Supplementary groups, so that items run with exactly the
          * submitter's groups.  The kernel says how much room it needs. */
@@ -573,6 +575,7 @@ int ipc_server_add_client(struct ipc_server *s, int cfd, struct ipc_client **ret
         c->server = s;
         c->fd = cfd;
         list_init(&c->calls);
+        core_conn_owner_init(&c->owned, 0);
         list_add_tail(&c->entry, &s->clients);
         s->nr_clients++;
 

@@ -70,6 +70,7 @@ struct ipc_client {
          * that takes them (CallbackAttach). */
         int passed_fds[IPC_CLIENT_PASSED_FDS_MAX];
         unsigned nr_passed_fds;
+        struct core_conn_owner owned;   /* its workqueues that end with it */
 };
 
 /* Listens on the socket passed by systemd when there is one, else on @path

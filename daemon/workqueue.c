@@ -131,8 +131,9 @@ static int workqueue_lookup_owned(struct core *c, const struct core_caller *call
         return 0;
 }
 
-int core_workqueue_create(struct core *c, const struct core_caller *caller, const char *name,
-                          unsigned flags, unsigned max_active, struct core_error *e) {
+static int workqueue_create(struct core *c, const struct core_caller *caller, const char *name,
+                            unsigned flags, unsigned max_active, struct core_conn_owner *owner,
+                            struct core_error *e) {
         struct workqueue *wq = NULL;
         struct user_usage *u;
 
@@ -149,7 +150,13 @@ int core_workqueue_create(struct core *c, const struct core_caller *caller, cons
                 return core_error_set(e, -EINVAL, "an ordered workqueue runs one item at a time (max_active 1)");
         if (find_builtin(c, name))
                 return core_error_set(e, -EEXIST, "workqueue '%s' already exists (built in)", name);
-        if (core_find_workqueue(c, caller->uid, name))
+        wq = core_find_workqueue(c, caller->uid, name);
+        if (wq && wq->connection_owned && !wq->owner_conn)
+                return core_error_set(e, -EEXIST,
+                                      "workqueue '%s' still exists: the connection of pid %d that made it has "
+                                      "ended, and it goes once its %" PRIu64 " items have run",
+                                      name, (int) wq->owner_pid, wq->nr_items);
+        if (wq)
                 return core_error_set(e, -EEXIST, "workqueue '%s' already exists", name);
 
         /* ORDERED is unbound with max_active 1, as alloc_ordered_workqueue(). */
@@ -182,10 +189,18 @@ int core_workqueue_create(struct core *c, const struct core_caller *caller, cons
         list_init(&wq->flushers);
         list_init(&wq->drainers);
         list_init(&wq->callback_holds);
+        list_init(&wq->owner_entry);
+        if (owner) {
+                wq->connection_owned = true;
+                wq->owner_pid = owner->pid;
+                wq->owner_conn = owner;
+                list_add_tail(&wq->owner_entry, &owner->workqueues);
+        }
         wq->name = strdup(name);
         wq->n_pwqs = (flags & WQ_UNBOUND) ? 1 : c->nr_cpus;
         wq->pwqs = calloc(wq->n_pwqs, sizeof(struct pwq));
         if (!wq->name || !wq->pwqs) {
+                list_del_init(&wq->owner_entry);
                 free(wq->name);
                 free(wq->pwqs);
                 free(wq);
@@ -202,11 +217,59 @@ int core_workqueue_create(struct core *c, const struct core_caller *caller, cons
         list_add_tail(&wq->entry, &c->workqueues);
         u->nr_workqueues++;
         core_store_workqueue(wq);
-        log_debug("Created workqueue %s (flags 0x%x, max_active %u, owner %u)", name, flags, max_active,
-                  (unsigned) caller->uid);
+        if (owner)
+                log_debug("Created workqueue %s (flags 0x%x, max_active %u, owner %u, for the connection of pid %d)",
+                          name, flags, max_active, (unsigned) caller->uid, (int) owner->pid);
+        else
+                log_debug("Created workqueue %s (flags 0x%x, max_active %u, owner %u)", name, flags, max_active,
+                          (unsigned) caller->uid);
         workqueue_rescuer_replenish(wq);
         core_notify_workqueue_added(wq);
         return 0;
+}
+
+int core_workqueue_create(struct core *c, const struct core_caller *caller, const char *name,
+                          unsigned flags, unsigned max_active, struct core_error *e) {
+        return workqueue_create(c, caller, name, flags, max_active, NULL, e);
+}
+
+int core_workqueue_create_owned(struct core *c, const struct core_caller *caller, const char *name,
+                                unsigned flags, unsigned max_active, struct core_conn_owner *owner,
+                                struct core_error *e) {
+        return workqueue_create(c, caller, name, flags, max_active, owner, e);
+}
+
+void core_conn_owner_init(struct core_conn_owner *o, pid_t pid) {
+        list_init(&o->workqueues);
+        o->pid = pid;
+}
+
+void core_conn_owner_release(struct core_conn_owner *o) {
+        while (!list_empty(&o->workqueues)) {
+                struct workqueue *wq = list_first_entry(&o->workqueues, struct workqueue, owner_entry);
+
+                list_del_init(&wq->owner_entry);
+                wq->owner_conn = NULL;
+                workqueue_orphan(wq);
+        }
+}
+
+/* Nobody waits for this destroy: it ends when the last item has, as
+ * core_workqueue_destroy() does for a caller that went away. */
+void workqueue_orphan(struct workqueue *wq) {
+        if (wq->destroying)
+                return;         /* destroyed explicitly already; that goes on */
+        if (wq->nr_items > 0)
+                log_info("The connection of pid %d has ended: destroying its workqueue %s once its %" PRIu64
+                         " items have run", (int) wq->owner_pid, wq->name, wq->nr_items);
+        else
+                log_debug("The connection of pid %d has ended: destroying its workqueue %s", (int) wq->owner_pid,
+                          wq->name);
+        wq->draining = true;
+        wq->destroying = true;
+        core_notify_workqueue_changed(wq);
+        if (wq->nr_items == 0)
+                workqueue_check_waiters(wq);
 }
 
 /* MEM_RECLAIM: the queue keeps a rescuer (exec.h), made with the queue and
@@ -248,6 +311,7 @@ void workqueue_free(struct workqueue *wq) {
         waiters_complete(&wq->drainers, -ENOENT);
         while (!list_empty(&wq->callback_holds))
                 callback_hold_free(list_first_entry(&wq->callback_holds, struct callback_hold, wq_entry));
+        list_del_init(&wq->owner_entry);
         list_del_init(&wq->entry);
         u = user_usage_get(&wq->core->users, wq->owner);
         if (u) {

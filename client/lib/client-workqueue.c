@@ -59,6 +59,10 @@ static struct cmwq_workqueue *workqueue_create(struct cmwq *c, const char *name,
         create.flags = flags;
         create.has_max_active = true;
         create.max_active = max_active;
+        /* As the kernel's alloc_workqueue() lives with its module: the
+         * daemon destroys the queue when this connection ends. */
+        create.has_owned_by_connection = true;
+        create.owned_by_connection = true;
         req.body_case = CMWQ__REQUEST__BODY_CREATE;
         req.create = &create;
 

@@ -745,8 +745,9 @@ START_TEST(test_wait_show_json) {
 END_TEST
 
 static void handle_listings(const Cmwq__Request *req, Cmwq__Response *resp) {
-        static Cmwq__WorkqueueInfo q1 = CMWQ__WORKQUEUE_INFO__INIT, q2 = CMWQ__WORKQUEUE_INFO__INIT;
-        static Cmwq__WorkqueueInfo *qs[] = { &q1, &q2 };
+        static Cmwq__WorkqueueInfo q1 = CMWQ__WORKQUEUE_INFO__INIT, q2 = CMWQ__WORKQUEUE_INFO__INIT,
+                                   q3 = CMWQ__WORKQUEUE_INFO__INIT;
+        static Cmwq__WorkqueueInfo *qs[] = { &q1, &q2, &q3 };
         static Cmwq__ListReply list = CMWQ__LIST_REPLY__INIT;
         static Cmwq__PoolInfo p1 = CMWQ__POOL_INFO__INIT, p2 = CMWQ__POOL_INFO__INIT;
         static Cmwq__PoolInfo *ps[] = { &p1, &p2 };
@@ -765,7 +766,16 @@ static void handle_listings(const Cmwq__Request *req, Cmwq__Response *resp) {
         q2.flags = CMWQ__WORKQUEUE_FLAG__FLAG_UNBOUND | CMWQ__WORKQUEUE_FLAG__FLAG_FREEZABLE;
         q2.max_active = 4;
         q2.has_frozen = q2.frozen = true;
-        list.n_workqueues = 2;
+        /* A library's queue whose connection has ended. */
+        q3.name = (char *) "lib";
+        q3.max_active = 1;
+        q3.has_owner_uid = true;
+        q3.owner_uid = 0;
+        q3.has_owner_pid = true;
+        q3.owner_pid = 4242;
+        q3.has_owner_gone = q3.owner_gone = true;
+        q3.has_draining = q3.draining = true;
+        list.n_workqueues = 3;
         list.workqueues = qs;
 
         p1.cpu = 0;
@@ -818,7 +828,8 @@ START_TEST(test_listings) {
         ck_assert_str_eq(r.out,
                 "NAME                FLAGS              MAX_ACTIVE  PENDING  RUNNING  TOTAL  FROZEN  DRAINING  OWNER\n"
                 "system              -                         256        3        1   1234  -       -         -\n"
-                "long_unbound_queue  unbound,freezable           4        -        -      -  yes     -         -\n");
+                "long_unbound_queue  unbound,freezable           4        -        -      -  yes     -         -\n"
+                "lib                 -                           1        -        -      -  -       yes       root, closed connection of pid 4242\n");
         run_done(&r);
 
         run_ctl(&r, fake.env, "pools", NULL);
@@ -843,7 +854,9 @@ START_TEST(test_listings) {
                 "[{\"name\":\"system\",\"flags\":[],\"flags_value\":0,\"max_active\":256,\"pending\":3,"
                 "\"running\":1,\"total\":1234,\"frozen\":false,\"draining\":false,\"builtin\":false},"
                 "{\"name\":\"long_unbound_queue\",\"flags\":[\"unbound\",\"freezable\"],\"flags_value\":3,"
-                "\"max_active\":4,\"frozen\":true,\"draining\":false,\"builtin\":false}]\n");
+                "\"max_active\":4,\"frozen\":true,\"draining\":false,\"builtin\":false},"
+                "{\"name\":\"lib\",\"flags\":[],\"flags_value\":0,\"max_active\":1,\"owner_uid\":0,"
+                "\"owner_pid\":4242,\"owner_gone\":true,\"frozen\":false,\"draining\":true,\"builtin\":false}]\n");
         run_done(&r);
 
         run_ctl(&r, fake.env, "--json", "pools", NULL);

@@ -58,8 +58,10 @@ struct cmwq *cmwq_connect(const char *socket_path);
  * Callback work items that are running finish first (this waits for them);
  * pending ones are dropped, and the library's threads end.  Completions not
  * yet delivered are dropped without their callbacks being called.
- * Workqueues created on the connection are not destroyed.  Must not be
- * called from a work item or a completion callback.  Accepts NULL.
+ * Workqueues allocated on the connection (cmwq_alloc_workqueue()) are
+ * destroyed by the daemon as the connection closes: their exec items
+ * already queued still run, then the queues are gone.  Must not be called
+ * from a work item or a completion callback.  Accepts NULL.
  */
 void cmwq_disconnect(struct cmwq *c);
 
@@ -113,6 +115,17 @@ enum {
  * Create the workqueue @name (1..CMWQ_NAME_MAX bytes of [A-Za-z0-9_.:@-],
  * unique in the daemon) owned by the caller's uid.  @max_active limits its
  * items executing at once per CPU (bound) or in total (CMWQ_WQ_UNBOUND).
+ *
+ * The queue lives as long as the connection @c, as the kernel's lives as
+ * long as its module: when the connection ends (cmwq_disconnect(), the
+ * process's exit or death, even by SIGKILL, or a lost connection) the daemon
+ * destroys it as cmwq_destroy_workqueue() would, with nobody waiting: new
+ * work is refused, exec items it already accepted still run (callback items
+ * die with the process), then it is gone, from `cmwqctl list` and from the
+ * daemon's state log.  Until then its name stays taken (EEXIST).  A restart
+ * of the daemon ends the connection too.  For a queue that outlives its
+ * client, create it with `cmwqctl create` and use cmwq_open_workqueue().
+ *
  * Returns a handle, or NULL with errno: EEXIST (the name is taken), EINVAL
  * (bad name, flags or max_active), ENOSPC (a daemon limit), ECONNRESET.
  */
