@@ -22,6 +22,7 @@ struct callback_shm {
         struct cmwq_shm *shm;           /* mapped, shared with the client */
         int eventfd;
         struct event *doorbell;
+        struct event *resume;           /* a ring's worth was read: the rest on a later turn */
         uint32_t head;                  /* ours: the client may scribble on sq_head */
         callback_shm_op_fn op;
         callback_shm_broken_fn broken;
@@ -67,25 +68,33 @@ static void callback_shm_break(struct callback_shm *s, const char *why) {
                 return;
         s->is_broken = true;
         event_del(s->doorbell);
+        event_del(s->resume);
         s->broken(why, s->userdata);
 }
 
 int callback_shm_drain(struct callback_shm *s) {
+        unsigned budget = CMWQ_SHM_RING;
         const char *why = NULL;
         int r;
 
         if (s->is_broken)
                 return -EBADMSG;
         for (;;) {
-                r = callback_shm_consume(s->shm, &s->head, CMWQ_SHM_RING, s->op, s->userdata, &why);
+                r = callback_shm_consume(s->shm, &s->head, budget, s->op, s->userdata, &why);
                 if (r < 0) {
                         callback_shm_break(s, why);
                         return r;
                 }
-                if (r == CMWQ_SHM_RING) {
-                        /* More than a ring's worth in one go: the rest on the
-                         * next turn of the loop, after everyone else. */
-                        event_active(s->doorbell, EV_READ, 0);
+                budget -= (unsigned) r;
+                if (budget == 0) {
+                        /* A ring's worth in one go (the client may refill it
+                         * as fast as we read): the rest on a later turn of
+                         * the loop, after everyone else.  A timer, not
+                         * event_active(), which would run us again in this
+                         * same pass, before the loop looks at anyone's fd. */
+                        static const struct timeval now = { 0, 0 };
+
+                        evtimer_add(s->resume, &now);
                         return 0;
                 }
                 /* Asleep from now on: the client's next entry rings.  Then
@@ -96,6 +105,10 @@ int callback_shm_drain(struct callback_shm *s) {
         }
 }
 
+static void callback_shm_resume(evutil_socket_t fd, short what, void *userdata) {
+        (void) callback_shm_drain(userdata);
+}
+
 static void callback_shm_doorbell(evutil_socket_t fd, short what, void *userdata) {
         struct callback_shm *s = userdata;
         uint64_t count;
@@ -104,6 +117,9 @@ static void callback_shm_doorbell(evutil_socket_t fd, short what, void *userdata
         /* The client holds the same eventfd and may have made it blocking:
          * RWF_NOWAIT reads it without blocking whatever its flags say. */
         (void) preadv2(fd, &iov, 1, -1, RWF_NOWAIT);
+        /* Reading on a later turn already: one ring's worth a turn. */
+        if (evtimer_pending(s->resume, NULL))
+                return;
         (void) callback_shm_drain(s);
 }
 
@@ -203,9 +219,12 @@ int callback_shm_new(struct event_base *base, int memfd, int eventfd, callback_s
         s->head = __atomic_load_n(&shm->sq_tail, __ATOMIC_ACQUIRE);    /* nothing before the attach counts */
         __atomic_store_n(&shm->sq_head, s->head, __ATOMIC_RELEASE);
         s->doorbell = event_new(base, efd, EV_READ | EV_PERSIST, callback_shm_doorbell, s);
-        if (!s->doorbell || event_add(s->doorbell, NULL) < 0) {
+        s->resume = evtimer_new(base, callback_shm_resume, s);
+        if (!s->doorbell || !s->resume || event_add(s->doorbell, NULL) < 0) {
                 if (s->doorbell)
                         event_free(s->doorbell);
+                if (s->resume)
+                        event_free(s->resume);
                 munmap(shm, sizeof(*shm));
                 free(s);
                 return core_error_set(e, -ENOMEM, "out of memory");
@@ -221,6 +240,7 @@ struct callback_shm *callback_shm_free(struct callback_shm *s) {
         if (!s)
                 return NULL;
         event_free(s->doorbell);
+        event_free(s->resume);
         close(s->eventfd);
         munmap(s->shm, sizeof(*s->shm));
         free(s);
