@@ -3,9 +3,10 @@
  * Writes the seed corpus of the fuzz targets: real requests, packed by the
  * same protobuf-c code as cmwqctl's, framed as on the socket.
  *
- *   gen-seeds DIR     writes DIR/decode/seed-* and DIR/dispatch/seed-*
+ *   gen-seeds DIR     writes DIR/decode/seed-*, DIR/dispatch/seed-* and
+ *                     DIR/shm-ring/seed-*
  *
- * A dispatch seed is the decode seed with the byte that picks the client in
+ * A shm-ring seed is a program of fuzz-shm-ring.h's ops.  A dispatch seed is the decode seed with the byte that picks the client in
  * front (fuzz-dispatch.c).  Programs are named for the fake executor's
  * behaviours (fake-exec.c): hang, nofork, sleeper, tempfail, false.
  */
@@ -18,6 +19,7 @@
 
 #include "cmwq.pb-c.h"
 #include "frame.h"
+#include "fuzz-shm-ring.h"
 
 struct stream {
         uint8_t buf[1 << 16];
@@ -214,6 +216,152 @@ static void emit(const char *name, const struct stream *s, bool also_unprivilege
         }
 }
 
+/* shm-ring programs (fuzz-shm-ring.h) */
+static void shm_put(struct stream *s, uint8_t op, const uint8_t *args, size_t n) {
+        put_raw(s, &op, 1);
+        put_raw(s, args, n);
+}
+#define SHM(s, op, ...) shm_put(s, op, (const uint8_t[]) { __VA_ARGS__ }, sizeof((const uint8_t[]) { __VA_ARGS__ }))
+#define SHM0(s, op) shm_put(s, op, NULL, 0)
+/* Slot choices (shm_fuzz_slots[]) */
+#define SLOT_LAST 6
+#define SLOT_PAST 7
+
+static void shm_push(struct stream *s, uint8_t slot_choice, uint8_t op) {
+        SHM(s, SHM_OP_PUSH, slot_choice, op);
+}
+
+static void shm_u32(struct stream *s, uint8_t op, uint32_t v) {
+        SHM(s, op, v & 0xff, (v >> 8) & 0xff, (v >> 16) & 0xff, v >> 24);
+}
+
+static void shm_emit(const char *name, const struct stream *s) {
+        write_seed("shm-ring", name, 0xff, s);
+}
+
+static void shm_seeds(struct stream *s) {
+        /* What the library does: threads demand, are granted, go idle. */
+        memset(s, 0, sizeof(*s));
+        shm_push(s, 0, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_push(s, 0, CMWQ_SHM_OP_IDLE);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_push(s, 1, CMWQ_SHM_OP_DEMAND);
+        shm_push(s, 2, CMWQ_SHM_OP_DEMAND);
+        shm_push(s, 3, CMWQ_SHM_OP_DEMAND);
+        shm_push(s, 0, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_push(s, 0, CMWQ_SHM_OP_IDLE);
+        shm_push(s, 1, CMWQ_SHM_OP_IDLE);
+        SHM0(s, SHM_OP_SYNC);
+        shm_push(s, 2, CMWQ_SHM_OP_IDLE);
+        shm_push(s, 3, CMWQ_SHM_OP_IDLE);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_emit("demand-idle", s);
+
+        /* A CPU_INTENSIVE item: the grant stops counting, another starts. */
+        memset(s, 0, sizeof(*s));
+        shm_push(s, 0, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_push(s, 2, CMWQ_SHM_OP_DEMAND);
+        shm_push(s, 0, CMWQ_SHM_OP_INTENSIVE);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_push(s, 0, CMWQ_SHM_OP_IDLE);
+        shm_push(s, 2, CMWQ_SHM_OP_INTENSIVE);
+        shm_push(s, 2, CMWQ_SHM_OP_IDLE);
+        shm_push(s, 1, CMWQ_SHM_OP_INTENSIVE);         /* not granted: nothing to stop */
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_emit("intensive", s);
+
+        /* Threads come and go, queues freeze and thaw. */
+        memset(s, 0, sizeof(*s));
+        SHM(s, SHM_OP_REGISTER, 4, 5, 0xff, 0);         /* no such CPU */
+        SHM(s, SHM_OP_REGISTER, 4, 4, 0, 0);
+        SHM(s, SHM_OP_REGISTER, 5, 4, 1, 0);            /* slot taken */
+        SHM(s, SHM_OP_REGISTER, 5, SLOT_LAST, 1, 1);
+        SHM(s, SHM_OP_REGISTER, 0, 5, 0, 0);            /* registered already */
+        shm_push(s, 4, CMWQ_SHM_OP_DEMAND);
+        shm_push(s, SLOT_LAST, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        SHM(s, SHM_OP_FREEZE, 0);
+        SHM(s, SHM_OP_UNREGISTER, 4);                   /* while granted */
+        SHM(s, SHM_OP_FREEZE, 1);
+        shm_push(s, SLOT_LAST, CMWQ_SHM_OP_IDLE);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_emit("register-unregister", s);
+
+        /* Scribbles the daemon must shrug off: its own words, the records. */
+        memset(s, 0, sizeof(*s));
+        shm_push(s, 0, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        SHM(s, SHM_OP_WRITE, 0, 0, 0, 16, 0xde, 0xad, 0xbe, 0xef, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 1, 2, 3, 4);
+        SHM(s, SHM_OP_WRITE, 64, 0, 0, 8, 0x10, 0x20, 0x30, 0x40, 0, 0, 0, 0);     /* sq_head, need_wakeup */
+        SHM(s, SHM_OP_WRITE, 0xc0, 0x40, 0, 24, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff);  /* slot 0 */
+        shm_push(s, 0, CMWQ_SHM_OP_IDLE);
+        shm_push(s, 1, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_emit("scribble-header-and-slots", s);
+
+        /* Broken, one way each. */
+        memset(s, 0, sizeof(*s));
+        shm_push(s, 0, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_u32(s, SHM_OP_PUSH_RAW, 0x07000001u);
+        shm_push(s, 1, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        SHM0(s, SHM_OP_SYNC);
+        shm_push(s, 1, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_emit("bad-op", s);
+
+        memset(s, 0, sizeof(*s));
+        shm_push(s, 0, CMWQ_SHM_OP_DEMAND);
+        shm_push(s, SLOT_PAST, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        SHM(s, SHM_OP_REGISTER, 4, 4, 0, 0);
+        shm_emit("slot-out-of-range", s);
+
+        memset(s, 0, sizeof(*s));
+        shm_push(s, 0, CMWQ_SHM_OP_DEMAND);
+        shm_push(s, 5, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        SHM0(s, SHM_OP_SYNC);
+        shm_emit("unregistered-slot", s);
+
+        memset(s, 0, sizeof(*s));
+        shm_push(s, 1, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_u32(s, SHM_OP_TAIL, 100000);
+        SHM0(s, SHM_OP_DOORBELL);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_emit("tail-far-ahead", s);
+
+        memset(s, 0, sizeof(*s));
+        shm_u32(s, SHM_OP_TAIL, 0xffffffffu);           /* behind the head */
+        SHM0(s, SHM_OP_SYNC);
+        shm_emit("tail-behind", s);
+
+        /* A full ring is fine, read over turns of the loop. */
+        memset(s, 0, sizeof(*s));
+        SHM(s, SHM_OP_FILL, 0, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        SHM0(s, SHM_OP_TURN);
+        SHM(s, SHM_OP_FILL, 0, CMWQ_SHM_OP_IDLE);
+        SHM0(s, SHM_OP_SYNC);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_emit("full-ring", s);
+
+        /* Another thread refilling the ring as fast as the daemon reads. */
+        memset(s, 0, sizeof(*s));
+        SHM(s, SHM_OP_RACE, 0x00, 0x30, 0, CMWQ_SHM_OP_DEMAND);     /* 3 rings' worth */
+        shm_push(s, 0, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        SHM0(s, SHM_OP_TURN);
+        SHM0(s, SHM_OP_TURN);
+        shm_emit("race", s);
+}
+
 int main(int argc, char **argv) {
         struct stream *s = calloc(1, sizeof(*s));
 
@@ -327,5 +475,7 @@ int main(int argc, char **argv) {
                 put(s, &req);   /* no body */
         }
         emit("no-body", s, false);
+
+        shm_seeds(s);
         return 0;
 }
