@@ -933,6 +933,18 @@ static bool may_queue(struct cmwq_workqueue *wq, struct cmwq_work *w) {
         return true;
 }
 
+/* The connection is gone, or going: the reader saw it end (c->dead) a moment
+ * before the manager drops the pending work (cw->dead).  A call that comes
+ * after another one reported the loss must not queue what would only be
+ * dropped unrun. */
+static int work_conn_error(struct client_work *cw) {
+        return cw->dead ? cw->dead : __atomic_load_n(&cw->c->dead, __ATOMIC_ACQUIRE);
+}
+
+static bool work_conn_dead(struct client_work *cw) {
+        return work_conn_error(cw) < 0;
+}
+
 bool cmwq_queue_work_on(int cpu, struct cmwq_workqueue *wq, struct cmwq_work *work) {
         struct client_work *cw;
         bool queued = false;
@@ -942,7 +954,7 @@ bool cmwq_queue_work_on(int cpu, struct cmwq_workqueue *wq, struct cmwq_work *wo
         if (cpu < -1 || (cpu >= 0 && (unsigned) cpu >= cw->nr_cpus))
                 return false;
         pthread_mutex_lock(&cw->lock);
-        if (!cw->dead && !cw->stopping && may_queue(wq, work)) {
+        if (!work_conn_dead(cw) && !cw->stopping && may_queue(wq, work)) {
                 queue_locked(cw, wq, work, cpu);
                 queued = true;
         }
@@ -975,7 +987,7 @@ static void timer_add_locked(struct client_work *cw, struct cmwq_workqueue *wq, 
 
 static bool queue_delayed_locked(struct client_work *cw, struct cmwq_workqueue *wq, struct cmwq_delayed_work *dw,
                                  uint64_t delay_usec) {
-        if (cw->dead || cw->stopping || !may_queue(wq, &dw->work))
+        if (work_conn_dead(cw) || cw->stopping || !may_queue(wq, &dw->work))
                 return false;
         if (delay_usec == 0)
                 queue_locked(cw, wq, &dw->work, -1);
@@ -1085,6 +1097,11 @@ static int flush_work_locked(struct client_work *cw, struct cmwq_work *work) {
                 target = work->_nr_started + 1;         /* the pending instance */
         else if (work->_state & WORK_RUNNING)
                 target = work->_nr_started;
+        else if (work_conn_dead(cw))
+                /* Idle now, perhaps because its last queueing was dropped
+                 * with the connection: "nothing to wait for" would claim
+                 * it ran. */
+                return client_error(work_conn_error(cw), "the connection to cmwqd was lost");
         else
                 return 0;
         while (work->_nr_finished < target && !(cw->dead && !(work->_state & WORK_RUNNING)))

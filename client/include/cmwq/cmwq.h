@@ -308,8 +308,10 @@ int cmwq_cancel_delayed_work_sync(struct cmwq_delayed_work *dwork);
 
 /*
  * Wait until the last queueing of @work has finished executing.  Returns 1
- * if it waited, 0 if @work was idle, -ECONNRESET if the connection was lost
- * (pending callbacks are dropped then).  Later queueings are not waited for.
+ * if it waited, 0 if @work was idle, a negative errno (-ECONNRESET, or
+ * -EPROTO when cmwqd ended the connection) once the connection is lost, idle
+ * or not (pending callbacks are dropped then).  Later queueings are not
+ * waited for.
  */
 int cmwq_flush_work(struct cmwq_work *work);
 
