@@ -1,0 +1,578 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * "A client that scribbles on its shared memory harms only itself"
+ * (proto/shm.h), against a real cmwqd: a libcmwq-client process finds its
+ * own mapping of the memory it shares with the daemon and writes over it,
+ * then rings the doorbell.  A user would check that the daemon lives on and
+ * keeps serving everyone else (another library client's callbacks, cmwqctl's
+ * exec work, a callback that holds its CPU meanwhile), that the scribbler's
+ * connection is ended (its calls fail, none hangs), that its log says why,
+ * and that nothing of the scribbler stays in the daemon (its fds).
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmwq/cmwq.h>
+
+#include "harness.h"
+#include "shm.h"
+
+static struct cmwqd d;
+
+static void setup(void) {
+        cmwqd_start(&d, NULL);
+}
+
+static void teardown(void) {
+        cmwqd_stop(&d);
+}
+
+static int nr_cpus(void) {
+        return (int) sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+static int count_fds(pid_t pid) {
+        char path[64];
+        struct dirent *de;
+        DIR *dir;
+        int n = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/fd", (int) pid);
+        dir = opendir(path);
+        ck_assert_ptr_nonnull(dir);
+        while ((de = readdir(dir)))
+                if (de->d_name[0] != '.')
+                        n++;
+        closedir(dir);
+        return n;
+}
+
+/* Lines of the daemon's log that contain @what. */
+static int log_count(const char *what) {
+        char *log = read_file(d.log);
+        int n = 0;
+
+        ck_assert_ptr_nonnull(log);
+        for (const char *p = strstr(log, what); p; p = strstr(p + 1, what))
+                n++;
+        free(log);
+        return n;
+}
+
+/* A gate a work function waits at, so that the test controls "running". */
+struct gated_work {
+        struct cmwq_work work;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool open;
+        atomic_int started;
+        atomic_int finished;
+};
+
+static void gated_fn(struct cmwq_work *w) {
+        struct gated_work *g = cmwq_container_of(w, struct gated_work, work);
+
+        atomic_fetch_add(&g->started, 1);
+        pthread_mutex_lock(&g->lock);
+        while (!g->open)
+                pthread_cond_wait(&g->cond, &g->lock);
+        pthread_mutex_unlock(&g->lock);
+        atomic_fetch_add(&g->finished, 1);
+}
+
+static void wait_until(atomic_int *v, int at_least) {
+        for (int waited = 0; atomic_load(v) < at_least; waited++) {
+                ck_assert_msg(waited < 10000, "waited 10 s for %d (at %d)", at_least, atomic_load(v));
+                usleep(1000);
+        }
+}
+
+/* ---- the scribbler (a child process) ------------------------------------ */
+
+enum scribble {
+        SCRIBBLE_RANDOM,                /* random bytes over the whole region */
+        SCRIBBLE_TAIL_AHEAD,            /* sq_tail far ahead of sq_head */
+        SCRIBBLE_BAD_OP,                /* an entry with an op no version has */
+        SCRIBBLE_SLOT_OUT_OF_RANGE,     /* an entry naming slot CMWQ_SHM_SLOTS */
+        SCRIBBLE_UNREGISTERED_SLOT,     /* an entry naming a slot no thread has */
+};
+
+/* Its exit status: 0 when every check held. */
+enum {
+        SCRIBBLER_OK,
+        SCRIBBLER_NO_CONNECTION = 10,
+        SCRIBBLER_NO_CALLBACK,
+        SCRIBBLER_NO_REGION,
+        SCRIBBLER_NOT_ENDED,
+        SCRIBBLER_QUEUED_AFTER_END,
+        SCRIBBLER_FLUSHED_AFTER_END,
+};
+
+static atomic_int scribbler_runs;
+
+static void scribbler_fn(struct cmwq_work *w) {
+        (void) w;
+        atomic_fetch_add(&scribbler_runs, 1);
+}
+
+/* Our own mapping of the memfd the library shares with cmwqd. */
+static struct cmwq_shm *find_region(void) {
+        char line[512];
+        void *found = NULL;
+        FILE *f = fopen("/proc/self/maps", "re");
+
+        if (!f)
+                return NULL;
+        while (!found && fgets(line, sizeof(line), f)) {
+                unsigned long start, end;
+                char perms[8];
+
+                if (!strstr(line, "/memfd:cmwq-callbacks") ||
+                    sscanf(line, "%lx-%lx %7s", &start, &end, perms) != 3)
+                        continue;
+                if (end - start >= sizeof(struct cmwq_shm) && perms[0] == 'r' && perms[1] == 'w' && perms[3] == 's')
+                        found = (void *) start;
+        }
+        fclose(f);
+        return found;
+}
+
+/* The library's doorbell is one of its eventfds: write 1 to each. */
+static void ring_doorbells(void) {
+        struct dirent *de;
+        DIR *dir = opendir("/proc/self/fd");
+
+        if (!dir)
+                return;
+        while ((de = readdir(dir))) {
+                char path[300], target[64];
+                ssize_t n;
+
+                snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+                n = readlink(path, target, sizeof(target) - 1);
+                if (n < 0)
+                        continue;
+                target[n] = '\0';
+                if (strcmp(target, "anon_inode:[eventfd]") == 0)
+                        (void) eventfd_write(atoi(de->d_name), 1);
+        }
+        closedir(dir);
+}
+
+/* Until the daemon has read all the library wrote (its last worker going
+ * idle), so that what we write next is not overwritten by it. */
+static void wait_ring_quiet(struct cmwq_shm *shm) {
+        for (int stable = 0, waited = 0; stable < 10 && waited < 1000; waited++) {
+                uint32_t tail = __atomic_load_n(&shm->sq_tail, __ATOMIC_ACQUIRE);
+
+                usleep(10000);
+                if (tail == __atomic_load_n(&shm->sq_tail, __ATOMIC_ACQUIRE) &&
+                    tail == __atomic_load_n(&shm->sq_head, __ATOMIC_ACQUIRE))
+                        stable++;
+                else
+                        stable = 0;
+        }
+}
+
+/* Appends @entry as the library would, but where no well-behaved one would. */
+static void push_entry(struct cmwq_shm *shm, uint32_t entry) {
+        uint32_t tail = __atomic_load_n(&shm->sq_tail, __ATOMIC_ACQUIRE);
+
+        __atomic_store_n(&shm->sq[tail & (CMWQ_SHM_RING - 1)], entry, __ATOMIC_RELAXED);
+        __atomic_store_n(&shm->sq_tail, tail + 1, __ATOMIC_RELEASE);
+}
+
+static void scribble(struct cmwq_shm *shm, enum scribble how) {
+        uint64_t x = 0x9e3779b97f4a7c15ull;
+
+        switch (how) {
+        case SCRIBBLE_RANDOM:
+                for (size_t i = 0; i < sizeof(*shm) / sizeof(uint64_t); i++) {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        ((uint64_t *) shm)[i] = x;
+                }
+                break;
+        case SCRIBBLE_TAIL_AHEAD:
+                __atomic_store_n(&shm->sq_tail, __atomic_load_n(&shm->sq_head, __ATOMIC_ACQUIRE) + 100000,
+                                 __ATOMIC_RELEASE);
+                break;
+        case SCRIBBLE_BAD_OP:
+                push_entry(shm, CMWQ_SHM_ENTRY(0x7f, 0));
+                break;
+        case SCRIBBLE_SLOT_OUT_OF_RANGE:
+                push_entry(shm, CMWQ_SHM_ENTRY(CMWQ_SHM_OP_DEMAND, CMWQ_SHM_SLOTS));
+                break;
+        case SCRIBBLE_UNREGISTERED_SLOT:
+                push_entry(shm, CMWQ_SHM_ENTRY(CMWQ_SHM_OP_DEMAND, CMWQ_SHM_SLOTS - 1));
+                break;
+        }
+}
+
+/* Runs in the child: attach (a callback on every CPU), scribble, ring, and
+ * check that the connection ends and every later call fails at once.
+ * Writes one byte to @report_fd once it scribbled. */
+static int scribbler_main(enum scribble how, int report_fd) {
+        struct cmwq *c;
+        struct cmwq_workqueue *wq;
+        struct cmwq_work w;
+        struct gated_work g = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+        struct cmwq_shm *shm;
+        int waited, r;
+
+        /* A hang is a failure too: the parent sees SIGALRM. */
+        alarm(60);
+        c = cmwq_connect(d.socket);
+        if (!c)
+                return SCRIBBLER_NO_CONNECTION;
+        wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        CMWQ_WORK_INIT(&w, scribbler_fn);
+        for (int cpu = 0; cpu < nr_cpus(); cpu++)
+                if (!cmwq_queue_work_on(cpu, wq, &w) || cmwq_flush_work(&w) < 0)
+                        return SCRIBBLER_NO_CALLBACK;
+        if (atomic_load(&scribbler_runs) != nr_cpus())
+                return SCRIBBLER_NO_CALLBACK;
+        /* One item running (held at its gate) and queued again behind
+         * itself: its flush has something to wait for. */
+        CMWQ_WORK_INIT(&g.work, gated_fn);
+        if (!cmwq_queue_work_on(0, wq, &g.work))
+                return SCRIBBLER_NO_CALLBACK;
+        while (atomic_load(&g.started) < 1)
+                usleep(1000);
+        if (!cmwq_queue_work_on(0, wq, &g.work))
+                return SCRIBBLER_NO_CALLBACK;
+        shm = find_region();
+        if (!shm)
+                return SCRIBBLER_NO_REGION;
+
+        wait_ring_quiet(shm);
+        scribble(shm, how);
+        ring_doorbells();
+        (void) !write(report_fd, "s", 1);
+
+        /* The daemon ends the connection: a request on the socket fails. */
+        for (waited = 0; waited < 2000; waited++) {
+                struct cmwq_workqueue *probe = cmwq_open_workqueue(c, "system");
+
+                if (!probe)
+                        break;
+                usleep(10000);
+        }
+        if (waited == 2000)
+                return SCRIBBLER_NOT_ENDED;
+
+        /* The running item ends.  The one queued behind it may still run on
+         * the thread that held the CPU (if the library had not yet seen the
+         * end when it took it), or is dropped: either way its flush returns,
+         * an error (the connection is lost), or 1 only if it did run. */
+        pthread_mutex_lock(&g.lock);
+        g.open = true;
+        pthread_cond_broadcast(&g.cond);
+        pthread_mutex_unlock(&g.lock);
+        r = cmwq_flush_work(&g.work);
+        if (r == 0 || (r == 1 && atomic_load(&g.finished) != 2)) {
+                fprintf(stderr, "scribbler: cmwq_flush_work of a queued item: %d, %d runs\n", r,
+                        atomic_load(&g.finished));
+                return SCRIBBLER_FLUSHED_AFTER_END;
+        }
+
+        /* And every call after: none queues, none waits. */
+        if (cmwq_queue_work_on(0, wq, &w) || cmwq_queue_work(wq, &w))
+                return SCRIBBLER_QUEUED_AFTER_END;
+        if (cmwq_flush_workqueue(wq) >= 0 || cmwq_drain_workqueue(wq) >= 0 || cmwq_flush_work(&w) > 0) {
+                fprintf(stderr, "scribbler: cmwq_flush_workqueue %d, cmwq_drain_workqueue %d, cmwq_flush_work %d\n",
+                        cmwq_flush_workqueue(wq), cmwq_drain_workqueue(wq), cmwq_flush_work(&w));
+                return SCRIBBLER_FLUSHED_AFTER_END;
+        }
+        cmwq_disconnect(c);
+        return SCRIBBLER_OK;
+}
+
+static pid_t scribbler_start(enum scribble how, int *ret_report_fd) {
+        int pipefd[2];
+        pid_t p;
+
+        ck_assert_int_eq(pipe(pipefd), 0);
+        p = fork();
+        ck_assert_int_ge(p, 0);
+        if (p == 0) {
+                close(pipefd[0]);
+                _exit(scribbler_main(how, pipefd[1]));
+        }
+        close(pipefd[1]);
+        *ret_report_fd = pipefd[0];
+        return p;
+}
+
+/* Waits for the scribbler to have scribbled (false if it exited before). */
+static bool scribbler_scribbled(int report_fd) {
+        char ch;
+        bool done = read(report_fd, &ch, 1) == 1;
+
+        close(report_fd);
+        return done;
+}
+
+static void scribbler_finish(pid_t p) {
+        int status;
+
+        ck_assert_int_eq(waitpid(p, &status, 0), p);
+        ck_assert_msg(WIFEXITED(status), "the scribbler was killed by signal %d%s", WTERMSIG(status),
+                      WTERMSIG(status) == SIGALRM ? " (a library call hung)" : "");
+        ck_assert_msg(WEXITSTATUS(status) == SCRIBBLER_OK, "the scribbler failed with status %d",
+                      WEXITSTATUS(status));
+}
+
+/* ---- the well-behaved client: this process ------------------------------ */
+
+struct counted_work {
+        struct cmwq_work work;
+        atomic_int runs;
+};
+
+static void counted_fn(struct cmwq_work *w) {
+        atomic_fetch_add(&cmwq_container_of(w, struct counted_work, work)->runs, 1);
+}
+
+/* A callback on every CPU runs, as before. */
+static void callbacks_still_run(struct cmwq *c) {
+        struct counted_work cw = {};
+
+        CMWQ_WORK_INIT(&cw.work, counted_fn);
+        for (int cpu = 0; cpu < nr_cpus(); cpu++) {
+                ck_assert(cmwq_queue_work_on(cpu, cmwq_system_workqueue(c, CMWQ_SYSTEM), &cw.work));
+                ck_assert_int_ge(cmwq_flush_work(&cw.work), 0);
+                ck_assert_int_eq(atomic_load(&cw.runs), cpu + 1);
+        }
+}
+
+static void exec_work_still_runs(void) {
+        char *out = CTL_OK(&d, "submit", "system", "--wait", "--", "/bin/echo", "still-serving");
+
+        ck_assert_msg(strstr(out, "still-serving"), "cmwqctl submit --wait: %s", out);
+        free(out);
+}
+
+static void daemon_alive(void) {
+        ck_assert_msg(kill(d.pid, 0) == 0, "cmwqd (PID %d) is gone", (int) d.pid);
+        ck_assert_int_eq(waitpid(d.pid, NULL, WNOHANG), 0);
+}
+
+/* The daemon's fds come back to @baseline (the scribbler's connection, its
+ * doorbell and its threads' watches closed). */
+static void fds_back_to(int baseline) {
+        int now = count_fds(d.pid);
+
+        for (int waited = 0; now != baseline && waited < 1000; waited++) {
+                usleep(10000);
+                now = count_fds(d.pid);
+        }
+        ck_assert_msg(now == baseline, "cmwqd has %d fds, %d before the scribbler", now, baseline);
+}
+
+static struct cmwq *connect_ok(void) {
+        struct cmwq *c = cmwq_connect(d.socket);
+
+        ck_assert_msg(c, "cmwq_connect(%s): %s", d.socket, cmwq_last_error());
+        return c;
+}
+
+/* One scribbler breaking its region @how, with a well-behaved client (this
+ * process) and cmwqctl around it; @why: what the log must say. */
+static void one_scribbler(struct cmwq *c, enum scribble how, const char *why) {
+        char line[256];
+        int report_fd, baseline, broke_before = log_count("broke the memory it shares with cmwqd"), why_before;
+        pid_t p;
+
+        snprintf(line, sizeof(line), "broke the memory it shares with cmwqd: %s", why);
+        why_before = log_count(line);
+
+        baseline = count_fds(d.pid);
+        p = scribbler_start(how, &report_fd);
+        ck_assert_msg(scribbler_scribbled(report_fd), "the scribbler did not get to scribble");
+
+        /* While it is being thrown out and after. */
+        callbacks_still_run(c);
+        exec_work_still_runs();
+        scribbler_finish(p);
+        daemon_alive();
+        callbacks_still_run(c);
+        exec_work_still_runs();
+
+        ck_assert_int_eq(log_count("broke the memory it shares with cmwqd"), broke_before + 1);
+        ck_assert_msg(log_count(line) == why_before + 1, "the log does not say \"%s\"", line);
+        fds_back_to(baseline);
+}
+
+START_TEST(test_random_bytes_over_the_region_end_only_that_client) {
+        struct cmwq *c = connect_ok();
+
+        /* Our own region and workers first: the baseline has them. */
+        callbacks_still_run(c);
+        one_scribbler(c, SCRIBBLE_RANDOM, "its submission ring holds more entries than it has room for");
+        cmwq_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_each_broken_ring_ends_only_that_client) {
+        static const struct {
+                enum scribble how;
+                const char *why;
+        } cases[] = {
+                { SCRIBBLE_TAIL_AHEAD, "its submission ring holds more entries than it has room for" },
+                { SCRIBBLE_BAD_OP, "an entry of its submission ring has an unknown op" },
+                { SCRIBBLE_SLOT_OUT_OF_RANGE, "an entry of its submission ring names a slot out of range" },
+                { SCRIBBLE_UNREGISTERED_SLOT, "an entry of its submission ring names a slot with no registered thread" },
+        };
+        struct cmwq *c = connect_ok();
+
+        callbacks_still_run(c);
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+                one_scribbler(c, cases[i].how, cases[i].why);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+/* ---- a well-behaved client holding its CPU meanwhile --------------------- */
+
+/* Busy workers in all of the daemon's pools (cmwqctl's JSON). */
+static long pools_busy(void) {
+        char *out = CTL_OK(&d, "--json", "pools");
+        const char *pat = "\"busy\":";
+        long n = 0;
+
+        ck_assert_msg(strstr(out, pat), "pools: %s", out);
+        for (const char *p = strstr(out, pat); p; p = strstr(p + 1, pat))
+                n += strtol(p + strlen(pat), NULL, 10);
+        free(out);
+        return n;
+}
+
+START_TEST(test_a_granted_thread_of_another_client_keeps_its_cpu) {
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct gated_work g = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+        struct counted_work after = {};
+        int report_fd, baseline;
+        pid_t p;
+
+        callbacks_still_run(c);
+        baseline = count_fds(d.pid);
+        /* Granted CPU 0, and holding it (asleep, so that others run too). */
+        CMWQ_WORK_INIT(&g.work, gated_fn);
+        ck_assert(cmwq_queue_work_on(0, wq, &g.work));
+        wait_until(&g.started, 1);
+
+        /* The scribbler has threads on every CPU, CPU 0 too. */
+        p = scribbler_start(SCRIBBLE_RANDOM, &report_fd);
+        ck_assert_msg(scribbler_scribbled(report_fd), "the scribbler did not get to scribble");
+        scribbler_finish(p);
+        daemon_alive();
+
+        /* Ours still runs on CPU 0, and ends normally. */
+        ck_assert_int_eq(atomic_load(&g.finished), 0);
+        ck_assert(!cmwq_work_pending(&g.work));
+        pthread_mutex_lock(&g.lock);
+        g.open = true;
+        pthread_cond_broadcast(&g.cond);
+        pthread_mutex_unlock(&g.lock);
+        ck_assert_int_ge(cmwq_flush_work(&g.work), 0);
+        ck_assert_int_eq(atomic_load(&g.finished), 1);
+
+        /* CPU 0 is granted again, to us. */
+        CMWQ_WORK_INIT(&after.work, counted_fn);
+        ck_assert(cmwq_queue_work_on(0, wq, &after.work));
+        ck_assert_int_ge(cmwq_flush_work(&after.work), 0);
+        ck_assert_int_eq(atomic_load(&after.runs), 1);
+        ck_assert_int_ge(cmwq_flush_workqueue(wq), 0);
+
+        /* Nobody holds a CPU any more: not our threads, gone idle, and not
+         * the scribbler's. */
+        for (int waited = 0; pools_busy() != 0; waited++) {
+                ck_assert_msg(waited < 100, "cmwqd's pools still have busy workers");
+                usleep(100000);
+        }
+        fds_back_to(baseline);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+/* Another client queueing and flushing on every CPU the whole time. */
+struct hammer {
+        struct cmwq *c;
+        atomic_bool stop;
+        atomic_int rounds;
+        atomic_int failures;
+};
+
+static void *hammer_main(void *userdata) {
+        struct hammer *h = userdata;
+        struct counted_work w = {};
+
+        CMWQ_WORK_INIT(&w.work, counted_fn);
+        while (!atomic_load(&h->stop)) {
+                for (int cpu = 0; cpu < nr_cpus(); cpu++)
+                        if (!cmwq_queue_work_on(cpu, cmwq_system_workqueue(h->c, CMWQ_SYSTEM), &w.work) ||
+                            cmwq_flush_work(&w.work) < 0)
+                                atomic_fetch_add(&h->failures, 1);
+                atomic_fetch_add(&h->rounds, 1);
+        }
+        return NULL;
+}
+
+START_TEST(test_a_busy_client_is_not_disturbed_by_a_scribbler) {
+        struct hammer h = { .c = connect_ok() };
+        pthread_t t;
+        int report_fd, rounds;
+        pid_t p;
+
+        ck_assert_int_eq(pthread_create(&t, NULL, hammer_main, &h), 0);
+        wait_until(&h.rounds, 1);
+        p = scribbler_start(SCRIBBLE_RANDOM, &report_fd);
+        ck_assert_msg(scribbler_scribbled(report_fd), "the scribbler did not get to scribble");
+        scribbler_finish(p);
+        /* It goes on after too. */
+        rounds = atomic_load(&h.rounds);
+        wait_until(&h.rounds, rounds + 5);
+        atomic_store(&h.stop, true);
+        pthread_join(t, NULL);
+        ck_assert_int_eq(atomic_load(&h.failures), 0);
+        daemon_alive();
+        cmwq_disconnect(h.c);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("client-shm");
+        TCase *tc = tcase_create("client-shm");
+        SRunner *sr;
+        int failed;
+
+        signal(SIGPIPE, SIG_IGN);
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 180);
+        tcase_add_test(tc, test_random_bytes_over_the_region_end_only_that_client);
+        tcase_add_test(tc, test_each_broken_ring_ends_only_that_client);
+        tcase_add_test(tc, test_a_granted_thread_of_another_client_keeps_its_cpu);
+        tcase_add_test(tc, test_a_busy_client_is_not_disturbed_by_a_scribbler);
+        suite_add_tcase(s, tc);
+
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed == 0 ? 0 : 1;
+}
