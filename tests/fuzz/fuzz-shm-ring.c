@@ -213,7 +213,7 @@ static uint32_t take_u32(struct input *in, bool *ok) {
 }
 
 static uint32_t entry_of(uint8_t slot_choice, uint8_t op) {
-        return CMWQ_SHM_ENTRY(op % 4, shm_fuzz_slots[slot_choice % SHM_FUZZ_NR_SLOTS]);
+        return CMWQ_SHM_ENTRY(op % 8, shm_fuzz_slots[slot_choice % SHM_FUZZ_NR_SLOTS]);
 }
 
 static void client_init_region(int memfd) {

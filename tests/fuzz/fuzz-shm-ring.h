@@ -7,7 +7,7 @@
  * the memory it shares with cmwqd.  Each op is one byte (taken modulo
  * _SHM_OP_MAX) and its arguments; multi-byte numbers are little endian.  A
  * "slot choice" byte picks from shm_fuzz_slots[] (modulo its size), an "op"
- * byte is a ring op modulo 4 (0: an unknown op).
+ * byte is a ring op modulo 8 (0 and those past the last: unknown ops).
  */
 
 #include "shm.h"
