@@ -260,10 +260,22 @@ struct callback_registry *callback_registry_free(struct callback_registry *r) {
 
 static int callback_shm_op(enum cmwq_shm_op op, unsigned slot, void *userdata);
 
+static void callback_worker_release(struct callback_worker *w);
+
 static void callback_shm_broken(const char *why, void *userdata) {
         struct callback_client *c = userdata;
+        struct callback_worker *w;
 
         log_warning("Client PID %d broke the memory it shares with cmwqd: %s", (int) c->pid, why);
+        /* Its threads stop holding and waiting for CPUs now, not once its
+         * connection is freed, which waits until it took its unread
+         * replies.  Demands first, so that no grant given back starts
+         * another of its threads. */
+        list_for_each_entry(w, &c->workers, entry)
+                if (!w->granted)
+                        callback_worker_release(w);
+        list_for_each_entry(w, &c->workers, entry)
+                callback_worker_release(w);
         c->broken(why, c->userdata);
 }
 

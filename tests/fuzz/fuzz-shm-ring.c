@@ -17,9 +17,10 @@
  * ring, append more behind its back, as another thread of the client would.
  *
  * Checks beyond the sanitizers:
- *   - the broken function is called at most once, and once it was, no ring
- *     entry reaches the client's workers any more (the pool calls of
- *     callback.c are wrapped and counted: -Wl,--wrap, see Makefile.am);
+ *   - the broken function is called at most once, and once it was, the
+ *     client holds no CPU and waits for none, and no ring entry reaches the
+ *     pools any more (the pool calls of callback.c are wrapped and counted:
+ *     -Wl,--wrap, see Makefile.am);
  *   - one turn of the event loop consumes at most one ring's worth of
  *     entries, however fast the client refills its ring (else a client
  *     keeps the daemon's loop to itself);
@@ -458,6 +459,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 }
                 if (!ok)
                         break;
+                /* A broken client holds no CPU and waits for none. */
+                if (run.nr_broken)
+                        check_pools_idle(core);
         }
         for (unsigned i = 0; i < SETTLE_TURNS; i++)
                 turn();
