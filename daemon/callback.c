@@ -35,6 +35,7 @@ struct callback_client {
         struct callback_worker *slots[CMWQ_SHM_SLOTS];
         struct list_head holds;         /* struct callback_hold: freezes it has not answered */
         uint32_t freeze_seq;            /* the last freeze notice's number */
+        bool is_broken;                 /* broke its shared memory: nothing it says there counts */
         struct pool_work_stats stats;
 };
 
@@ -171,7 +172,8 @@ static void callback_client_tell_freeze(struct callback_client *c, struct workqu
         struct callback_hold *h = NULL;
         uint32_t seq = 0;
 
-        if (!workqueue_visible_to(wq, c->caller))
+        /* Its answer could not come: its connection is ending. */
+        if (c->is_broken || !workqueue_visible_to(wq, c->caller))
                 return;
         if (wq->builtin || wq->owner == c->caller->uid)
                 snprintf(name, sizeof(name), "%s", wq->name);
@@ -267,15 +269,23 @@ static void callback_shm_broken(const char *why, void *userdata) {
         struct callback_worker *w;
 
         log_warning("Client PID %d broke the memory it shares with cmwqd: %s", (int) c->pid, why);
+        c->is_broken = true;
         /* Its threads stop holding and waiting for CPUs now, not once its
          * connection is freed, which waits until it took its unread
          * replies.  Demands first, so that no grant given back starts
-         * another of its threads. */
+         * another of its threads.  No freeze waits for its answer either
+         * (it could only come through the ring): what its threads still
+         * run, they run outside cmwq's management. */
         list_for_each_entry(w, &c->workers, entry)
                 if (!w->granted)
                         callback_worker_release(w);
         list_for_each_entry(w, &c->workers, entry)
                 callback_worker_release(w);
+        if (!list_empty(&c->holds)) {
+                while (!list_empty(&c->holds))
+                        callback_hold_free(list_first_entry(&c->holds, struct callback_hold, owner_entry));
+                core_check_freezers(c->registry->core);
+        }
         c->broken(why, c->userdata);
 }
 

@@ -18,7 +18,8 @@
  *
  * Checks beyond the sanitizers:
  *   - the broken function is called at most once, and once it was, the
- *     client holds no CPU and waits for none, and no ring entry reaches the
+ *     client holds no CPU and waits for none, no freeze waits for its
+ *     answer, and no ring entry reaches the
  *     pools any more (the pool calls of callback.c are wrapped and counted:
  *     -Wl,--wrap, see Makefile.am);
  *   - one turn of the event loop consumes at most one ring's worth of
@@ -155,10 +156,10 @@ void __wrap_pool_worker_cpu_intensive(struct worker *w) {
         __real_pool_worker_cpu_intensive(w);
 }
 
-static void on_freeze(const char *name, bool frozen, void *userdata) {
+static void on_freeze(const char *name, bool frozen, uint32_t seq, void *userdata) {
         (void) userdata;
         if (verbose)
-                fprintf(stderr, "  told: %s %s\n", name, frozen ? "frozen" : "thawed");
+                fprintf(stderr, "  told: %s %s (notice %u)\n", name, frozen ? "frozen" : "thawed", (unsigned) seq);
 }
 
 static void on_broken(const char *why, void *userdata) {
@@ -245,6 +246,17 @@ static void check_pools_idle(struct core *core) {
                         abort();
                 }
         }
+}
+
+/* No freeze waits for a broken client's answer. */
+static void check_no_holds(struct core *core) {
+        struct workqueue *wq;
+
+        list_for_each_entry(wq, &core->workqueues, entry)
+                if (!list_empty(&wq->callback_holds)) {
+                        fprintf(stderr, "the freeze of %s waits for a broken client\n", wq->name);
+                        abort();
+                }
 }
 
 static void check_no_events(const char *when) {
@@ -459,9 +471,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 }
                 if (!ok)
                         break;
-                /* A broken client holds no CPU and waits for none. */
-                if (run.nr_broken)
+                /* A broken client holds no CPU and waits for none, and
+                 * no freeze waits for it. */
+                if (run.nr_broken) {
                         check_pools_idle(core);
+                        check_no_holds(core);
+                }
         }
         for (unsigned i = 0; i < SETTLE_TURNS; i++)
                 turn();

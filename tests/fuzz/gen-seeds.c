@@ -290,6 +290,21 @@ static void shm_seeds(struct stream *s) {
         SHM0(s, SHM_OP_DOORBELL);
         shm_emit("register-unregister", s);
 
+        /* A freeze the client answers (notice 1), then one it does not and
+         * breaks its ring: the freeze must not wait for it any more. */
+        memset(s, 0, sizeof(*s));
+        shm_push(s, 0, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        SHM(s, SHM_OP_FREEZE, 0);
+        shm_push(s, 1, CMWQ_SHM_OP_FREEZE_ACK);         /* of notice 1 */
+        SHM0(s, SHM_OP_DOORBELL);
+        SHM(s, SHM_OP_FREEZE, 1);
+        SHM(s, SHM_OP_FREEZE, 0);
+        shm_push(s, SLOT_PAST, CMWQ_SHM_OP_IDLE);
+        SHM0(s, SHM_OP_DOORBELL);
+        SHM(s, SHM_OP_FREEZE, 1);
+        shm_emit("freeze-ack-then-broken", s);
+
         /* Scribbles the daemon must shrug off: its own words, the records. */
         memset(s, 0, sizeof(*s));
         shm_push(s, 0, CMWQ_SHM_OP_DEMAND);
