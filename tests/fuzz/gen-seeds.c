@@ -6,8 +6,9 @@
  *   gen-seeds DIR     writes DIR/decode/seed-*, DIR/dispatch/seed-* and
  *                     DIR/shm-ring/seed-*
  *
- * A shm-ring seed is a program of fuzz-shm-ring.h's ops.  A dispatch seed is the decode seed with the byte that picks the client in
- * front (fuzz-dispatch.c).  Programs are named for the fake executor's
+ * A shm-ring seed is a program of fuzz-shm-ring.h's ops.  A dispatch seed
+ * is the decode seed with the byte that picks the client in front
+ * (fuzz-dispatch.c).  Programs are named for the fake executor's
  * behaviours (fake-exec.c): hang, nofork, sleeper, tempfail, false.
  */
 #include <errno.h>

@@ -5,9 +5,9 @@
  * own mapping of the memory it shares with the daemon and writes over it,
  * then rings the doorbell.  A user would check that the daemon lives on and
  * keeps serving everyone else (another library client's callbacks, cmwqctl's
- * exec work, a callback that holds its CPU meanwhile), that the scribbler's
- * connection is ended (its calls fail, none hangs), that its log says why,
- * and that nothing of the scribbler stays in the daemon (its fds).
+ * exec work, a callback that holds its CPU meanwhile, a freeze), that the
+ * scribbler's connection is ended (its calls fail, none hangs), that its log
+ * says why, and that nothing of the scribbler stays in the daemon (its fds).
  */
 #include <check.h>
 #include <dirent.h>
@@ -223,9 +223,11 @@ static void scribble(struct cmwq_shm *shm, enum scribble how) {
 }
 
 /* Runs in the child: attach (a callback on every CPU), scribble, ring, and
- * check that the connection ends and every later call fails at once.
- * Writes one byte to @report_fd once it scribbled. */
-static int scribbler_main(enum scribble how, int report_fd) {
+ * check that the connection ends and every later call fails at once.  One
+ * callback on @gate_queue is running (held at its gate) meanwhile.  Writes
+ * "r" to @report_fd once that runs and, after a byte from @go_fd (if not
+ * -1), "s" once it scribbled. */
+static int scribbler_main(enum scribble how, enum cmwq_system_queue gate_queue, int report_fd, int go_fd) {
         struct cmwq *c;
         struct cmwq_workqueue *wq;
         struct cmwq_work w;
@@ -248,15 +250,21 @@ static int scribbler_main(enum scribble how, int report_fd) {
         /* One item running (held at its gate) and queued again behind
          * itself: its flush has something to wait for. */
         CMWQ_WORK_INIT(&g.work, gated_fn);
-        if (!cmwq_queue_work_on(0, wq, &g.work))
+        if (!cmwq_queue_work_on(0, cmwq_system_workqueue(c, gate_queue), &g.work))
                 return SCRIBBLER_NO_CALLBACK;
         while (atomic_load(&g.started) < 1)
                 usleep(1000);
-        if (!cmwq_queue_work_on(0, wq, &g.work))
+        if (!cmwq_queue_work_on(0, cmwq_system_workqueue(c, gate_queue), &g.work))
                 return SCRIBBLER_NO_CALLBACK;
         shm = find_region();
         if (!shm)
                 return SCRIBBLER_NO_REGION;
+        (void) !write(report_fd, "r", 1);
+        if (go_fd >= 0) {
+                char ch;
+
+                (void) !read(go_fd, &ch, 1);
+        }
 
         wait_ring_quiet(shm);
         scribble(shm, how);
@@ -301,26 +309,63 @@ static int scribbler_main(enum scribble how, int report_fd) {
         return SCRIBBLER_OK;
 }
 
-static pid_t scribbler_start(enum scribble how, int *ret_report_fd) {
-        int pipefd[2];
-        pid_t p;
+struct scribbler {
+        pid_t pid;
+        int report_fd;
+        int go_fd;              /* -1: it scribbles at once */
+};
 
-        ck_assert_int_eq(pipe(pipefd), 0);
-        p = fork();
-        ck_assert_int_ge(p, 0);
-        if (p == 0) {
-                close(pipefd[0]);
-                _exit(scribbler_main(how, pipefd[1]));
+static void scribbler_start_full(struct scribbler *sc, enum scribble how, enum cmwq_system_queue gate_queue,
+                                 bool wait_for_go) {
+        int report[2], go[2] = { -1, -1 };
+
+        ck_assert_int_eq(pipe(report), 0);
+        if (wait_for_go)
+                ck_assert_int_eq(pipe(go), 0);
+        sc->pid = fork();
+        ck_assert_int_ge(sc->pid, 0);
+        if (sc->pid == 0) {
+                close(report[0]);
+                if (go[1] >= 0)
+                        close(go[1]);
+                _exit(scribbler_main(how, gate_queue, report[1], go[0]));
         }
-        close(pipefd[1]);
-        *ret_report_fd = pipefd[0];
-        return p;
+        close(report[1]);
+        if (go[0] >= 0)
+                close(go[0]);
+        sc->report_fd = report[0];
+        sc->go_fd = go[1];
+}
+
+/* Waits for the scribbler's next step ('r': its callback runs; 's': it
+ * scribbled); false if it exited before. */
+static bool scribbler_reached(struct scribbler *sc, char step) {
+        char ch;
+
+        while (read(sc->report_fd, &ch, 1) == 1)
+                if (ch == step)
+                        return true;
+        return false;
+}
+
+static void scribbler_go(struct scribbler *sc) {
+        ck_assert_int_eq(write(sc->go_fd, "g", 1), 1);
+        close(sc->go_fd);
+        sc->go_fd = -1;
+}
+
+static pid_t scribbler_start(enum scribble how, int *ret_report_fd) {
+        struct scribbler sc;
+
+        scribbler_start_full(&sc, how, CMWQ_SYSTEM, false);
+        *ret_report_fd = sc.report_fd;
+        return sc.pid;
 }
 
 /* Waits for the scribbler to have scribbled (false if it exited before). */
 static bool scribbler_scribbled(int report_fd) {
-        char ch;
-        bool done = read(report_fd, &ch, 1) == 1;
+        struct scribbler sc = { .report_fd = report_fd };
+        bool done = scribbler_reached(&sc, 's');
 
         close(report_fd);
         return done;
@@ -435,7 +480,8 @@ START_TEST(test_each_broken_ring_ends_only_that_client) {
                 { SCRIBBLE_TAIL_AHEAD, "its submission ring holds more entries than it has room for" },
                 { SCRIBBLE_BAD_OP, "an entry of its submission ring has an unknown op" },
                 { SCRIBBLE_SLOT_OUT_OF_RANGE, "an entry of its submission ring names a slot out of range" },
-                { SCRIBBLE_UNREGISTERED_SLOT, "an entry of its submission ring names a slot with no registered thread" },
+                { SCRIBBLE_UNREGISTERED_SLOT,
+                  "an entry of its submission ring names a slot with no registered thread" },
         };
         struct cmwq *c = connect_ok();
 
@@ -510,6 +556,31 @@ START_TEST(test_a_granted_thread_of_another_client_keeps_its_cpu) {
 }
 END_TEST
 
+START_TEST(test_a_freeze_does_not_wait_for_a_scribbler) {
+        struct scribbler sc;
+        struct ctl_async fa;
+        struct ctl_result r;
+
+        /* Its callback of system_freezable runs when the freeze begins: the
+         * freeze waits for it, as for any client's. */
+        scribbler_start_full(&sc, SCRIBBLE_SLOT_OUT_OF_RANGE, CMWQ_SYSTEM_FREEZABLE, true);
+        ck_assert_msg(scribbler_reached(&sc, 'r'), "the scribbler's callback did not run");
+        CTL_START(&d, &fa, "freeze", "system_freezable", "--timeout", "60");
+        ck_assert_msg(!ctl_finish(&fa, 300, &r), "the freeze ended while a callback ran: %d %s", r.status, r.err);
+
+        /* Once it broke its ring, its answer cannot come: nothing waits for it. */
+        scribbler_go(&sc);
+        ck_assert_msg(scribbler_reached(&sc, 's'), "the scribbler did not get to scribble");
+        close(sc.report_fd);
+        ck_assert_msg(ctl_finish(&fa, 30000, &r), "the freeze still waits for the scribbler");
+        ck_assert_msg(r.status == 0, "freeze: %d %s", r.status, r.err);
+        ctl_result_free(&r);
+        scribbler_finish(sc.pid);
+        daemon_alive();
+        free(CTL_OK(&d, "thaw", "system_freezable"));
+}
+END_TEST
+
 /* Another client queueing and flushing on every CPU the whole time. */
 struct hammer {
         struct cmwq *c;
@@ -568,6 +639,7 @@ int main(void) {
         tcase_add_test(tc, test_each_broken_ring_ends_only_that_client);
         tcase_add_test(tc, test_a_granted_thread_of_another_client_keeps_its_cpu);
         tcase_add_test(tc, test_a_busy_client_is_not_disturbed_by_a_scribbler);
+        tcase_add_test(tc, test_a_freeze_does_not_wait_for_a_scribbler);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
