@@ -297,10 +297,11 @@ static int scribbler_main(enum scribble how, enum cmwq_system_queue gate_queue, 
                 return SCRIBBLER_FLUSHED_AFTER_END;
         }
 
-        /* And every call after: none queues, none waits. */
+        /* And every call after: none queues, none waits, each says the
+         * connection is lost. */
         if (cmwq_queue_work_on(0, wq, &w) || cmwq_queue_work(wq, &w))
                 return SCRIBBLER_QUEUED_AFTER_END;
-        if (cmwq_flush_workqueue(wq) >= 0 || cmwq_drain_workqueue(wq) >= 0 || cmwq_flush_work(&w) > 0) {
+        if (cmwq_flush_workqueue(wq) >= 0 || cmwq_drain_workqueue(wq) >= 0 || cmwq_flush_work(&w) >= 0) {
                 fprintf(stderr, "scribbler: cmwq_flush_workqueue %d, cmwq_drain_workqueue %d, cmwq_flush_work %d\n",
                         cmwq_flush_workqueue(wq), cmwq_drain_workqueue(wq), cmwq_flush_work(&w));
                 return SCRIBBLER_FLUSHED_AFTER_END;
