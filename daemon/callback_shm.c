@@ -79,6 +79,10 @@ int callback_shm_drain(struct callback_shm *s) {
 
         if (s->is_broken)
                 return -EBADMSG;
+        /* This turn's ring's worth is spent (a well-behaved client never
+         * has that many entries out): no request on the socket buys more. */
+        if (evtimer_pending(s->resume, NULL))
+                return 0;
         for (;;) {
                 r = callback_shm_consume(s->shm, &s->head, budget, s->op, s->userdata, &why);
                 if (r < 0) {
@@ -106,7 +110,10 @@ int callback_shm_drain(struct callback_shm *s) {
 }
 
 static void callback_shm_resume(evutil_socket_t fd, short what, void *userdata) {
-        (void) callback_shm_drain(userdata);
+        struct callback_shm *s = userdata;
+
+        evtimer_del(s->resume);         /* a new turn, a new ring's worth */
+        (void) callback_shm_drain(s);
 }
 
 static void callback_shm_doorbell(evutil_socket_t fd, short what, void *userdata) {
@@ -117,9 +124,6 @@ static void callback_shm_doorbell(evutil_socket_t fd, short what, void *userdata
         /* The client holds the same eventfd and may have made it blocking:
          * RWF_NOWAIT reads it without blocking whatever its flags say. */
         (void) preadv2(fd, &iov, 1, -1, RWF_NOWAIT);
-        /* Reading on a later turn already: one ring's worth a turn. */
-        if (evtimer_pending(s->resume, NULL))
-                return;
         (void) callback_shm_drain(s);
 }
 

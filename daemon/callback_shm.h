@@ -40,8 +40,10 @@ int callback_shm_new(struct event_base *base, int memfd, int eventfd, callback_s
                      struct core_error *e);
 struct callback_shm *callback_shm_free(struct callback_shm *s);
 
-/* Reads what the ring holds now (at most one ring's worth).  Returns 0, or
- * a negative errno if the ring is broken (and reports it). */
+/* Reads what the ring holds now: at most one ring's worth, and nothing if a
+ * ring's worth was read on this turn of the loop already (the rest comes on
+ * a later one).  Returns 0, or a negative errno if the ring is broken (and
+ * reports it). */
 int callback_shm_drain(struct callback_shm *s);
 
 /* Grants the thread in @slot its CPU for the @seq-th time and wakes it. */
