@@ -1080,7 +1080,7 @@ int cmwq_cancel_work_sync(struct cmwq_work *work) {
         /* Queued again by its own function while we waited? */
         (void) cancel_locked(cw, work);
         work->_state &= ~WORK_CANCELING;
-        r = cw->dead ? client_error(cw->dead, "the connection to cmwqd was lost") : was;
+        r = cw->dead ? client_lost_error(cw->c, cw->dead) : was;
         pthread_mutex_unlock(&cw->lock);
         return r;
 }
@@ -1101,14 +1101,14 @@ static int flush_work_locked(struct client_work *cw, struct cmwq_work *work) {
                 /* Idle now, perhaps because its last queueing was dropped
                  * with the connection: "nothing to wait for" would claim
                  * it ran. */
-                return client_error(work_conn_error(cw), "the connection to cmwqd was lost");
+                return client_lost_error(cw->c, work_conn_error(cw));
         else
                 return 0;
         while (work->_nr_finished < target && !(cw->dead && !(work->_state & WORK_RUNNING)))
                 pthread_cond_wait(&cw->done, &cw->lock);
         /* Instances dropped with the connection count as finished, but
          * they did not run: say so. */
-        return !cw->dead ? 1 : client_error(cw->dead, "the connection to cmwqd was lost");
+        return !cw->dead ? 1 : client_lost_error(cw->c, cw->dead);
 }
 
 int cmwq_flush_work(struct cmwq_work *work) {
@@ -1188,7 +1188,7 @@ int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain) {
         while (cw->dead && wq->cb_active > 0)
                 pthread_cond_wait(&cw->done, &cw->lock);
         if (cw->dead)
-                r = client_error(cw->dead, "the connection to cmwqd was lost");
+                r = client_lost_error(cw->c, cw->dead);
         pthread_mutex_unlock(&cw->lock);
         return r;
 }

@@ -89,14 +89,18 @@ static void client_fail_locked(struct cmwq *c, int error) {
         pthread_cond_broadcast(&c->cond);
 }
 
-static int client_lost_error(int error) {
+int client_lost_error(struct cmwq *c, int error) {
+        const char *reason = __atomic_load_n(&c->dead_reason, __ATOMIC_ACQUIRE);
+
+        if (reason)
+                return client_error(error, "cmwqd ended the connection: %s", reason);
         if (error == -ECONNRESET)
                 return client_error(error, "the connection to cmwqd was lost (the daemon exited or restarted)");
         return client_error(error, "the connection to cmwqd failed: %s", strerror(-error));
 }
 
-static int client_dead_error(const struct cmwq *c) {
-        return client_lost_error(c->dead);
+static int client_dead_error(struct cmwq *c) {
+        return client_lost_error(c, c->dead);
 }
 
 static void client_dispatch_locked(struct cmwq *c, Cmwq__Response *resp) {
@@ -111,8 +115,11 @@ static void client_dispatch_locked(struct cmwq *c, Cmwq__Response *resp) {
         }
 
         if (resp->id == 0 && resp->error != CMWQ__ERROR__OK) {
-                /* Not an answer: the daemon ends the conversation and says why. */
+                /* Not an answer: the daemon ends the conversation and says why
+                 * (kept for every thread whose call fails because of it). */
                 client_response_error(resp, "cmwqd closed the connection");
+                if (!c->dead_reason && resp->message)
+                        __atomic_store_n(&c->dead_reason, strdup(resp->message), __ATOMIC_RELEASE);
                 cmwq__response__free_unpacked(resp, NULL);
                 client_fail_locked(c, -EPROTO);
                 return;
@@ -174,6 +181,10 @@ static int client_send_locked(struct cmwq *c, Cmwq__Request *req, const int *fds
                 return client_error(r, "the request is larger than cmwqd accepts (%u bytes)",
                                     conn_max_payload(c->conn));
         if (r < 0) {
+                /* The daemon may have said why it ended the connection
+                 * before it did: read that first. */
+                if (r == -EPIPE || r == -ECONNRESET)
+                        (void) client_read_available_locked(c);
                 client_fail_locked(c, r == -EPIPE ? -ECONNRESET : r);
                 return client_dead_error(c);
         }
@@ -212,7 +223,7 @@ int client_call_fds(struct cmwq *c, Cmwq__Request *req, const int *fds, unsigned
         pthread_mutex_unlock(&c->lock);
 
         if (call.error < 0)
-                return client_lost_error(call.error);
+                return client_lost_error(c, call.error);
         *ret = call.resp;
         return 0;
 }
@@ -319,7 +330,7 @@ int cmwq_process(struct cmwq *c) {
         }
 
         if (dead < 0)
-                return client_lost_error(dead);
+                return client_lost_error(c, dead);
         return n;
 }
 
@@ -489,5 +500,6 @@ void cmwq_disconnect(struct cmwq *c) {
         pthread_mutex_destroy(&c->work_init_lock);
         pthread_cond_destroy(&c->cond);
         pthread_mutex_destroy(&c->lock);
+        free(c->dead_reason);
         free(c);
 }

@@ -70,6 +70,8 @@ struct cmwq {
         int stop_fd;                    /* eventfd: a blocked reader must look at stopping */
         bool reading;                   /* a thread is reading the socket */
         int dead;                       /* negative errno once the transport failed */
+        char *dead_reason;              /* what the daemon said when it ended the
+                                         * connection; set (atomic) before dead */
         struct list_head calls;         /* open */
         struct list_head ready;         /* completed, callbacks not run yet */
         struct list_head workqueues;
@@ -80,6 +82,10 @@ struct cmwq {
         uint32_t freeze_notice;         /* the daemon's last freeze notice (atomic) */
         pthread_mutex_t work_init_lock;
 };
+
+/* For a call that finds the connection lost (@error): the message says why,
+ * with the daemon's own words if it ended the connection; returns @error. */
+int client_lost_error(struct cmwq *c, int error);
 
 /* Sets the calling thread's message for cmwq_last_error(); returns @error. */
 int client_error(int error, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -118,6 +118,7 @@ enum {
         SCRIBBLER_NOT_ENDED,
         SCRIBBLER_QUEUED_AFTER_END,
         SCRIBBLER_FLUSHED_AFTER_END,
+        SCRIBBLER_NO_REASON,
 };
 
 static atomic_int scribbler_runs;
@@ -305,6 +306,11 @@ static int scribbler_main(enum scribble how, enum cmwq_system_queue gate_queue, 
                 fprintf(stderr, "scribbler: cmwq_flush_workqueue %d, cmwq_drain_workqueue %d, cmwq_flush_work %d\n",
                         cmwq_flush_workqueue(wq), cmwq_drain_workqueue(wq), cmwq_flush_work(&w));
                 return SCRIBBLER_FLUSHED_AFTER_END;
+        }
+        /* The user is told why, in the daemon's words. */
+        if (!strstr(cmwq_last_error(), "cmwqd ended the connection: the shared memory is broken: ")) {
+                fprintf(stderr, "scribbler: cmwq_last_error() after the end: %s\n", cmwq_last_error());
+                return SCRIBBLER_NO_REASON;
         }
         cmwq_disconnect(c);
         return SCRIBBLER_OK;
