@@ -360,6 +360,16 @@ static void pool_kick(struct client_work *cw, struct work_pool *p) {
                 return;
 
         if (p->cpu < 0) {
+                /* A thread between two items takes the next itself (it
+                 * looks under this lock before it goes idle): another is
+                 * woken or made only when every other one runs an item.
+                 * Without this a flood of short items grows a crowd of
+                 * threads that then queue for the work lock.  Each thread
+                 * that takes an item kicks again, so a burst of blocking
+                 * items still gets a thread each, one after the other. */
+                for (t = p->threads; t; t = t->next)
+                        if (t != work_self && t->state == THREAD_GRANTED && !t->current)
+                                return;
                 if (p->nr_idle > 0) {
                         for (t = p->threads; t; t = t->next)
                                 if (t->state == THREAD_IDLE) {
