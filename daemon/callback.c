@@ -443,6 +443,8 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot
         c->slots[slot] = w;
         c->nr_workers++;
         w->pool->nr_callback_threads++;
+        /* A slot freed by a thread that ended: the new one starts afresh. */
+        callback_shm_reset_slot(c->shm, slot);
         /* Whatever the slot says now was not run on this pool's watch. */
         callback_shm_records(c->shm, slot, &(uint64_t) { 0 }, &w->counted_finished);
         log_debug("callback: PID %d registered worker thread %d on CPU %u%s", (int) c->pid, (int) tid, cpu,

@@ -139,6 +139,11 @@ void callback_shm_grant(struct callback_shm *s, unsigned slot, uint32_t seq) {
         futex_wake(&sl->grant);
 }
 
+void callback_shm_reset_slot(struct callback_shm *s, unsigned slot) {
+        __atomic_store_n(&s->shm->slots[slot].grant, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&s->shm->slots[slot].yield, 0, __ATOMIC_RELEASE);
+}
+
 void callback_shm_yield(struct callback_shm *s, unsigned slot, uint32_t seq) {
         __atomic_store_n(&s->shm->slots[slot].yield, seq, __ATOMIC_RELEASE);
 }

@@ -64,7 +64,9 @@ enum cmwq_shm_op {
 #define CMWQ_SHM_ENTRY_OP(e) ((uint32_t) (e) >> 24)
 #define CMWQ_SHM_ENTRY_SLOT(e) ((uint32_t) (e) & 0xffffffu)
 
-/* One worker thread's control block, a cache line of its own. */
+/* One worker thread's control block, a cache line of its own.  A slot freed
+ * by a thread that ended (CallbackUnregister) may serve a new one: the
+ * daemon sets its grant and yield words to 0 when it registers. */
 struct cmwq_shm_slot {
         /* Written by the daemon. */
         uint32_t grant;         /* grants so far; the futex word */

@@ -60,6 +60,12 @@
 
 #define WORK_THREADS_MAX CMWQ_SHM_SLOTS        /* a thread's index is its slot */
 #define WORK_UNBOUND_THREADS_MAX 512u
+/* Idle threads beyond a pool's first two end after this long (the
+ * kernel's IDLE_WORKER_TIMEOUT), while they are more than a quarter of
+ * its busy ones (MAX_IDLE_WORKERS_RATIO); $CMWQ_IDLE_TIMEOUT overrides. */
+#define WORK_IDLE_TIMEOUT_USEC (300 * USEC_PER_SEC)
+#define WORK_IDLE_KEEP 2u
+#define WORK_IDLE_RATIO 4u
 
 enum thread_state {
         THREAD_STARTING,                /* created for a demand, registering */
@@ -77,6 +83,8 @@ struct work_thread {
         pthread_t thread;
         pid_t tid;
         unsigned slot;                  /* its index in cw->threads and its control block */
+        bool has_slot;                  /* in the table (atomic) */
+        bool exited;                    /* reaped: its function has returned (atomic) */
         uint32_t seen_grant;            /* the last grant it took (bound) */
         enum thread_state state;        /* work lock */
         struct cmwq_work scheduled;     /* sentinel: parked behind current */
@@ -106,8 +114,11 @@ struct client_work {
         unsigned nr_cpus;
         struct work_pool *pools;        /* [cpu * 2 + highpri] */
         struct work_pool unbound;
-        struct work_thread *threads[WORK_THREADS_MAX];  /* by slot */
-        unsigned nr_threads;            /* published with release */
+        struct work_thread *threads[WORK_THREADS_MAX];  /* by slot; NULL: free */
+        unsigned nr_slots;              /* the table's high-water mark */
+        unsigned nr_live;               /* threads made and not yet collected */
+        struct work_thread *exited;     /* reaped, to be joined (their slots held till then) */
+        uint64_t idle_timeout_usec;
         struct cmwq_shm *shm;           /* shared with cmwqd */
         int doorbell;                   /* eventfd cmwqd listens on */
         uint32_t sq_tail;               /* ours: entries added to the ring */
@@ -184,8 +195,8 @@ static void futex_wake_all(uint32_t *word) {
         (void) syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-static void futex_wait(uint32_t *word, uint32_t val) {
-        (void) syscall(SYS_futex, word, FUTEX_WAIT, val, NULL, NULL, 0);
+static void futex_wait(uint32_t *word, uint32_t val, const struct timespec *timeout) {
+        (void) syscall(SYS_futex, word, FUTEX_WAIT, val, timeout, NULL, 0);
 }
 
 /* Tells the daemon what a bound thread does: an entry in the submission
@@ -243,12 +254,11 @@ static bool wq_frozen(const struct cmwq_workqueue *wq) {
  * or ends an item meanwhile, and none starts one of a frozen queue. */
 static void freeze_answer_locked(struct client_work *cw) {
         uint32_t notice = __atomic_load_n(&cw->c->freeze_notice, __ATOMIC_ACQUIRE);
-        unsigned n = __atomic_load_n(&cw->nr_threads, __ATOMIC_ACQUIRE);
 
         if (notice == 0 || notice == cw->freeze_answered || !cw->shm)
                 return;
-        for (unsigned i = 0; i < n; i++) {
-                struct cmwq_work *w = cw->threads[i]->current;
+        for (unsigned i = 0; i < cw->nr_slots; i++) {
+                struct cmwq_work *w = cw->threads[i] ? cw->threads[i]->current : NULL;
 
                 if (w && wq_frozen(w->_wq))
                         return;         /* answered when it returns */
@@ -276,12 +286,38 @@ static void thread_raise_priority(void) {
         (void) setpriority(PRIO_PROCESS, 0, nice);
 }
 
+static void thread_free(struct work_thread *t) {
+        pthread_cond_destroy(&t->cond);
+        pthread_mutex_destroy(&t->lock);
+        free(t);
+}
+
+/* Joins the reaped threads that have returned and frees their slots.  Work
+ * lock held: they take it no more once they are on the list. */
+static void threads_collect_exited(struct client_work *cw) {
+        for (struct work_thread **pt = &cw->exited; *pt;) {
+                struct work_thread *t = *pt;
+
+                if (!__atomic_load_n(&t->exited, __ATOMIC_ACQUIRE)) {
+                        pt = &t->next;
+                        continue;
+                }
+                *pt = t->next;
+                pthread_join(t->thread, NULL);
+                cw->threads[t->slot] = NULL;
+                cw->nr_live--;
+                thread_free(t);
+        }
+}
+
 static struct work_thread *thread_new(struct client_work *cw, struct work_pool *p) {
         struct work_thread *t;
         pthread_attr_t attr;
+        pthread_condattr_t ca;
         int r;
 
-        if (cw->nr_threads >= WORK_THREADS_MAX)
+        threads_collect_exited(cw);
+        if (cw->nr_live >= WORK_THREADS_MAX)
                 return NULL;
         t = calloc(1, sizeof(*t));
         if (!t)
@@ -291,7 +327,10 @@ static struct work_thread *thread_new(struct client_work *cw, struct work_pool *
         t->state = THREAD_STARTING;
         wlist_init(&t->scheduled);
         pthread_mutex_init(&t->lock, NULL);
-        pthread_cond_init(&t->cond, NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);       /* for the idle timeout */
+        pthread_cond_init(&t->cond, &ca);
+        pthread_condattr_destroy(&ca);
 
         pthread_attr_init(&attr);
         if (p->cpu >= 0) {
@@ -305,14 +344,13 @@ static struct work_thread *thread_new(struct client_work *cw, struct work_pool *
         r = pthread_create(&t->thread, &attr, work_thread_main, t);
         pthread_attr_destroy(&attr);
         if (r != 0) {
-                pthread_cond_destroy(&t->cond);
-                pthread_mutex_destroy(&t->lock);
-                free(t);
+                thread_free(t);
                 return NULL;
         }
         t->next = p->threads;
         p->threads = t;
         p->nr_threads++;
+        cw->nr_live++;
         return t;
 }
 
@@ -475,10 +513,35 @@ static bool thread_stopped(struct work_thread *t) {
         return __atomic_load_n(&t->stop, __ATOMIC_ACQUIRE);
 }
 
+/* Too many idle threads in @p for what it runs (the kernel's
+ * too_many_workers()).  Work lock held. */
+static bool pool_too_many_idle(const struct work_pool *p) {
+        unsigned idle = 0, busy = 0;
+
+        for (const struct work_thread *t = p->threads; t; t = t->next)
+                if (t->state == THREAD_IDLE)
+                        idle++;
+                else if (t->state != THREAD_DEAD)
+                        busy++;
+        return idle > WORK_IDLE_KEEP && (idle - WORK_IDLE_KEEP) * WORK_IDLE_RATIO >= busy;
+}
+
+enum thread_wait {
+        THREAD_WAIT_GRANTED,
+        THREAD_WAIT_STOPPED,
+        THREAD_WAIT_TIMED_OUT,          /* idle for the idle timeout */
+};
+
 /* Waits for the daemon's next grant in the thread's slot (bound), or to be
- * started (unbound), or for a stop. */
-static bool thread_wait_grant(struct client_work *cw, struct work_thread *t) {
-        bool stop;
+ * started (unbound), or for a stop.  An idle thread of a pool that has more
+ * than the threads it always keeps waits at most the idle timeout, then
+ * looks whether it is one too many; in a pool down to those, threads wait
+ * without a timeout, so that an idle client is not woken up.  Work lock
+ * held, dropped meanwhile. */
+static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_thread *t) {
+        bool timed = t->state == THREAD_IDLE && t->pool->nr_threads > WORK_IDLE_KEEP;
+        uint64_t deadline = timed ? now_usec(CLOCK_MONOTONIC) + cw->idle_timeout_usec : 0;
+        enum thread_wait r = THREAD_WAIT_GRANTED;
 
         pthread_mutex_unlock(&cw->lock);
         if (t->pool->cpu >= 0) {
@@ -486,6 +549,7 @@ static bool thread_wait_grant(struct client_work *cw, struct work_thread *t) {
 
                 for (;;) {
                         uint32_t g = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+                        uint64_t now;
 
                         if (thread_stopped(t))
                                 break;
@@ -493,19 +557,71 @@ static bool thread_wait_grant(struct client_work *cw, struct work_thread *t) {
                                 t->seen_grant = g;
                                 break;
                         }
-                        futex_wait(word, g);
+                        if (!timed) {
+                                futex_wait(word, g, NULL);
+                                continue;
+                        }
+                        now = now_usec(CLOCK_MONOTONIC);
+                        if (now >= deadline) {
+                                r = THREAD_WAIT_TIMED_OUT;
+                                break;
+                        }
+                        futex_wait(word, g, &(struct timespec) {
+                                .tv_sec = (time_t) ((deadline - now) / USEC_PER_SEC),
+                                .tv_nsec = (long) ((deadline - now) % USEC_PER_SEC) * 1000,
+                        });
                 }
-                stop = thread_stopped(t);
         } else {
+                struct timespec until = {
+                        .tv_sec = (time_t) (deadline / USEC_PER_SEC),
+                        .tv_nsec = (long) (deadline % USEC_PER_SEC) * 1000,
+                };
+
                 pthread_mutex_lock(&t->lock);
-                while (!t->grant && !t->stop)
-                        pthread_cond_wait(&t->cond, &t->lock);
-                t->grant = false;
-                stop = t->stop;
+                while (!t->grant && !t->stop && r != THREAD_WAIT_TIMED_OUT)
+                        if (!timed)
+                                pthread_cond_wait(&t->cond, &t->lock);
+                        else if (pthread_cond_timedwait(&t->cond, &t->lock, &until) == ETIMEDOUT)
+                                r = THREAD_WAIT_TIMED_OUT;
+                if (t->grant) {
+                        t->grant = false;
+                        r = THREAD_WAIT_GRANTED;
+                }
                 pthread_mutex_unlock(&t->lock);
         }
+        if (thread_stopped(t))
+                r = THREAD_WAIT_STOPPED;
         pthread_mutex_lock(&cw->lock);
-        return !stop;
+        return r;
+}
+
+static int thread_unregister(struct client_work *cw, struct work_thread *t);
+
+/* Ends @t, idle past the idle timeout: out of its pool now (nothing will
+ * pick it), its slot given back to the daemon, then joined and freed by
+ * the next thread_new() or at disconnect.  Work lock held; returns without
+ * it, and the thread must then return. */
+static void thread_reap(struct client_work *cw, struct work_thread *t) {
+        struct work_pool *p = t->pool;
+
+        for (struct work_thread **pt = &p->threads; *pt; pt = &(*pt)->next)
+                if (*pt == t) {
+                        *pt = t->next;
+                        break;
+                }
+        p->nr_threads--;
+        if (p->cpu < 0)
+                p->nr_idle--;
+        t->state = THREAD_DEAD;
+        t->next = cw->exited;
+        cw->exited = t;
+        pthread_mutex_unlock(&cw->lock);
+
+        /* Its IDLE is in the ring before this request: the daemon reads
+         * the ring first. */
+        if (p->cpu >= 0)
+                (void) thread_unregister(cw, t);
+        __atomic_store_n(&t->exited, true, __ATOMIC_RELEASE);
 }
 
 /* Tells @t to end, whether it waits on its condition or on its slot. */
@@ -515,8 +631,7 @@ static void thread_stop(struct client_work *cw, struct work_thread *t) {
         pthread_cond_signal(&t->cond);
         pthread_mutex_unlock(&t->lock);
         /* Only a thread in the table has its slot. */
-        if (t->pool->cpu >= 0 && cw->shm && t->slot < __atomic_load_n(&cw->nr_threads, __ATOMIC_ACQUIRE) &&
-            cw->threads[t->slot] == t) {
+        if (t->pool->cpu >= 0 && cw->shm && __atomic_load_n(&t->has_slot, __ATOMIC_ACQUIRE)) {
                 /* Our own page: moving the word makes a late FUTEX_WAIT
                  * return at once; no grant matters any more. */
                 uint32_t *word = &cw->shm->slots[t->slot].grant;
@@ -545,6 +660,16 @@ static int thread_register(struct client_work *cw, struct work_thread *t) {
         return client_call_simple(cw->c, &req, "cannot register a callback worker thread");
 }
 
+static int thread_unregister(struct client_work *cw, struct work_thread *t) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__CallbackWorkerTid unreg = CMWQ__CALLBACK_WORKER_TID__INIT;
+
+        unreg.tid = (uint32_t) t->tid;
+        req.body_case = CMWQ__REQUEST__BODY_CALLBACK_UNREGISTER;
+        req.callback_unregister = &unreg;
+        return client_call_simple(cw->c, &req, "cannot unregister a callback worker thread");
+}
+
 static void *work_thread_main(void *userdata) {
         struct work_thread *t = userdata;
         struct client_work *cw = t->cw;
@@ -557,15 +682,20 @@ static void *work_thread_main(void *userdata) {
                 thread_raise_priority();        /* on Linux, of this thread alone */
 
         pthread_mutex_lock(&cw->lock);
-        if (cw->nr_threads >= WORK_THREADS_MAX) {
+        /* The lowest free slot: there is one, thread_new() counted us. */
+        threads_collect_exited(cw);
+        for (t->slot = 0; t->slot < WORK_THREADS_MAX && cw->threads[t->slot]; t->slot++)
+                ;
+        if (t->slot == WORK_THREADS_MAX) {
                 t->state = THREAD_DEAD;
                 p->demanding = false;
                 pthread_mutex_unlock(&cw->lock);
                 return NULL;
         }
-        t->slot = cw->nr_threads;
-        cw->threads[cw->nr_threads] = t;
-        __atomic_store_n(&cw->nr_threads, cw->nr_threads + 1, __ATOMIC_RELEASE);
+        cw->threads[t->slot] = t;
+        if (t->slot >= cw->nr_slots)
+                cw->nr_slots = t->slot + 1;
+        __atomic_store_n(&t->has_slot, true, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&cw->lock);
 
         if (bound && thread_register(cw, t) < 0) {
@@ -589,8 +719,19 @@ static void *work_thread_main(void *userdata) {
                 pthread_mutex_unlock(&t->lock);
         }
 
-        while (thread_wait_grant(cw, t) && !cw->stopping) {
+        for (;;) {
+                enum thread_wait waited = thread_wait_grant(cw, t);
                 struct cmwq_work *w;
+
+                if (waited == THREAD_WAIT_STOPPED || cw->stopping)
+                        break;
+                if (waited == THREAD_WAIT_TIMED_OUT) {
+                        if (t->state == THREAD_IDLE && pool_too_many_idle(p)) {
+                                thread_reap(cw, t);
+                                return NULL;
+                        }
+                        continue;       /* picked meanwhile, or needed again */
+                }
 
                 if (bound) {
                         t->state = THREAD_GRANTED;
@@ -733,6 +874,21 @@ static void *timer_main(void *userdata) {
 
 /* ---- set-up and tear-down ------------------------------------------------- */
 
+/* $CMWQ_IDLE_TIMEOUT: seconds (a decimal number, more than 0). */
+static uint64_t idle_timeout_usec(void) {
+        const char *v = getenv("CMWQ_IDLE_TIMEOUT");
+        char *end;
+        double secs;
+
+        if (!v || !*v)
+                return WORK_IDLE_TIMEOUT_USEC;
+        errno = 0;
+        secs = strtod(v, &end);
+        if (errno || *end || !(secs > 0) || secs > 1e9)
+                return WORK_IDLE_TIMEOUT_USEC;
+        return (uint64_t) (secs * USEC_PER_SEC) ?: 1;
+}
+
 /* Makes the memory shared with cmwqd and the doorbell, and passes both to
  * it (proto/shm.h).  The memfd's size is sealed: cmwqd refuses one it could
  * be made to fault on. */
@@ -825,6 +981,7 @@ static int work_get(struct cmwq *c, struct client_work **ret) {
         pthread_cond_init(&cw->timer_cond, &ca);
         pthread_condattr_destroy(&ca);
         cw->doorbell = -1;
+        cw->idle_timeout_usec = idle_timeout_usec();
         r = work_attach(cw);
         if (r < 0) {
                 pthread_cond_destroy(&cw->timer_cond);
@@ -857,10 +1014,18 @@ void client_work_stop(struct cmwq *c) {
         pthread_mutex_lock(&cw->lock);
         cw->stopping = true;
         pthread_cond_broadcast(&cw->timer_cond);
-        for (unsigned i = 0; i < cw->nr_threads; i++) {
-                thread_stop(cw, cw->threads[i]);
-        }
+        for (unsigned i = 0; i < cw->nr_slots; i++)
+                if (cw->threads[i])
+                        thread_stop(cw, cw->threads[i]);
         pthread_mutex_unlock(&cw->lock);
+
+        /* Reaped ones may still be unregistering: the reader is needed. */
+        for (struct work_thread *t = cw->exited, *n; t; t = n) {
+                n = t->next;
+                pthread_join(t->thread, NULL);
+                thread_free(t);
+        }
+        cw->exited = NULL;
 
         /* Threads created but not yet in the table are on their pool's list. */
         for (unsigned i = 0; i <= cw->nr_cpus * 2; i++) {
@@ -887,9 +1052,7 @@ void client_work_stop(struct cmwq *c) {
                 struct work_thread *t = all;
 
                 all = t->next;
-                pthread_cond_destroy(&t->cond);
-                pthread_mutex_destroy(&t->lock);
-                free(t);
+                thread_free(t);
         }
         pthread_cond_destroy(&cw->timer_cond);
         pthread_cond_destroy(&cw->done);

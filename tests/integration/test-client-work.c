@@ -673,6 +673,99 @@ static void wait_doomed_gone(void) {
         }
 }
 
+/* Threads of this process (its /proc/self/task entries). */
+static int own_threads(void) {
+        DIR *dir = opendir("/proc/self/task");
+        struct dirent *e;
+        int n = 0;
+
+        ck_assert(dir);
+        while ((e = readdir(dir)))
+                if (e->d_name[0] != '.')
+                        n++;
+        closedir(dir);
+        return n;
+}
+
+static long pools_sum_now(const char *key) {
+        char *out = CTL_OK(&d, "--json", "pools");
+        long n = json_sum(out, key);
+
+        free(out);
+        return n;
+}
+
+struct sleepy_work {
+        struct cmwq_work work;
+        atomic_int *started;
+};
+
+static void sleepy_fn(struct cmwq_work *w) {
+        struct sleepy_work *s = cmwq_container_of(w, struct sleepy_work, work);
+        struct timespec t = { 0, 300 * 1000000L };
+
+        atomic_fetch_add(s->started, 1);
+        nanosleep(&t, NULL);
+}
+
+/* As the kernel's idle workers: beyond two per pool, idle threads end after
+ * the idle timeout ($CMWQ_IDLE_TIMEOUT here, 300 s by default), and give
+ * their slot and the daemon's perf fd back; work then still runs. */
+START_TEST(test_idle_threads_end_after_the_idle_timeout) {
+        enum { N = 10 };
+        struct sleepy_work works[N];
+        atomic_int started = 0;
+        struct cmwq *c;
+        struct cmwq_workqueue *wq;
+        int threads_before = own_threads(), fds_before = count_fds(d.pid), fds_busy, waited;
+
+        ck_assert_int_eq(setenv("CMWQ_IDLE_TIMEOUT", "0.3", 1), 0);
+        c = connect_ok();
+        wq = cmwq_alloc_workqueue(c, "sleepy", 0, 0);
+        ck_assert_msg(wq, "alloc: %s", cmwq_last_error());
+        for (int i = 0; i < N; i++) {
+                works[i].started = &started;
+                CMWQ_WORK_INIT(&works[i].work, sleepy_fn);
+                ck_assert(cmwq_queue_work_on(0, wq, &works[i].work));
+        }
+        /* Each blocks at once: one thread each, all registered. */
+        wait_until(&started, N);
+        ck_assert_int_ge(pools_sum_now("callback_threads"), N);
+        fds_busy = count_fds(d.pid);
+        ck_assert_int_ge(fds_busy, fds_before + N);
+        ck_assert_int_eq(cmwq_flush_workqueue(wq), 0);
+
+        /* Idle now: all but two end, in the daemon's pools and here. */
+        for (waited = 0; pools_sum_now("callback_threads") > 2; waited++) {
+                ck_assert_msg(waited < 200, "still %ld callback threads after %d s", pools_sum_now("callback_threads"),
+                              waited / 20);
+                usleep(50000);
+        }
+        ck_assert_int_eq(pools_sum_now("callback_threads"), 2);
+        for (waited = 0; count_fds(d.pid) > fds_busy - (N - 2); waited++) {
+                ck_assert_msg(waited < 200, "the daemon keeps %d fds (%d with %d threads)", count_fds(d.pid),
+                              fds_busy, N);
+                usleep(50000);
+        }
+        for (waited = 0; own_threads() > threads_before + 2 + 2; waited++) {   /* + the manager and the timer */
+                ck_assert_msg(waited < 200, "%d threads here, %d before", own_threads(), threads_before);
+                usleep(50000);
+        }
+
+        /* Their slots serve new threads. */
+        atomic_store(&started, 0);
+        for (int i = 0; i < N; i++)
+                ck_assert(cmwq_queue_work_on(0, wq, &works[i].work));
+        wait_until(&started, N);
+        ck_assert_int_eq(cmwq_flush_workqueue(wq), 0);
+        ck_assert_int_ge(pools_sum_now("callbacks"), 2 * N);
+
+        ck_assert_int_eq(cmwq_destroy_workqueue(wq), 0);
+        cmwq_disconnect(c);
+        unsetenv("CMWQ_IDLE_TIMEOUT");
+}
+END_TEST
+
 START_TEST(test_kill_9_of_a_client_leaves_nothing_behind) {
         int fds_before, fds_after = -1;
         long rss_before, rss_after;
@@ -1104,6 +1197,7 @@ int main(void) {
         tcase_set_timeout(tc, 90);
         tcase_add_test(tc, test_queue_work_runs_on_a_worker_thread);
         tcase_add_test(tc, test_highpri_callbacks_run_at_raised_priority);
+        tcase_add_test(tc, test_idle_threads_end_after_the_idle_timeout);
         tcase_add_test(tc, test_pending_is_a_noop_and_a_running_item_may_be_requeued);
         tcase_add_test(tc, test_a_work_item_requeues_itself);
         tcase_add_test(tc, test_never_runs_on_two_threads_at_once);

@@ -212,12 +212,14 @@ typedef void (*cmwq_work_fn)(struct cmwq_work *work);
  * (a sealed memfd of about 84 KiB, mapped in both, and an eventfd): a
  * thread asks for its CPU and learns it may run through that memory, and
  * runs queued items back to back while it holds the CPU, so that queueing
- * and running an item takes no message to the daemon.  Caller-owned and
- * embedded in the caller's own structure (find it again with
- * cmwq_container_of()); initialize it with CMWQ_WORK_INIT() before first
- * use and keep it alive and unmoved until it is neither pending nor running
- * (cmwq_cancel_work_sync() or cmwq_flush_work() make sure).  The fields
- * starting with '_' belong to the library.
+ * and running an item takes no message to the daemon.  Idle threads beyond
+ * a few end after a while ($CMWQ_IDLE_TIMEOUT seconds, default 300).
+ *
+ * Caller-owned and embedded in the caller's own structure (find it again
+ * with cmwq_container_of()); initialize it with CMWQ_WORK_INIT() before
+ * first use and keep it alive and unmoved until it is neither pending nor
+ * running (cmwq_cancel_work_sync() or cmwq_flush_work() make sure).  The
+ * fields starting with '_' belong to the library.
  */
 struct cmwq_work {
         cmwq_work_fn func;
