@@ -289,10 +289,9 @@ static void callback_shm_broken(const char *why, void *userdata) {
         c->broken(why, c->userdata);
 }
 
-int callback_client_new(struct callback_registry *r, const struct core_caller *caller, int memfd, int eventfd,
-                        callback_freeze_fn freeze, callback_broken_fn broken, void *userdata,
-                        struct callback_client **ret, struct core_error *e) {
-        _cleanup_(closep) int mfd = memfd, efd = eventfd;
+int callback_client_new(struct callback_registry *r, const struct core_caller *caller, callback_freeze_fn freeze,
+                        callback_broken_fn broken, void *userdata, struct callback_client **ret, int *ret_memfd,
+                        int *ret_eventfd, struct core_error *e) {
         struct callback_client *c;
         struct workqueue *wq;
         pid_t pid = caller->pid;
@@ -303,8 +302,8 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
         c = calloc(1, sizeof(*c));
         if (!c)
                 return core_error_set(e, -ENOMEM, "out of memory");
-        k = callback_shm_new(r->core->base, TAKE_FD(mfd), TAKE_FD(efd), callback_shm_op, callback_shm_broken, c,
-                             &c->shm, e);
+        k = callback_shm_new(r->core->base, callback_shm_op, callback_shm_broken, c, &c->shm, ret_memfd, ret_eventfd,
+                             e);
         if (k < 0) {
                 free(c);
                 return k;
@@ -322,7 +321,7 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
         list_for_each_entry(wq, &r->core->workqueues, entry)
                 if (wq->frozen)
                         callback_client_tell_freeze(c, wq);
-        log_debug("callback: PID %d attached its shared memory", (int) pid);
+        log_debug("callback: PID %d has its shared memory", (int) pid);
         *ret = c;
         return 0;
 }

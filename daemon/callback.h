@@ -51,13 +51,14 @@ typedef void (*callback_broken_fn)(const char *why, void *userdata);
 int callback_registry_new(struct core *core, struct callback_registry **ret);
 struct callback_registry *callback_registry_free(struct callback_registry *r);
 
-/* Attaches a client's shared memory @memfd and doorbell @eventfd (taken,
- * closed on failure too).  @caller (the connection's, alive as long as the
- * client) decides which queues' freezing it is told of: those it can see.
- * The queues frozen now are sent at once. */
-int callback_client_new(struct callback_registry *r, const struct core_caller *caller, int memfd, int eventfd,
-                        callback_freeze_fn freeze, callback_broken_fn broken, void *userdata,
-                        struct callback_client **ret, struct core_error *e);
+/* Makes a client's shared memory and doorbell (callback_shm_new(): send
+ * both to the client, then close *@ret_memfd only).  @caller (the
+ * connection's, alive as long as the client) decides which queues' freezing
+ * it is told of: those it can see.  The queues frozen now are told at once,
+ * before the caller's reply. */
+int callback_client_new(struct callback_registry *r, const struct core_caller *caller, callback_freeze_fn freeze,
+                        callback_broken_fn broken, void *userdata, struct callback_client **ret, int *ret_memfd,
+                        int *ret_eventfd, struct core_error *e);
 struct callback_client *callback_client_free(struct callback_client *c);
 
 /* Reads what the client's ring holds now, so that a request it sends on the

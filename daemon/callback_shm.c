@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -153,68 +154,33 @@ void callback_shm_records(struct callback_shm *s, unsigned slot, uint64_t *start
         *finished = __atomic_load_n(&s->shm->slots[slot].finished, __ATOMIC_RELAXED);
 }
 
-static int check_memfd(int fd, struct core_error *e) {
-        struct stat st;
-        int seals;
-
-        if (fstat(fd, &st) < 0)
-                return core_error_set(e, -errno, "cannot look at the shared memory: %s", strerror(errno));
-        seals = fcntl(fd, F_GET_SEALS);
-        if (!S_ISREG(st.st_mode) || seals < 0)
-                return core_error_set(e, -EINVAL, "the shared memory is not a memfd");
-        /* Shrunk under our mapping, it would be SIGBUS in the daemon. */
-        if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
-                return core_error_set(e, -EINVAL, "the shared memory is not sealed against resizing");
-        if (st.st_size != (off_t) sizeof(struct cmwq_shm))
-                return core_error_set(e, -EINVAL, "the shared memory has %lld bytes, not %zu",
-                                      (long long) st.st_size, sizeof(struct cmwq_shm));
-        return 0;
-}
-
-static int check_eventfd(int fd, struct core_error *e) {
-        char path[64], target[64];
-        uint64_t count;
-        struct iovec iov = { .iov_base = &count, .iov_len = sizeof(count) };
-        ssize_t n;
-
-        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-        n = readlink(path, target, sizeof(target) - 1);
-        if (n < 0)
-                return core_error_set(e, -errno, "cannot look at the doorbell: %s", strerror(errno));
-        target[n] = '\0';
-        if (strcmp(target, "anon_inode:[eventfd]") != 0)
-                return core_error_set(e, -EINVAL, "the doorbell is not an eventfd");
-        if (preadv2(fd, &iov, 1, -1, RWF_NOWAIT) < 0 && errno != EAGAIN)
-                return core_error_set(e, -EOPNOTSUPP,
-                                      "this kernel cannot read an eventfd without blocking (RWF_NOWAIT, Linux 5.12)");
-        return 0;
-}
-
-int callback_shm_new(struct event_base *base, int memfd, int eventfd, callback_shm_op_fn op,
-                     callback_shm_broken_fn broken, void *userdata, struct callback_shm **ret,
+int callback_shm_new(struct event_base *base, callback_shm_op_fn op, callback_shm_broken_fn broken,
+                     void *userdata, struct callback_shm **ret, int *ret_memfd, int *ret_eventfd,
                      struct core_error *e) {
-        _cleanup_(closep) int mfd = memfd, efd = eventfd;
+        _cleanup_(closep) int memfd = -1, efd = -1;
         struct callback_shm *s;
         struct cmwq_shm *shm;
-        int r;
 
-        r = check_memfd(mfd, e);
-        if (r < 0)
-                return r;
-        r = check_eventfd(efd, e);
-        if (r < 0)
-                return r;
-        shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+        memfd = memfd_create("cmwq-callbacks", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (memfd < 0)
+                return core_error_set(e, -errno, "cannot make the shared memory: %s", strerror(errno));
+        /* The client cannot resize it under our mapping (SIGBUS), nor
+         * unseal it. */
+        if (ftruncate(memfd, sizeof(*shm)) < 0 ||
+            fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+                return core_error_set(e, -errno, "cannot size the shared memory: %s", strerror(errno));
+        /* Not a semaphore: one read empties it whatever the client writes. */
+        efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (efd < 0)
+                return core_error_set(e, -errno, "cannot make the doorbell: %s", strerror(errno));
+        shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
         if (shm == MAP_FAILED)
                 return core_error_set(e, -errno, "cannot map the shared memory: %s", strerror(errno));
-        if (__atomic_load_n(&shm->magic, __ATOMIC_RELAXED) != CMWQ_SHM_MAGIC ||
-            __atomic_load_n(&shm->version, __ATOMIC_RELAXED) != CMWQ_SHM_VERSION ||
-            __atomic_load_n(&shm->nr_slots, __ATOMIC_RELAXED) != CMWQ_SHM_SLOTS ||
-            __atomic_load_n(&shm->ring_size, __ATOMIC_RELAXED) != CMWQ_SHM_RING) {
-                munmap(shm, sizeof(*shm));
-                return core_error_set(e, -EPROTONOSUPPORT,
-                                      "the shared memory's layout is not version %u of cmwqd's", CMWQ_SHM_VERSION);
-        }
+        shm->magic = CMWQ_SHM_MAGIC;
+        shm->version = CMWQ_SHM_VERSION;
+        shm->nr_slots = CMWQ_SHM_SLOTS;
+        shm->ring_size = CMWQ_SHM_RING;
+        shm->need_wakeup = 1;
 
         s = calloc(1, sizeof(*s));
         if (!s) {
@@ -225,8 +191,6 @@ int callback_shm_new(struct event_base *base, int memfd, int eventfd, callback_s
         s->op = op;
         s->broken = broken;
         s->userdata = userdata;
-        s->head = __atomic_load_n(&shm->sq_tail, __ATOMIC_ACQUIRE);    /* nothing before the attach counts */
-        __atomic_store_n(&shm->sq_head, s->head, __ATOMIC_RELEASE);
         s->doorbell = event_new(base, efd, EV_READ | EV_PERSIST, callback_shm_doorbell, s);
         s->resume = evtimer_new(base, callback_shm_resume, s);
         if (!s->doorbell || !s->resume || event_add(s->doorbell, NULL) < 0) {
@@ -238,9 +202,9 @@ int callback_shm_new(struct event_base *base, int memfd, int eventfd, callback_s
                 free(s);
                 return core_error_set(e, -ENOMEM, "out of memory");
         }
-        s->eventfd = TAKE_FD(efd);
-        __atomic_store_n(&shm->need_wakeup, 1, __ATOMIC_SEQ_CST);
-        /* The mapping holds the memory: the memfd closes here. */
+        s->eventfd = efd;
+        *ret_eventfd = TAKE_FD(efd);
+        *ret_memfd = TAKE_FD(memfd);
         *ret = s;
         return 0;
 }

@@ -32,11 +32,16 @@ typedef int (*callback_shm_op_fn)(enum cmwq_shm_op op, unsigned arg, void *userd
 /* The client broke its region; @why says how, for the log. */
 typedef void (*callback_shm_broken_fn)(const char *why, void *userdata);
 
-/* Takes @memfd and @eventfd (closes them on failure too).  The memfd must be
- * sealed against shrinking and growing and of the size of struct cmwq_shm,
- * with the magic and version of proto/shm.h; the eventfd must be one. */
-int callback_shm_new(struct event_base *base, int memfd, int eventfd, callback_shm_op_fn op,
-                     callback_shm_broken_fn broken, void *userdata, struct callback_shm **ret,
+/* Makes the region and its doorbell for a client: a memfd of
+ * sizeof(struct cmwq_shm) sealed against resizing and further sealing,
+ * mapped here, and a (non-semaphore) eventfd cmwqd listens on.  The client
+ * gets them over the socket: *@ret_memfd is the caller's to send and close;
+ * *@ret_eventfd stays the region's (send it, do not close it).  cmwqd makes
+ * them rather than take the client's: a file descriptor a client passes
+ * could be anything, and closing one (a lingering socket, a file on the
+ * client's FUSE mount) can block the event loop. */
+int callback_shm_new(struct event_base *base, callback_shm_op_fn op, callback_shm_broken_fn broken,
+                     void *userdata, struct callback_shm **ret, int *ret_memfd, int *ret_eventfd,
                      struct core_error *e);
 struct callback_shm *callback_shm_free(struct callback_shm *s);
 

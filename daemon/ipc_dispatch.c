@@ -551,7 +551,9 @@ static void send_callback_freeze(const char *name, bool frozen, uint32_t seq, vo
         resp.id = 0;
         resp.body_case = CMWQ__RESPONSE__BODY_CALLBACK_FREEZE;
         resp.callback_freeze = &freeze;
-        (void) ipc_client_send(c, &resp);
+        /* Not for the log to keep, and it must not come after the grants
+         * the shared memory carries at once. */
+        (void) ipc_client_send_unlogged(c, &resp);
 }
 
 static void callback_broken(const char *why, void *userdata) {
@@ -562,30 +564,51 @@ static void callback_broken(const char *why, void *userdata) {
         ipc_client_send_error(c, 0, -EBADMSG, msg, true);
 }
 
-static int dispatch_callback_attach(struct ipc_client *c, const Cmwq__CallbackAttach *a, struct core_error *e) {
+/* Answers CallbackAttach itself: the reply carries the region's fds. */
+static void dispatch_callback_attach(struct ipc_client *c, const Cmwq__Request *req) {
+        struct core *core = client_core(c);
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__CallbackAttached attached = CMWQ__CALLBACK_ATTACHED__INIT;
+        _cleanup_(freep) uint32_t *cpus = NULL;
+        _cleanup_(closep) int memfd = -1;
         struct callback_registry *registry;
-        int r;
+        struct core_error e = {};
+        int fds[2], eventfd = -1, r;
 
         if (c->callback)
-                return core_error_set(e, -EEXIST, "the shared memory is attached already");
-        if (a->layout_version != CMWQ_SHM_VERSION)
-                return core_error_set(e, -EPROTONOSUPPORT, "shared memory layout %u is not cmwqd's (%u)",
-                                      a->layout_version, CMWQ_SHM_VERSION);
-        if (c->nr_passed_fds != 2)
-                return core_error_set(e, -EINVAL,
-                                      "CallbackAttach takes a memfd and an eventfd (SCM_RIGHTS), %u came",
-                                      c->nr_passed_fds);
-        r = ipc_server_callbacks(c->server, &registry);
+                r = core_error_set(&e, -EEXIST, "the shared memory is attached already");
+        else if (req->callback_attach->layout_version != CMWQ_SHM_VERSION)
+                r = core_error_set(&e, -EPROTONOSUPPORT, "shared memory layout %u is not cmwqd's (%u)",
+                                   req->callback_attach->layout_version, CMWQ_SHM_VERSION);
+        else if ((r = ipc_server_callbacks(c->server, &registry)) < 0)
+                core_error_set(&e, r, "out of memory");
+        else if (!(cpus = calloc(core->nr_cpus ? core->nr_cpus : 1, sizeof(*cpus))))
+                r = core_error_set(&e, -ENOMEM, "out of memory");
+        else
+                r = callback_client_new(registry, &c->caller, send_callback_freeze, callback_broken, c, &c->callback,
+                                        &memfd, &eventfd, &e);
+        resp.id = req->id;
+        if (r < 0) {
+                resp.error = errno_to_protocol_error(e.error);
+                resp.message = e.message;
+                (void) ipc_client_send_unlogged(c, &resp);
+                return;
+        }
+        for (unsigned cpu = 0; cpu < core->nr_cpus; cpu++)
+                if (CPU_ISSET(cpu, &core->cpus_allowed))
+                        cpus[attached.n_cpus++] = cpu;
+        attached.layout_version = CMWQ_SHM_VERSION;
+        attached.cpus = cpus;
+        resp.body_case = CMWQ__RESPONSE__BODY_CALLBACK_ATTACHED;
+        resp.callback_attached = &attached;
+        fds[0] = memfd;
+        fds[1] = eventfd;
+        r = ipc_client_send_fds(c, &resp, fds, 2);
         if (r < 0)
-                return core_error_set(e, r, "out of memory");
-        c->nr_passed_fds = 0;
-        return callback_client_new(registry, &c->caller, c->passed_fds[0], c->passed_fds[1], send_callback_freeze,
-                                   callback_broken, c, &c->callback, e);
+                log_warning_errno(r, "Cannot pass the shared memory to client pid %d: %m", (int) c->caller.pid);
 }
 
 static int dispatch_callback(struct ipc_client *c, const Cmwq__Request *req, struct core_error *e) {
-        if (req->body_case == CMWQ__REQUEST__BODY_CALLBACK_ATTACH)
-                return dispatch_callback_attach(c, req->callback_attach, e);
         if (!c->callback)
                 return core_error_set(e, -ENOENT, "the shared memory is not attached");
         /* What the ring said before this request comes first. */
@@ -656,9 +679,11 @@ void ipc_dispatch(struct ipc_client *c, Cmwq__Request *req) {
         case CMWQ__REQUEST__BODY_STATS:
                 dispatch_stats(c, req);
                 return;
+        case CMWQ__REQUEST__BODY_CALLBACK_ATTACH:
+                dispatch_callback_attach(c, req);
+                return;
         case CMWQ__REQUEST__BODY_CALLBACK_REGISTER:
-        case CMWQ__REQUEST__BODY_CALLBACK_UNREGISTER:
-        case CMWQ__REQUEST__BODY_CALLBACK_ATTACH: {
+        case CMWQ__REQUEST__BODY_CALLBACK_UNREGISTER: {
                 /* A new worker thread waits for this: not for the disk too. */
                 Cmwq__Response resp = CMWQ__RESPONSE__INIT;
                 Cmwq__Empty empty = CMWQ__EMPTY__INIT;

@@ -16,6 +16,10 @@
 
 #include "errors.h"
 #include "frame.h"
+
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83        /* Linux 6.16, asm-generic */
+#endif
 #include "ipc_socket.h"
 #include "log.h"
 #include "util.h"
@@ -169,6 +173,31 @@ int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp) {
 
 int ipc_client_send_unlogged(struct ipc_client *c, const Cmwq__Response *resp) {
         return ipc_client_send_to(c, resp, true);
+}
+
+int ipc_client_send_fds(struct ipc_client *c, const Cmwq__Response *resp, const int *fds, unsigned n_fds) {
+        uint64_t at = c->out_written + evbuffer_get_length(c->out);
+        int r;
+
+        if (c->nr_send_fds > 0)
+                return -EBUSY;
+        if (n_fds > IPC_CLIENT_SEND_FDS_MAX)
+                return -EINVAL;
+        r = ipc_client_send_to(c, resp, true);
+        if (r < 0)
+                return r;
+        for (unsigned i = 0; i < n_fds; i++) {
+                c->send_fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+                if (c->send_fds[i] < 0) {
+                        r = -errno;
+                        while (i > 0)
+                                close(c->send_fds[--i]);
+                        return r;       /* the reply went without them: the client fails to attach */
+                }
+        }
+        c->nr_send_fds = n_fds;
+        c->send_fds_at = at;
+        return 0;
 }
 
 static int ipc_client_send_to(struct ipc_client *c, const Cmwq__Response *resp, bool unlogged) {
@@ -350,24 +379,14 @@ static bool ipc_client_peer_gone(int fd) {
         return poll(&p, 1, 0) != 1 || (p.revents & (POLLHUP | POLLERR));
 }
 
-/* Reads what the client sent into c->in, and the file descriptors that came
- * with it into c->passed_fds.  Returns the bytes read, 0 at EOF, or -1 with
- * errno set; too many descriptors (or ones the kernel had to drop) are
- * EPROTO. */
+/* Reads what the client sent into c->in.  Returns the bytes read, 0 at EOF,
+ * or -1 with errno set: EPROTO if it tried to pass file descriptors, which
+ * cmwqd never takes (SO_PASSRIGHTS refuses them where the kernel can; older
+ * kernels drop them, which this notices). */
 static ssize_t ipc_client_recv(struct ipc_client *c) {
-        union {
-                struct cmsghdr h;
-                char buf[CMSG_SPACE(sizeof(int) * IPC_CLIENT_PASSED_FDS_MAX)];
-        } control;
         struct evbuffer_iovec vec;
         struct iovec iov;
-        struct msghdr msg = {
-                .msg_iov = &iov,
-                .msg_iovlen = 1,
-                .msg_control = &control,
-                .msg_controllen = sizeof(control),
-        };
-        bool too_many = false;
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
         ssize_t n;
 
         if (evbuffer_reserve_space(c->in, IPC_READ_CHUNK, &vec, 1) != 1) {
@@ -378,27 +397,12 @@ static ssize_t ipc_client_recv(struct ipc_client *c) {
         n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
         if (n < 0)
                 return -1;
-        for (struct cmsghdr *h = CMSG_FIRSTHDR(&msg); h; h = CMSG_NXTHDR(&msg, h)) {
-                if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
-                        continue;
-                for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-                        int fd;
-
-                        memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof(fd));
-                        if (c->nr_passed_fds < IPC_CLIENT_PASSED_FDS_MAX)
-                                c->passed_fds[c->nr_passed_fds++] = fd;
-                        else {
-                                close(fd);
-                                too_many = true;
-                        }
-                }
-        }
         vec.iov_len = (size_t) n;
         if (evbuffer_commit_space(c->in, &vec, 1) < 0) {
                 errno = ENOMEM;
                 return -1;
         }
-        if (too_many || (msg.msg_flags & MSG_CTRUNC)) {
+        if (msg.msg_flags & MSG_CTRUNC) {
                 errno = EPROTO;
                 return -1;
         }
@@ -427,8 +431,7 @@ static void ipc_client_readable(evutil_socket_t fd, short what, void *userdata) 
                 if (errno == EAGAIN || errno == EINTR)
                         return;
                 if (errno == EPROTO) {
-                        ipc_client_send_error(c, 0, -EPROTO,
-                                              "more file descriptors were sent than a request takes", true);
+                        ipc_client_send_error(c, 0, -EPROTO, "file descriptors were sent; cmwqd takes none", true);
                         return;
                 }
                 log_debug_errno(-errno, "Reading from client pid %d failed: %m", (int) c->caller.pid);
@@ -446,12 +449,55 @@ static void ipc_client_readable(evutil_socket_t fd, short what, void *userdata) 
         ipc_client_update_events(c);
 }
 
+/* Sends the file descriptors waiting for the byte at the head of c->out,
+ * with as much of the output as the first chunk holds. */
+static ssize_t ipc_client_write_fds(struct ipc_client *c) {
+        union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(sizeof(int) * IPC_CLIENT_SEND_FDS_MAX)];
+        } control = {};
+        struct evbuffer_iovec vec;
+        struct iovec iov;
+        struct msghdr msg = {
+                .msg_iov = &iov,
+                .msg_iovlen = 1,
+                .msg_control = &control,
+                .msg_controllen = CMSG_SPACE(sizeof(int) * c->nr_send_fds),
+        };
+        struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+        ssize_t n;
+
+        if (evbuffer_peek(c->out, -1, NULL, &vec, 1) < 1)
+                return 0;
+        iov = (struct iovec) { .iov_base = vec.iov_base, .iov_len = vec.iov_len };
+        h->cmsg_level = SOL_SOCKET;
+        h->cmsg_type = SCM_RIGHTS;
+        h->cmsg_len = CMSG_LEN(sizeof(int) * c->nr_send_fds);
+        memcpy(CMSG_DATA(h), c->send_fds, sizeof(int) * c->nr_send_fds);
+        n = sendmsg(c->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n <= 0)
+                return n;
+        evbuffer_drain(c->out, (size_t) n);
+        for (unsigned i = 0; i < c->nr_send_fds; i++)
+                close(c->send_fds[i]);
+        c->nr_send_fds = 0;
+        return n;
+}
+
 static void ipc_client_writable(evutil_socket_t fd, short what, void *userdata) {
         struct ipc_client *c = userdata;
-        int n;
+        ssize_t n;
 
         if (evbuffer_get_length(c->out) > 0) {
-                n = evbuffer_write(c->out, fd);
+                if (c->nr_send_fds > 0 && c->out_written == c->send_fds_at)
+                        n = ipc_client_write_fds(c);
+                else if (c->nr_send_fds > 0)
+                        /* Up to the byte the descriptors go with. */
+                        n = evbuffer_write_atmost(c->out, fd, (ev_ssize_t) (c->send_fds_at - c->out_written));
+                else
+                        n = evbuffer_write(c->out, fd);
+                if (n > 0)
+                        c->out_written += (uint64_t) n;
                 ipc_client_account_output(c);
                 if (n < 0 && errno != EAGAIN && errno != EINTR) {
                         ipc_client_free(c);
@@ -471,8 +517,8 @@ static void ipc_client_free(struct ipc_client *c) {
         ipc_client_cancel_calls(c);
         /* A client that went away, even killed, gives back its CPUs. */
         c->callback = callback_client_free(c->callback);
-        for (unsigned i = 0; i < c->nr_passed_fds; i++)
-                close(c->passed_fds[i]);
+        for (unsigned i = 0; i < c->nr_send_fds; i++)
+                close(c->send_fds[i]);
         core_conn_owner_release(&c->owned);
         list_del_init(&c->entry);
         c->server->nr_clients--;
@@ -574,6 +620,10 @@ int ipc_server_add_client(struct ipc_server *s, int cfd, struct ipc_client **ret
         }
         c->server = s;
         c->fd = cfd;
+        /* cmwqd takes no file descriptor from a client: refused at the
+         * sender (Linux 6.16), rather than received and closed here, where
+         * closing one can block (see callback_shm.h). */
+        (void) setsockopt(cfd, SOL_SOCKET, SO_PASSRIGHTS, &(int) { 0 }, sizeof(int));
         list_init(&c->calls);
         core_conn_owner_init(&c->owned, 0);
         list_add_tail(&c->entry, &s->clients);

@@ -38,9 +38,8 @@ struct ipc_server;
 #define IPC_CLIENT_CALLS_MAX 4096u
 #define IPC_CLIENTS_MAX 4096u
 
-/* File descriptors a client may have sent ahead of the request that takes
- * them; more end its connection. */
-#define IPC_CLIENT_PASSED_FDS_MAX 2u
+/* File descriptors that go with one reply (CallbackAttach's). */
+#define IPC_CLIENT_SEND_FDS_MAX 2u
 
 struct ipc_client {
         struct ipc_server *server;
@@ -66,10 +65,12 @@ struct ipc_client {
         struct list_head calls; /* struct ipc_call: requests still waiting */
         unsigned nr_calls;
         struct callback_client *callback;       /* once it attached its shared memory */
-        /* File descriptors it sent (SCM_RIGHTS), waiting for the request
-         * that takes them (CallbackAttach). */
-        int passed_fds[IPC_CLIENT_PASSED_FDS_MAX];
-        unsigned nr_passed_fds;
+        /* File descriptors to send with the byte at offset send_fds_at of
+         * the output stream (SCM_RIGHTS); out_written counts what went. */
+        int send_fds[IPC_CLIENT_SEND_FDS_MAX];
+        unsigned nr_send_fds;
+        uint64_t send_fds_at;
+        uint64_t out_written;
         struct core_conn_owner owned;   /* its workqueues that end with it */
 };
 
@@ -102,6 +103,10 @@ int ipc_client_send(struct ipc_client *c, const Cmwq__Response *resp);
  * thread's registration): it does not wait for the log to reach the disk,
  * and may overtake replies that do (clients match replies by id). */
 int ipc_client_send_unlogged(struct ipc_client *c, const Cmwq__Response *resp);
+/* As ipc_client_send_unlogged(), with @fds (duplicated here; the caller
+ * keeps its own) passed along with the reply's first byte.  -EBUSY while
+ * an earlier reply's are still waiting to go. */
+int ipc_client_send_fds(struct ipc_client *c, const Cmwq__Response *resp, const int *fds, unsigned n_fds);
 /* Sends an error reply; with @fatal the connection closes after it. */
 void ipc_client_send_error(struct ipc_client *c, uint64_t id, int error, const char *message, bool fatal);
 

@@ -4,10 +4,12 @@
 /*
  * The memory a libcmwq-client process shares with cmwqd for callback work.
  *
- * The client makes a memfd of exactly sizeof(struct cmwq_shm), seals its
- * size (F_SEAL_SHRINK | F_SEAL_GROW) and passes it, with an eventfd (the
- * doorbell), over the socket in a CallbackAttach request.  Both ends map it
- * shared.  Then:
+ * The client asks for it with a CallbackAttach request; cmwqd makes a
+ * memfd of exactly sizeof(struct cmwq_shm), seals its size and its seals
+ * (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), and passes it with an eventfd
+ * (the doorbell) over the socket with its answer.  Both ends map it shared.
+ * cmwqd makes them because it takes no file descriptor from a client (a
+ * passed one could be anything, and closing some kinds can block).  Then:
  *
  *   - the submission ring carries the client's worker threads' requests to
  *     the daemon: "thread in slot S has work for its CPU" (DEMAND), "gives

@@ -44,6 +44,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -123,6 +124,7 @@ struct client_work {
         int doorbell;                   /* eventfd cmwqd listens on */
         uint32_t sq_tail;               /* ours: entries added to the ring */
         uint32_t freeze_answered;       /* the last freeze notice answered */
+        unsigned *cpu_map;              /* [cpu]: the CPU whose pool runs its work */
         pthread_t manager;
         bool manager_started;
         pthread_t timer;
@@ -889,47 +891,66 @@ static uint64_t idle_timeout_usec(void) {
         return (uint64_t) (secs * USEC_PER_SEC) ?: 1;
 }
 
-/* Makes the memory shared with cmwqd and the doorbell, and passes both to
- * it (proto/shm.h).  The memfd's size is sealed: cmwqd refuses one it could
- * be made to fault on. */
+/* Each CPU's work goes to a CPU cmwqd has a pool for: itself, or one of
+ * those (a thread registered on another would be refused). */
+static int work_map_cpus(struct client_work *cw, const Cmwq__CallbackAttached *a) {
+        size_t n = 0;
+
+        cw->cpu_map = calloc(cw->nr_cpus, sizeof(*cw->cpu_map));
+        if (!cw->cpu_map)
+                return client_error(-ENOMEM, "out of memory");
+        for (size_t i = 0; i < a->n_cpus; i++)
+                if (a->cpus[i] < cw->nr_cpus)
+                        a->cpus[n++] = a->cpus[i];
+        if (n == 0)
+                return client_error(-EPROTO, "cmwqd has no pool on any CPU of this machine");
+        for (unsigned cpu = 0; cpu < cw->nr_cpus; cpu++)
+                cw->cpu_map[cpu] = a->cpus[cpu % n];
+        for (size_t i = 0; i < n; i++)
+                cw->cpu_map[a->cpus[i]] = a->cpus[i];
+        return 0;
+}
+
+/* Asks cmwqd for the memory it shares with us and its doorbell
+ * (proto/shm.h), passed with its answer, and maps it. */
 static int work_attach(struct client_work *cw) {
         _cleanup_(closep) int memfd = -1, doorbell = -1;
         Cmwq__Request req = CMWQ__REQUEST__INIT;
         Cmwq__CallbackAttach attach = CMWQ__CALLBACK_ATTACH__INIT;
         Cmwq__Response *resp = NULL;
         struct cmwq_shm *shm;
-        int fds[2], r;
-
-        memfd = memfd_create("cmwq-callbacks", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        if (memfd < 0)
-                return client_error(-errno, "cannot make the memory shared with cmwqd: %s", strerror(errno));
-        if (ftruncate(memfd, sizeof(*shm)) < 0 || fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
-                return client_error(-errno, "cannot size the memory shared with cmwqd: %s", strerror(errno));
-        doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (doorbell < 0)
-                return client_error(-errno, "cannot make an eventfd: %s", strerror(errno));
-        shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-        if (shm == MAP_FAILED)
-                return client_error(-errno, "cannot map the memory shared with cmwqd: %s", strerror(errno));
-        shm->magic = CMWQ_SHM_MAGIC;
-        shm->version = CMWQ_SHM_VERSION;
-        shm->nr_slots = CMWQ_SHM_SLOTS;
-        shm->ring_size = CMWQ_SHM_RING;
+        struct stat st;
+        int fds[2], n, r;
 
         attach.layout_version = CMWQ_SHM_VERSION;
         req.body_case = CMWQ__REQUEST__BODY_CALLBACK_ATTACH;
         req.callback_attach = &attach;
-        fds[0] = memfd;
-        fds[1] = doorbell;
-        r = client_call_fds(cw->c, &req, fds, 2, &resp);
-        if (r >= 0) {
-                r = resp->error != CMWQ__ERROR__OK ? client_response_error(resp, "cmwqd refused the shared memory")
-                                                    : 0;
-                cmwq__response__free_unpacked(resp, NULL);
-        }
-        if (r < 0) {
-                munmap(shm, sizeof(*shm));
+        r = client_call(cw->c, &req, &resp);
+        if (r < 0)
                 return r;
+        n = client_take_fds(cw->c, fds, 2);
+        if (n > 0)
+                memfd = fds[0];
+        if (n > 1)
+                doorbell = fds[1];
+        if (resp->error != CMWQ__ERROR__OK)
+                r = client_response_error(resp, "cmwqd refused to share memory");
+        else if (resp->body_case != CMWQ__RESPONSE__BODY_CALLBACK_ATTACHED || n != 2)
+                r = client_error(-EPROTO, "cmwqd answered without the shared memory");
+        else
+                r = work_map_cpus(cw, resp->callback_attached);
+        cmwq__response__free_unpacked(resp, NULL);
+        if (r < 0)
+                return r;
+
+        if (fstat(memfd, &st) < 0 || st.st_size != (off_t) sizeof(*shm))
+                return client_error(-EPROTO, "the shared memory from cmwqd has not the size of this library's layout");
+        shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+        if (shm == MAP_FAILED)
+                return client_error(-errno, "cannot map the memory shared with cmwqd: %s", strerror(errno));
+        if (shm->magic != CMWQ_SHM_MAGIC || shm->version != CMWQ_SHM_VERSION) {
+                munmap(shm, sizeof(*shm));
+                return client_error(-EPROTO, "the shared memory from cmwqd has another layout");
         }
         cw->shm = shm;
         cw->doorbell = TAKE_FD(doorbell);
@@ -984,6 +1005,7 @@ static int work_get(struct cmwq *c, struct client_work **ret) {
         cw->idle_timeout_usec = idle_timeout_usec();
         r = work_attach(cw);
         if (r < 0) {
+                free(cw->cpu_map);
                 pthread_cond_destroy(&cw->timer_cond);
                 pthread_cond_destroy(&cw->done);
                 pthread_mutex_destroy(&cw->lock);
@@ -1059,6 +1081,7 @@ void client_work_stop(struct cmwq *c) {
         pthread_mutex_destroy(&cw->lock);
         munmap(cw->shm, sizeof(*cw->shm));
         close(cw->doorbell);
+        free(cw->cpu_map);
         free(cw->pools);
         free(cw);
         c->work = NULL;
@@ -1079,6 +1102,7 @@ static void queue_locked(struct client_work *cw, struct cmwq_workqueue *wq, stru
                 cpu = sched_getcpu();
         if (cpu < 0 || (unsigned) cpu >= cw->nr_cpus)
                 cpu = 0;
+        cpu = (int) cw->cpu_map[cpu];
         p = pool_for(cw, wq, cpu);
 
         w->_state |= WORK_PENDING;

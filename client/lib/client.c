@@ -169,14 +169,13 @@ static void client_read_blocking_locked(struct cmwq *c) {
                 (void) client_read_available_locked(c);
 }
 
-static int client_send_locked(struct cmwq *c, Cmwq__Request *req, const int *fds, unsigned n_fds,
-                              struct client_call *call) {
+static int client_send_locked(struct cmwq *c, Cmwq__Request *req, struct client_call *call) {
         int r;
 
         if (c->dead)
                 return client_dead_error(c);
 
-        r = conn_send_request_fds(c->conn, req, fds, n_fds);
+        r = conn_send_request(c->conn, req);
         if (r == -EMSGSIZE)
                 return client_error(r, "the request is larger than cmwqd accepts (%u bytes)",
                                     conn_max_payload(c->conn));
@@ -193,17 +192,22 @@ static int client_send_locked(struct cmwq *c, Cmwq__Request *req, const int *fds
         return 0;
 }
 
-int client_call(struct cmwq *c, Cmwq__Request *req, Cmwq__Response **ret) {
-        return client_call_fds(c, req, NULL, 0, ret);
+int client_take_fds(struct cmwq *c, int *fds, unsigned max) {
+        int n;
+
+        pthread_mutex_lock(&c->lock);
+        n = conn_take_fds(c->conn, fds, max);
+        pthread_mutex_unlock(&c->lock);
+        return n;
 }
 
-int client_call_fds(struct cmwq *c, Cmwq__Request *req, const int *fds, unsigned n_fds, Cmwq__Response **ret) {
+int client_call(struct cmwq *c, Cmwq__Request *req, Cmwq__Response **ret) {
         struct client_call call = {};
         int r;
 
         list_init(&call.entry);
         pthread_mutex_lock(&c->lock);
-        r = client_send_locked(c, req, fds, n_fds, &call);
+        r = client_send_locked(c, req, &call);
         if (r < 0) {
                 pthread_mutex_unlock(&c->lock);
                 return r;
@@ -292,7 +296,7 @@ int client_call_async(struct cmwq *c, Cmwq__Request *req, struct client_call *ca
 
         list_init(&call->entry);
         pthread_mutex_lock(&c->lock);
-        r = client_send_locked(c, req, NULL, 0, call);
+        r = client_send_locked(c, req, call);
         pthread_mutex_unlock(&c->lock);
         return r;
 }

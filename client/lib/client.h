@@ -96,8 +96,8 @@ int client_response_error(const Cmwq__Response *resp, const char *what);
  * cmwq__response__free_unpacked), or a negative errno (transport).  An error
  * the daemon answered with is in the response. */
 int client_call(struct cmwq *c, Cmwq__Request *req, Cmwq__Response **ret);
-/* The same, passing @fds along with the request (they stay open here). */
-int client_call_fds(struct cmwq *c, Cmwq__Request *req, const int *fds, unsigned n_fds, Cmwq__Response **ret);
+/* File descriptors that came with a response (conn_take_fds()). */
+int client_take_fds(struct cmwq *c, int *fds, unsigned max);
 /* A call that answers with an error or "done": returns 0 or the errno. */
 int client_call_simple(struct cmwq *c, Cmwq__Request *req, const char *what);
 /* Sends @req; @call (heap-allocated, owned by the connection from now on)

@@ -31,6 +31,8 @@ struct conn {
         char *daemon_name;
         uint32_t max_payload;   /* what the daemon accepts from us */
         char *last_error;
+        int fds[CONN_PASS_FDS_MAX];     /* received, not yet taken */
+        unsigned nr_fds;
 };
 
 int conn_socket_path(const char *explicit_path, char **ret_path) {
@@ -80,6 +82,8 @@ struct conn *conn_close(struct conn *c) {
         if (!c)
                 return NULL;
         closep(&c->fd);
+        for (unsigned i = 0; i < c->nr_fds; i++)
+                close(c->fds[i]);
         free(c->rbuf);
         free(c->daemon_name);
         free(c->last_error);
@@ -112,33 +116,11 @@ static void conn_set_error(struct conn *c, const char *msg) {
         c->last_error = msg && *msg ? strdup(msg) : NULL;
 }
 
-/* Sends all @n bytes of @p; @fds (if any) go with the first of them
- * (SCM_RIGHTS), so that the daemon receives them with the frame's start. */
-static int conn_send_all(int fd, const uint8_t *p, size_t n, const int *fds, unsigned n_fds) {
-        union {
-                struct cmsghdr h;
-                char buf[CMSG_SPACE(sizeof(int) * CONN_PASS_FDS_MAX)];
-        } control = {};
-
-        if (n_fds > CONN_PASS_FDS_MAX)
-                return -EINVAL;
+static int conn_send_all(int fd, const uint8_t *p, size_t n) {
         while (n > 0) {
-                struct iovec iov = { .iov_base = (void *) p, .iov_len = n };
-                struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
                 ssize_t k;
 
-                if (n_fds > 0) {
-                        struct cmsghdr *h;
-
-                        msg.msg_control = &control;
-                        msg.msg_controllen = CMSG_SPACE(sizeof(int) * n_fds);
-                        h = CMSG_FIRSTHDR(&msg);
-                        h->cmsg_level = SOL_SOCKET;
-                        h->cmsg_type = SCM_RIGHTS;
-                        h->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
-                        memcpy(CMSG_DATA(h), fds, sizeof(int) * n_fds);
-                }
-                k = sendmsg(fd, &msg, MSG_NOSIGNAL);
+                k = send(fd, p, n, MSG_NOSIGNAL);
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -153,14 +135,13 @@ static int conn_send_all(int fd, const uint8_t *p, size_t n, const int *fds, uns
                         }
                         return -errno;
                 }
-                n_fds = 0;      /* they went with the first byte */
                 p += k;
                 n -= (size_t) k;
         }
         return 0;
 }
 
-static int conn_send(struct conn *c, const Cmwq__Request *req, const int *fds, unsigned n_fds) {
+static int conn_send(struct conn *c, const Cmwq__Request *req) {
         _cleanup_(freep) uint8_t *buf = NULL;
         size_t len;
 
@@ -175,7 +156,42 @@ static int conn_send(struct conn *c, const Cmwq__Request *req, const int *fds, u
         if (cmwq__request__pack(req, buf + CMWQ_FRAME_HEADER_SIZE) != len)
                 return -EINVAL;
 
-        return conn_send_all(c->fd, buf, CMWQ_FRAME_HEADER_SIZE + len, fds, n_fds);
+        return conn_send_all(c->fd, buf, CMWQ_FRAME_HEADER_SIZE + len);
+}
+
+/* Reads into rbuf, keeping the file descriptors that come with the bytes
+ * (the daemon's reply to CallbackAttach carries two) until taken. */
+static ssize_t conn_recv_bytes(struct conn *c) {
+        union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(sizeof(int) * CONN_PASS_FDS_MAX)];
+        } control;
+        struct iovec iov = { .iov_base = c->rbuf + c->rlen, .iov_len = c->rsize - c->rlen };
+        struct msghdr msg = {
+                .msg_iov = &iov,
+                .msg_iovlen = 1,
+                .msg_control = &control,
+                .msg_controllen = sizeof(control),
+        };
+        ssize_t k;
+
+        k = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
+        if (k < 0)
+                return k;
+        for (struct cmsghdr *h = CMSG_FIRSTHDR(&msg); h; h = CMSG_NXTHDR(&msg, h)) {
+                if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
+                        continue;
+                for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                        int fd;
+
+                        memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof(fd));
+                        if (c->nr_fds < CONN_PASS_FDS_MAX)
+                                c->fds[c->nr_fds++] = fd;
+                        else
+                                close(fd);
+                }
+        }
+        return k;
 }
 
 /* Read one whole frame and decode it.  Bytes after it stay buffered. */
@@ -216,7 +232,7 @@ static int conn_recv(struct conn *c, Cmwq__Response **ret) {
                         c->rsize = n;
                 }
 
-                k = recv(c->fd, c->rbuf + c->rlen, c->rsize - c->rlen, 0);
+                k = conn_recv_bytes(c);
                 if (k < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -229,15 +245,21 @@ static int conn_recv(struct conn *c, Cmwq__Response **ret) {
 }
 
 int conn_send_request(struct conn *c, Cmwq__Request *req) {
-        return conn_send_request_fds(c, req, NULL, 0);
-}
-
-int conn_send_request_fds(struct conn *c, Cmwq__Request *req, const int *fds, unsigned n_fds) {
         if (!c || c->fd < 0)
                 return -ENOTCONN;
 
         req->id = ++c->next_id;
-        return conn_send(c, req, fds, n_fds);
+        return conn_send(c, req);
+}
+
+int conn_take_fds(struct conn *c, int *fds, unsigned max) {
+        unsigned n = c->nr_fds < max ? c->nr_fds : max;
+
+        memcpy(fds, c->fds, n * sizeof(int));
+        for (unsigned i = n; i < c->nr_fds; i++)
+                close(c->fds[i]);
+        c->nr_fds = 0;
+        return (int) n;
 }
 
 int conn_read_response(struct conn *c, Cmwq__Response **ret) {

@@ -78,10 +78,12 @@ int conn_call(struct conn *c, Cmwq__Request *req, Cmwq__Response **ret);
  * that did stay buffered).  Errors as for conn_call().
  */
 int conn_send_request(struct conn *c, Cmwq__Request *req);
-/* The same, with @fds (at most CONN_PASS_FDS_MAX) passed along with the
- * frame's first byte (SCM_RIGHTS); they stay open here. */
+/* File descriptors the daemon passed with a response (SCM_RIGHTS; the
+ * reply to CallbackAttach has two): up to @max move to @fds, the caller's
+ * to close, and the rest are closed.  Returns how many moved.  Kept at most
+ * CONN_PASS_FDS_MAX at a time. */
 #define CONN_PASS_FDS_MAX 2u
-int conn_send_request_fds(struct conn *c, Cmwq__Request *req, const int *fds, unsigned n_fds);
+int conn_take_fds(struct conn *c, int *fds, unsigned max);
 int conn_read_response(struct conn *c, Cmwq__Response **ret);
 
 /* The daemon's message for the last failure it explained, or NULL. */

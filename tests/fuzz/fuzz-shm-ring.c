@@ -6,7 +6,8 @@
  * behind it (daemon/callback.c, the pools of a fresh core).
  *
  * For each input: a fresh core, a callback registry, and one client attached
- * as the library attaches, with a real sealed memfd and a real eventfd; its
+ * as the library attaches, mapping the sealed memfd cmwqd made and writing
+ * to a copy of its eventfd; its
  * caller is this process, and four of its threads (real ones, started once
  * and asleep in pause()) are registered in slots 0-3 over the CPUs, one of
  * them high priority.  Then the input is a little program the client runs,
@@ -218,19 +219,14 @@ static uint32_t entry_of(uint8_t slot_choice, uint8_t op) {
         return CMWQ_SHM_ENTRY(op % 8, shm_fuzz_slots[slot_choice % SHM_FUZZ_NR_SLOTS]);
 }
 
-static void client_init_region(int memfd) {
+/* Maps the region cmwqd made, as the library does (client/lib/client-work.c:
+ * work_attach()). */
+static void client_map_region(int memfd) {
         struct cmwq_shm *shm;
 
-        /* As the library does (client/lib/client-work.c: work_attach()). */
-        if (ftruncate(memfd, sizeof(*shm)) < 0 || fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0)
-                abort();
         shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
         if (shm == MAP_FAILED)
                 abort();
-        shm->magic = CMWQ_SHM_MAGIC;
-        shm->version = CMWQ_SHM_VERSION;
-        shm->nr_slots = CMWQ_SHM_SLOTS;
-        shm->ring_size = CMWQ_SHM_RING;
         run.shm = shm;
 }
 
@@ -296,18 +292,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (sleepwatch_new(base, SLEEPWATCH_PROC, &sw) < 0 || core_new(base, sw, &config, &core) < 0 ||
             callback_registry_new(core, &registry) < 0)
                 abort();
-        memfd = memfd_create("cmwq-callbacks", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        doorbell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (memfd < 0 || doorbell < 0)
-                abort();
-        client_init_region(memfd);
-        /* The daemon takes its own copies, as passed with SCM_RIGHTS. */
-        if (callback_client_new(registry, &caller, fcntl(memfd, F_DUPFD_CLOEXEC, 3),
-                                fcntl(doorbell, F_DUPFD_CLOEXEC, 3), on_freeze, on_broken, NULL, &client, &e) < 0) {
+        if (callback_client_new(registry, &caller, on_freeze, on_broken, NULL, &client, &memfd, &doorbell, &e) < 0) {
                 fprintf(stderr, "callback_client_new: %s\n", e.message);
                 abort();
         }
+        client_map_region(memfd);
         close(memfd);
+        /* The client's copy, as passed with SCM_RIGHTS: the region keeps its own. */
+        doorbell = fcntl(doorbell, F_DUPFD_CLOEXEC, 3);
+        if (doorbell < 0)
+                abort();
         for (unsigned i = 0; i < NR_INITIAL; i++)
                 if (callback_worker_register(client, thread_tids[i], i, i % core->nr_cpus, i == NR_INITIAL - 1,
                                              &e) < 0) {

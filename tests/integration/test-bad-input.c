@@ -277,6 +277,59 @@ static void assert_usable(int fd, const char *what) {
 
 /* ------------------------------------------------------------------------ */
 
+/* cmwqd takes no file descriptor from a client: closing one it did not
+ * make could block its loop.  Linux 6.16 refuses them at the sender
+ * (SO_PASSRIGHTS); an older kernel delivers them, and cmwqd ends the
+ * connection.  Either way it keeps no copy and keeps serving. */
+START_TEST(test_passed_file_descriptors_are_refused) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__Empty empty = CMWQ__EMPTY__INIT;
+        union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } control = {};
+        uint8_t frame[64];
+        struct iovec iov;
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &control,
+                              .msg_controllen = sizeof(control) };
+        struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+        int fd = greeted_connect(), p[2];
+        size_t len;
+        ssize_t n;
+        char byte;
+
+        req.id = next_id++;
+        req.body_case = CMWQ__REQUEST__BODY_LIST;
+        req.list = &empty;
+        len = cmwq__request__get_packed_size(&req);
+        ck_assert_uint_le(CMWQ_FRAME_HEADER_SIZE + len, sizeof(frame));
+        frame_header_encode(frame, (uint32_t) len);
+        cmwq__request__pack(&req, frame + CMWQ_FRAME_HEADER_SIZE);
+        iov = (struct iovec) { .iov_base = frame, .iov_len = CMWQ_FRAME_HEADER_SIZE + len };
+
+        ck_assert_int_eq(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+        h->cmsg_level = SOL_SOCKET;
+        h->cmsg_type = SCM_RIGHTS;
+        h->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(h), &p[1], sizeof(int));
+        n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+        if (n < 0) {
+                ck_assert_msg(errno == EPERM, "sendmsg with a file descriptor: %s", strerror(errno));
+                close(fd);
+        } else
+                assert_fatal_error(fd, CMWQ__ERROR__PROTOCOL, "file descriptors", "a passed pipe");
+
+        /* No copy of the pipe's write end is left in cmwqd: EOF. */
+        close(p[1]);
+        for (int waited = 0; read(p[0], &byte, 1) < 0; waited++) {
+                ck_assert_msg(errno == EAGAIN && waited < 500, "read of the pipe: %s", strerror(errno));
+                usleep(10000);
+        }
+        close(p[0]);
+        assert_serving("a passed file descriptor");
+}
+END_TEST
+
 START_TEST(test_garbage_bytes) {
         static const char http[] = "GET / HTTP/1.1\r\nHost: cmwqd\r\n\r\n";
         uint8_t junk[256];
@@ -1340,6 +1393,7 @@ int main(void) {
         tcase_add_test(tc, test_half_closed_client_gets_its_replies);
         tcase_add_test(tc, test_connections_per_user);
         tcase_add_test(tc, test_unread_replies_per_user);
+        tcase_add_test(tc, test_passed_file_descriptors_are_refused);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);

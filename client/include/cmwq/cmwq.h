@@ -209,7 +209,7 @@ typedef void (*cmwq_work_fn)(struct cmwq_work *work);
  * A work item: a function run on a worker thread of this process, when the
  * daemon's concurrency management lets it run on its CPU.  The first
  * callback work of a connection makes the memory it shares with the daemon
- * (a sealed memfd of about 84 KiB, mapped in both, and an eventfd): a
+ * (a sealed memfd of about 80 KiB, mapped in both, and an eventfd): a
  * thread asks for its CPU and learns it may run through that memory, and
  * runs queued items back to back while it holds the CPU, so that queueing
  * and running an item takes no message to the daemon.  Idle threads beyond
