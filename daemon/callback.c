@@ -208,14 +208,18 @@ static bool freeze_seq_answered(uint32_t seq, uint32_t acked) {
  * callbacks run into the freeze. */
 static void callback_client_freeze_answered(struct callback_client *c, uint32_t acked) {
         struct callback_hold *h, *n;
+        bool freed = false;
 
         list_for_each_entry_safe(h, n, &c->holds, owner_entry)
                 if (freeze_seq_answered(h->seq, acked)) {
                         log_debug("callback: PID %d has no callback of %s running any more", (int) c->pid,
                                   h->wq->name);
                         callback_hold_free(h);
+                        freed = true;
                 }
-        core_check_freezers(c->registry->core);
+        /* Only then: a client repeating its answer costs no walk of the queues. */
+        if (freed)
+                core_check_freezers(c->registry->core);
 }
 
 static void callback_freeze_changed(struct workqueue *wq, void *userdata) {

@@ -708,6 +708,35 @@ static void sleepy_fn(struct cmwq_work *w) {
         nanosleep(&t, NULL);
 }
 
+/* A cmwqd confined to CPU 0 (CPUAffinity=, a cpuset) has no pool on CPU 1:
+ * work queued there runs on CPU 0 instead of waiting forever. */
+START_TEST(test_work_for_a_cpu_cmwqd_does_not_serve_runs_on_one_it_does) {
+        cpu_set_t all, only0;
+        struct cmwq *c;
+        struct probe_work p = {};
+
+        if (nr_cpus() < 2) {
+                /* Nothing to confine on one CPU: say so, do not pass silently. */
+                ck_abort_msg("this test needs 2 CPUs");
+        }
+        ck_assert_int_eq(sched_getaffinity(0, sizeof(all), &all), 0);
+        CPU_ZERO(&only0);
+        CPU_SET(0, &only0);
+        cmwqd_stop(&d);
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(only0), &only0), 0);
+        cmwqd_start(&d, NULL);          /* inherits CPU 0 alone */
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(all), &all), 0);
+
+        c = connect_ok();
+        CMWQ_WORK_INIT(&p.work, probe_fn);
+        ck_assert(cmwq_queue_work_on(1, cmwq_system_workqueue(c, CMWQ_SYSTEM), &p.work));
+        ck_assert_int_ge(cmwq_flush_work(&p.work), 0);
+        ck_assert_int_eq(atomic_load(&p.runs), 1);
+        ck_assert_int_eq(atomic_load(&p.cpu), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 /* As the kernel's idle workers: beyond two per pool, idle threads end after
  * the idle timeout ($CMWQ_IDLE_TIMEOUT here, 300 s by default), and give
  * their slot and the daemon's perf fd back; work then still runs. */
@@ -1198,6 +1227,7 @@ int main(void) {
         tcase_add_test(tc, test_queue_work_runs_on_a_worker_thread);
         tcase_add_test(tc, test_highpri_callbacks_run_at_raised_priority);
         tcase_add_test(tc, test_idle_threads_end_after_the_idle_timeout);
+        tcase_add_test(tc, test_work_for_a_cpu_cmwqd_does_not_serve_runs_on_one_it_does);
         tcase_add_test(tc, test_pending_is_a_noop_and_a_running_item_may_be_requeued);
         tcase_add_test(tc, test_a_work_item_requeues_itself);
         tcase_add_test(tc, test_never_runs_on_two_threads_at_once);
