@@ -370,8 +370,15 @@ static void callback_worker_free(struct callback_worker *w) {
 }
 
 struct callback_client *callback_client_free(struct callback_client *c) {
+        struct callback_worker *w;
+
         if (!c)
                 return NULL;
+        /* Demands first, so that no grant given back starts another of its
+         * threads. */
+        list_for_each_entry(w, &c->workers, entry)
+                if (!w->granted)
+                        callback_worker_release(w);
         while (!list_empty(&c->workers))
                 callback_worker_free(list_first_entry(&c->workers, struct callback_worker, entry));
         callback_shm_free(c->shm);
