@@ -36,6 +36,7 @@ struct callback_client {
         struct list_head holds;         /* struct callback_hold: freezes it has not answered */
         uint32_t freeze_seq;            /* the last freeze notice's number */
         bool is_broken;                 /* broke its shared memory: nothing it says there counts */
+        bool limit_logged;              /* a thread was refused for the per-user limit */
         struct pool_work_stats stats;
 };
 
@@ -53,6 +54,7 @@ struct callback_worker {
         uint64_t granted_usec;          /* CLOCK_MONOTONIC, while granted */
         uint64_t granted_finished;      /* its completion record then */
         uint64_t counted_finished;      /* its completion record, as last added to the pool's count */
+        struct user_usage *usage;       /* its uid's, counting it; NULL for root */
 };
 
 static int callback_execute(struct worker *pw, struct pool_work *work);
@@ -363,6 +365,10 @@ static void callback_worker_free(struct callback_worker *w) {
         callback_worker_release(w);
         sleepwatch_target_free(w->target);
         w->pool->nr_callback_threads--;
+        if (w->usage) {
+                w->usage->nr_callback_threads--;
+                user_usage_put(&w->client->registry->core->users, w->usage);
+        }
         w->client->slots[w->slot] = NULL;
         list_del_init(&w->entry);
         w->client->nr_workers--;
@@ -414,6 +420,7 @@ static bool thread_of(pid_t pid, pid_t tid) {
 int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot, unsigned cpu, bool highpri,
                              struct core_error *e) {
         struct core *core = c->registry->core;
+        struct user_usage *usage = NULL;
         struct callback_worker *w;
         int r;
 
@@ -431,10 +438,27 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot
         if (c->nr_workers >= CALLBACK_WORKERS_MAX)
                 return core_error_set(e, -ENOSPC, "a client may have at most %u callback worker threads",
                                       CALLBACK_WORKERS_MAX);
+        if (!caller_is_privileged(c->caller)) {
+                usage = user_usage_get(&core->users, c->caller->uid);
+                if (!usage)
+                        return core_error_set(e, -ENOMEM, "out of memory");
+                if (usage->nr_callback_threads >= core->config.limits.value[LIMIT_CALLBACK_THREADS]) {
+                        user_usage_put(&core->users, usage);
+                        r = limit_refuse(&core->config.limits, LIMIT_CALLBACK_THREADS, c->caller->uid, e);
+                        /* Once per client: the library retries with a back-off. */
+                        if (!c->limit_logged)
+                                log_warning("Client PID %d: %s; its callbacks wait for the threads it has",
+                                            (int) c->pid, e ? e->message : "per-user limit 'callback-threads'");
+                        c->limit_logged = true;
+                        return r;
+                }
+        }
 
         w = calloc(1, sizeof(*w));
-        if (!w)
+        if (!w) {
+                user_usage_put(&core->users, usage);
                 return core_error_set(e, -ENOMEM, "out of memory");
+        }
         w->client = c;
         w->tid = tid;
         w->slot = slot;
@@ -446,12 +470,17 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot
 
         r = sleepwatch_watch_thread(core->sleepwatch, c->pid, tid, callback_sleep_changed, w, &w->target);
         if (r < 0) {
+                user_usage_put(&core->users, usage);
                 free(w);
                 return core_error_set(e, r, "cannot watch thread %d: %s", (int) tid, strerror(-r));
         }
         list_add_tail(&w->entry, &c->workers);
         c->slots[slot] = w;
         c->nr_workers++;
+        if (usage) {
+                usage->nr_callback_threads++;
+                w->usage = usage;
+        }
         w->pool->nr_callback_threads++;
         /* A slot freed by a thread that ended: the new one starts afresh. */
         callback_shm_reset_slot(c->shm, slot);

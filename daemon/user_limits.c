@@ -34,6 +34,8 @@ static const struct {
         [LIMIT_HISTORY] = { "history", 1000, 1, 10000000, false },
         [LIMIT_HISTORY_BYTES] = { "history-bytes", 16 * MIB, 1, 1024 * GIB, true },
         [LIMIT_HELLO_TIMEOUT] = { "hello-timeout", 10, 1, 3600, false },
+        /* Each costs a perf fd (or /proc sampling) in the daemon. */
+        [LIMIT_CALLBACK_THREADS] = { "callback-threads", 1024, 1, 1000000, false },
 };
 
 const char *limit_name(enum limit_id id) {
@@ -123,7 +125,7 @@ struct user_usage *user_usage_get(struct user_table *t, uid_t uid) {
 
 void user_usage_put(struct user_table *t, struct user_usage *u) {
         if (!u || u->nr_workqueues || u->nr_items || u->queued_bytes || u->nr_connections || u->reply_bytes ||
-            u->nr_history)
+            u->nr_history || u->nr_callback_threads)
                 return;
         for (struct user_usage **p = &t->buckets[user_bucket(u->uid)]; *p; p = &(*p)->hash_next)
                 if (*p == u) {

@@ -8,7 +8,7 @@
  * The limits are set once at start-up (cmwqd --limit NAME=VALUE) and are
  * the same for every unprivileged uid.  Two kinds:
  *  - per-user totals (workqueues, pending-items, queued-bytes, connections,
- *    reply-bytes),
+ *    reply-bytes, callback-threads),
  *    counted in struct user_usage; root and the daemon's own uid are exempt
  *    from these (they may stop the daemon anyway);
  *  - sizes that bound every item and every user's history, root's too
@@ -41,6 +41,7 @@ enum limit_id {
         LIMIT_HISTORY,
         LIMIT_HISTORY_BYTES,
         LIMIT_HELLO_TIMEOUT,
+        LIMIT_CALLBACK_THREADS,
         _LIMIT_MAX,
 };
 
@@ -65,6 +66,7 @@ struct user_usage {
         uint64_t queued_bytes;          /* argv + env + cwd + payload of those */
         uint64_t nr_connections;
         uint64_t reply_bytes;           /* replies queued, not yet read, on its connections */
+        uint64_t nr_callback_threads;   /* libcmwq-client worker threads registered */
         struct list_head history;       /* struct item, user_history_entry, oldest first */
         uint64_t nr_history;
         uint64_t history_bytes;         /* argv + output kept of those */

@@ -67,6 +67,10 @@
 #define WORK_IDLE_TIMEOUT_USEC (300 * USEC_PER_SEC)
 #define WORK_IDLE_KEEP 2u
 #define WORK_IDLE_RATIO 4u
+/* The back-off after cmwqd refused a thread, as its own pools' after a
+ * refused fork. */
+#define WORK_RETRY_MIN_MS 10u
+#define WORK_RETRY_MAX_MS 1000u
 
 enum thread_state {
         THREAD_STARTING,                /* created for a demand, registering */
@@ -106,6 +110,10 @@ struct work_pool {
         unsigned nr_threads;
         unsigned nr_idle;               /* unbound */
         bool demanding;                 /* a thread demands (or starts to) */
+        /* cmwqd refused a thread (a limit): none is made before this
+         * (CLOCK_MONOTONIC), and the wait doubles each time. */
+        uint64_t retry_usec;
+        unsigned retry_ms;
 };
 
 struct client_work {
@@ -439,6 +447,9 @@ static void pool_kick(struct client_work *cw, struct work_pool *p) {
                         ring_push(cw, CMWQ_SHM_OP_DEMAND, t->slot);
                         return;
                 }
+        if (p->retry_usec > now_usec(CLOCK_MONOTONIC))
+                return;         /* the timer thread kicks it then */
+        p->retry_usec = 0;
         p->demanding = true;
         if (!thread_new(cw, p))
                 p->demanding = false;
@@ -603,7 +614,8 @@ static int thread_unregister(struct client_work *cw, struct work_thread *t);
  * pick it), its slot given back to the daemon, then joined and freed by
  * the next thread_new() or at disconnect.  Work lock held; returns without
  * it, and the thread must then return. */
-static void thread_reap(struct client_work *cw, struct work_thread *t) {
+/* Takes @t out of its pool onto the list of threads to join.  Work lock held. */
+static void thread_retire(struct client_work *cw, struct work_thread *t) {
         struct work_pool *p = t->pool;
 
         for (struct work_thread **pt = &p->threads; *pt; pt = &(*pt)->next)
@@ -612,11 +624,17 @@ static void thread_reap(struct client_work *cw, struct work_thread *t) {
                         break;
                 }
         p->nr_threads--;
-        if (p->cpu < 0)
+        if (p->cpu < 0 && t->state == THREAD_IDLE)
                 p->nr_idle--;
         t->state = THREAD_DEAD;
         t->next = cw->exited;
         cw->exited = t;
+}
+
+static void thread_reap(struct client_work *cw, struct work_thread *t) {
+        struct work_pool *p = t->pool;
+
+        thread_retire(cw, t);
         pthread_mutex_unlock(&cw->lock);
 
         /* Its IDLE is in the ring before this request: the daemon reads
@@ -701,14 +719,25 @@ static void *work_thread_main(void *userdata) {
         pthread_mutex_unlock(&cw->lock);
 
         if (bound && thread_register(cw, t) < 0) {
+                /* Refused (a limit of cmwqd's, most likely): the pool's work
+                 * waits for its threads that are registered, and another is
+                 * tried after a back-off (the timer thread kicks it). */
                 pthread_mutex_lock(&cw->lock);
-                t->state = THREAD_DEAD;
                 p->demanding = false;
+                p->retry_ms = p->retry_ms ? (p->retry_ms * 2 < WORK_RETRY_MAX_MS ? p->retry_ms * 2
+                                                                                   : WORK_RETRY_MAX_MS)
+                                          : WORK_RETRY_MIN_MS;
+                p->retry_usec = now_usec(CLOCK_MONOTONIC) + p->retry_ms * USEC_PER_MSEC;
+                pthread_cond_broadcast(&cw->timer_cond);
+                thread_retire(cw, t);
+                __atomic_store_n(&t->exited, true, __ATOMIC_RELEASE);
                 pthread_mutex_unlock(&cw->lock);
                 return NULL;
         }
 
         pthread_mutex_lock(&cw->lock);
+        if (bound)
+                p->retry_ms = 0;
         p->demanding = false;
         if (bound) {
                 t->state = THREAD_IDLE;
@@ -847,20 +876,36 @@ static void *timer_main(void *userdata) {
         pthread_mutex_lock(&cw->lock);
         while (!cw->stopping) {
                 struct cmwq_delayed_work *dw = cw->timers._tnext;
-                uint64_t now = mono_usec();
+                uint64_t now = mono_usec(), next = UINT64_MAX;
 
-                if (dw == &cw->timers) {
+                /* Pools whose back-off after a refused thread is over. */
+                for (unsigned i = 0; i < cw->nr_cpus * 2; i++) {
+                        struct work_pool *p = &cw->pools[i];
+
+                        if (!p->retry_usec)
+                                continue;
+                        if (p->retry_usec <= now) {
+                                p->retry_usec = 0;
+                                pool_kick(cw, p);
+                        } else if (p->retry_usec < next)
+                                next = p->retry_usec;
+                }
+                if (dw != &cw->timers && dw->_expires < next)
+                        next = dw->_expires;
+                if (next == UINT64_MAX) {
                         pthread_cond_wait(&cw->timer_cond, &cw->lock);
                         continue;
                 }
-                if (dw->_expires > now) {
+                if (next > now) {
                         struct timespec ts = {
-                                .tv_sec = (time_t) (dw->_expires / USEC_PER_SEC),
-                                .tv_nsec = (long) (dw->_expires % USEC_PER_SEC) * 1000,
+                                .tv_sec = (time_t) (next / USEC_PER_SEC),
+                                .tv_nsec = (long) (next % USEC_PER_SEC) * 1000,
                         };
                         pthread_cond_timedwait(&cw->timer_cond, &cw->lock, &ts);
                         continue;
                 }
+                if (dw == &cw->timers || dw->_expires > now)
+                        continue;
                 timers_del(dw);
                 if (cw->dead) {
                         dw->work._nr_started++;

@@ -8,13 +8,18 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <cmwq/cmwq.h>
 
 #include "harness.h"
 
@@ -26,7 +31,8 @@ static struct cmwqd d;
 static void setup(void) {
         cmwqd_start(&d, (const char *const[]) {
                 "--limit", "pending-items=20", "--limit", "queued-bytes=256K", "--limit", "workqueues=2",
-                "--limit", "history=3", "--limit", "output-bytes=1000", "--limit", "item-args-bytes=64K", NULL });
+                "--limit", "history=3", "--limit", "output-bytes=1000", "--limit", "item-args-bytes=64K",
+                "--limit", "callback-threads=2", NULL });
 }
 
 static void teardown(void) {
@@ -221,6 +227,80 @@ START_TEST(test_history_per_user) {
 }
 END_TEST
 
+struct blocking_work {
+        struct cmwq_work work;
+        atomic_int *ran;
+};
+
+static void blocking_fn(struct cmwq_work *w) {
+        struct blocking_work *b = cmwq_container_of(w, struct blocking_work, work);
+        struct timespec t = { 0, 200 * 1000000L };
+
+        nanosleep(&t, NULL);
+        atomic_fetch_add(b->ran, 1);
+}
+
+/* The child: uid 65534 queues 6 callbacks that block on CPU 0, each of
+ * which would get a thread of its own; exits 0 once all have run. */
+static int callback_threads_child(const char *socket) {
+        struct blocking_work works[6];
+        atomic_int ran = 0;
+        struct cmwq *c;
+        struct cmwq_workqueue *wq;
+
+        if (setgroups(0, NULL) < 0 || setgid(USER_UID) < 0 || setuid(USER_UID) < 0)
+                return 10;
+        c = cmwq_connect(socket);
+        if (!c)
+                return 11;
+        wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        for (int i = 0; i < 6; i++) {
+                works[i].ran = &ran;
+                CMWQ_WORK_INIT(&works[i].work, blocking_fn);
+                if (!cmwq_queue_work_on(0, wq, &works[i].work))
+                        return 12;
+        }
+        if (cmwq_flush_workqueue(wq) < 0)
+                return 13;
+        cmwq_disconnect(c);
+        return atomic_load(&ran) == 6 ? 0 : 14;
+}
+
+/* callback-threads: a user's library threads registered with cmwqd (each
+ * costs it a perf fd).  Over the limit a thread is refused; the work waits
+ * for the threads the user has (the library tries again with a back-off),
+ * and all of it runs. */
+START_TEST(test_callback_threads_per_user) {
+        int status, most = 0;
+        pid_t pid = fork();
+
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0)
+                _exit(callback_threads_child(d.socket));
+        for (;;) {
+                struct ctl_result r = {};
+                const char *p;
+                int n = 0;
+
+                ck_assert_int_eq(CTL(&d, &r, "--json", "pools"), 0);
+                for (p = strstr(r.out, "\"callback_threads\":"); p; p = strstr(p + 1, "\"callback_threads\":"))
+                        n += atoi(p + strlen("\"callback_threads\":"));
+                ctl_result_free(&r);
+                if (n > most)
+                        most = n;
+                if (waitpid(pid, &status, WNOHANG) == pid)
+                        break;
+                usleep(20000);
+        }
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the client failed: status 0x%x", status);
+        ck_assert_msg(most <= 2, "uid %d had %d callback threads at once, over its limit 2", USER_UID, most);
+        ck_assert_msg(most >= 1, "no callback thread seen");
+        char *log = read_file(d.log);
+        ck_assert_msg(strstr(log, "per-user limit 'callback-threads' (2) reached for uid 65534"), "log: %s", log);
+        free(log);
+}
+END_TEST
+
 /* cmwqd --limit: bad names and values are usage errors (exit 2). */
 static int run_cmwqd(const char *const *args, char **ret_err) {
         const char *argv[16];
@@ -360,6 +440,7 @@ int main(void) {
         tcase_add_test(tc, test_workqueues_per_user);
         tcase_add_test(tc, test_item_sizes_and_output);
         tcase_add_test(tc, test_history_per_user);
+        tcase_add_test(tc, test_callback_threads_per_user);
         tcase_add_test(tc, test_limit_option_errors);
         tcase_add_test(tc, test_config_file);
         suite_add_tcase(s, tc);
