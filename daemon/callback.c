@@ -55,6 +55,7 @@ struct callback_worker {
         uint64_t granted_finished;      /* its completion record then */
         uint64_t counted_finished;      /* its completion record, as last added to the pool's count */
         struct user_usage *usage;       /* its uid's, counting it; NULL for root */
+        struct event *yield_timer;      /* asked to yield: how long it may take */
 };
 
 static int callback_execute(struct worker *pw, struct pool_work *work);
@@ -124,6 +125,30 @@ static uint64_t callback_cpu_usec(struct worker *pw) {
         return n == 1 ? ns / 1000 : POOL_CPU_UNKNOWN;
 }
 
+/* A granted thread asked to yield that keeps its grant this long stops
+ * counting toward its pool: one that the scheduler keeps from running (its
+ * own SCHED_IDLE spinners, its cgroup's quota) never reaches the
+ * CPU-intensive threshold, and would hold the CPU's other work back. */
+#define CALLBACK_YIELD_GRACE_USEC (2 * pool_cpu_intensive_thresh_usec)
+
+static void callback_yield_overdue(evutil_socket_t fd, short what, void *userdata) {
+        struct callback_worker *w = userdata;
+
+        if (!w->granted || !worker_counts_running(w->granted))
+                return;
+        log_debug("callback: thread %d (PID %d) has not yielded CPU %d in time: it stops counting there",
+                  (int) w->tid, (int) w->client->pid, w->pool->cpu);
+        pool_worker_cpu_intensive(w->granted);
+}
+
+static void callback_worker_ask_yield(struct callback_worker *w) {
+        struct timeval tv = timeval_from_usec(CALLBACK_YIELD_GRACE_USEC);
+
+        w->yield_sent = true;
+        callback_shm_yield(w->client->shm, w->slot, w->grant_seq);
+        evtimer_add(w->yield_timer, &tv);
+}
+
 static void callback_sleep_changed(struct sleepwatch_target *t, bool running, void *userdata) {
         struct callback_worker *w = userdata;
 
@@ -139,10 +164,8 @@ static void callback_sleep_changed(struct sleepwatch_target *t, bool running, vo
         /* Woke up to find others running: like the kernel's keep_working(),
          * finish this item and go idle rather than take more, so that the
          * CPU is not oversubscribed and no new thread is needed. */
-        if (worker_counts_running(w->granted) && w->pool->nr_running > 1 && !w->yield_sent) {
-                w->yield_sent = true;
-                callback_shm_yield(w->client->shm, w->slot, w->grant_seq);
-        }
+        if (worker_counts_running(w->granted) && w->pool->nr_running > 1 && !w->yield_sent)
+                callback_worker_ask_yield(w);
 }
 
 /* Other work waits for @p: threads of other clients holding it yield. */
@@ -161,8 +184,7 @@ static void callback_pool_contended(struct pool *p, struct pool_work *work, void
                         if (w->pool == p && w->granted && !w->yield_sent && worker_counts_running(w->granted)) {
                                 log_debug("callback: thread %d (PID %d) asked to yield CPU %d", (int) w->tid,
                                           (int) c->pid, p->cpu);
-                                w->yield_sent = true;
-                                callback_shm_yield(c->shm, w->slot, w->grant_seq);
+                                callback_worker_ask_yield(w);
                         }
         }
 }
@@ -351,6 +373,7 @@ static void callback_worker_release(struct callback_worker *w) {
         struct worker *pw = w->granted;
 
         callback_worker_count(w);
+        evtimer_del(w->yield_timer);
         if (pw) {
                 log_debug("callback: thread %d (PID %d) gives CPU %d back%s", (int) w->tid, (int) w->client->pid,
                           w->pool->cpu, pw->flags & WORKER_CPU_INTENSIVE ? " (was CPU-intensive)" : "");
@@ -363,6 +386,7 @@ static void callback_worker_release(struct callback_worker *w) {
 
 static void callback_worker_free(struct callback_worker *w) {
         callback_worker_release(w);
+        event_free(w->yield_timer);
         sleepwatch_target_free(w->target);
         w->pool->nr_callback_threads--;
         if (w->usage) {
@@ -464,6 +488,12 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot
         w->slot = slot;
         w->pool = core_pool_for(core, (int) cpu, highpri);
         list_init(&w->work.entry);
+        w->yield_timer = evtimer_new(core->base, callback_yield_overdue, w);
+        if (!w->yield_timer) {
+                user_usage_put(&core->users, usage);
+                free(w);
+                return core_error_set(e, -ENOMEM, "out of memory");
+        }
         w->work.ops = &callback_ops;
         w->work.identity = w;
         w->work.stats = &c->stats;
@@ -471,6 +501,7 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot
         r = sleepwatch_watch_thread(core->sleepwatch, c->pid, tid, callback_sleep_changed, w, &w->target);
         if (r < 0) {
                 user_usage_put(&core->users, usage);
+                event_free(w->yield_timer);
                 free(w);
                 return core_error_set(e, r, "cannot watch thread %d: %s", (int) tid, strerror(-r));
         }

@@ -708,6 +708,102 @@ static void sleepy_fn(struct cmwq_work *w) {
         nanosleep(&t, NULL);
 }
 
+/* A callback thread the scheduler keeps from running (here SCHED_IDLE
+ * against a spinner of the same process on its CPU) never reaches the
+ * CPU-intensive threshold and never gets to yield; cmwqd stops counting it
+ * once it has not yielded in time, so an exec item waiting for that CPU runs
+ * long before the spinner stops. */
+struct starved_work {
+        struct cmwq_work work;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool go;
+        atomic_int started;
+        atomic_int stop;
+};
+
+static void starved_fn(struct cmwq_work *w) {
+        struct starved_work *s = cmwq_container_of(w, struct starved_work, work);
+        struct sched_param sp = { 0 };
+
+        pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+        atomic_store(&s->started, 1);
+        pthread_mutex_lock(&s->lock);
+        while (!s->go)
+                pthread_cond_wait(&s->cond, &s->lock);
+        pthread_mutex_unlock(&s->lock);
+        while (!atomic_load(&s->stop))
+                ;
+        pthread_setschedparam(pthread_self(), SCHED_OTHER, &sp);
+}
+
+static atomic_int spinner_spinning;
+static int64_t spinner_end_ns;
+
+static void *spinner_main(void *userdata) {
+        (void) userdata;
+        atomic_store(&spinner_spinning, 1);
+        while (now_ns() < spinner_end_ns)
+                ;
+        return NULL;
+}
+
+START_TEST(test_a_starved_callback_thread_does_not_hold_its_cpu) {
+        struct starved_work s = {};
+        const char *argv[] = { "/bin/true", NULL };
+        struct cmwq_exec_args exec = { .argv = argv, .pin_cpu = true, .cpu = 0 };
+        struct cmwq_exec_result *res = NULL;
+        struct cmwq *c = connect_ok();
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        pthread_attr_t attr;
+        pthread_t spinner;
+        cpu_set_t only0;
+        uint64_t id;
+        int64_t done_ns;
+
+        pthread_mutex_init(&s.lock, NULL);
+        pthread_cond_init(&s.cond, NULL);
+        CMWQ_WORK_INIT(&s.work, starved_fn);
+        ck_assert(cmwq_queue_work_on(0, wq, &s.work));
+        wait_until(&s.started, 1);
+
+        /* A spinner of ours on CPU 0 for 3 s, then the callback wakes up
+         * behind it: runnable, hardly ever running. */
+        spinner_end_ns = now_ns() + 3000 * 1000000LL;
+        atomic_store(&spinner_spinning, 0);
+        CPU_ZERO(&only0);
+        CPU_SET(0, &only0);
+        pthread_attr_init(&attr);
+        pthread_attr_setaffinity_np(&attr, sizeof(only0), &only0);
+        ck_assert_int_eq(pthread_create(&spinner, &attr, spinner_main, NULL), 0);
+        pthread_attr_destroy(&attr);
+        wait_until(&spinner_spinning, 1);
+        pthread_mutex_lock(&s.lock);
+        s.go = true;
+        pthread_cond_signal(&s.cond);
+        pthread_mutex_unlock(&s.lock);
+        /* cmwqd counts it running again once it got the CPU for a moment. */
+        for (int waited = 0; pools_sum_now("running") < 1; waited++) {
+                ck_assert_msg(waited < 100, "cmwqd never saw the callback thread run again");
+                usleep(10000);
+        }
+
+        ck_assert_int_eq(cmwq_exec(wq, &exec, &id), 0);
+        ck_assert_int_eq(cmwq_exec_wait(c, id, &res), 0);
+        done_ns = now_ns();
+        ck_assert_int_eq(res->exit_status, 0);
+        cmwq_exec_result_free(res);
+        ck_assert_msg(done_ns < spinner_end_ns - 1500 * 1000000LL,
+                      "the exec item ended only %.0f ms before the spinner stopped",
+                      (spinner_end_ns - done_ns) / 1e6);
+
+        atomic_store(&s.stop, 1);
+        pthread_join(spinner, NULL);
+        ck_assert_int_ge(cmwq_flush_work(&s.work), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 /* A cmwqd confined to CPU 0 (CPUAffinity=, a cpuset) has no pool on CPU 1:
  * work queued there runs on CPU 0 instead of waiting forever. */
 START_TEST(test_work_for_a_cpu_cmwqd_does_not_serve_runs_on_one_it_does) {
@@ -1228,6 +1324,7 @@ int main(void) {
         tcase_add_test(tc, test_highpri_callbacks_run_at_raised_priority);
         tcase_add_test(tc, test_idle_threads_end_after_the_idle_timeout);
         tcase_add_test(tc, test_work_for_a_cpu_cmwqd_does_not_serve_runs_on_one_it_does);
+        tcase_add_test(tc, test_a_starved_callback_thread_does_not_hold_its_cpu);
         tcase_add_test(tc, test_pending_is_a_noop_and_a_running_item_may_be_requeued);
         tcase_add_test(tc, test_a_work_item_requeues_itself);
         tcase_add_test(tc, test_never_runs_on_two_threads_at_once);
