@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -274,6 +275,32 @@ char *read_file(const char *path) {
                 append(&buf, &len, chunk, n);
         close(fd);
         return buf;
+}
+
+int count_fds(pid_t pid) {
+        char path[64];
+        struct dirent *de;
+        DIR *dir;
+        int n = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/fd", (int) pid);
+        dir = opendir(path);
+        ck_assert_ptr_nonnull(dir);
+        while ((de = readdir(dir)))
+                if (de->d_name[0] != '.')
+                        n++;
+        closedir(dir);
+        return n;
+}
+
+long json_sum(const char *json, const char *key) {
+        char pat[64];
+        long sum = 0;
+
+        snprintf(pat, sizeof(pat), "\"%s\":", key);
+        for (const char *p = strstr(json, pat); p; p = strstr(p + 1, pat))
+                sum += strtol(p + strlen(pat), NULL, 10);
+        return sum;
 }
 
 void test_path(const struct cmwqd *d, const char *name, char *buf, size_t size) {

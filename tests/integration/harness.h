@@ -60,6 +60,10 @@ char *ctl_ok(const struct cmwqd *d, const char *const *args);
 #define CTL_OK(d, ...) ctl_ok(d, (const char *const[]) { __VA_ARGS__, NULL })
 
 char *read_file(const char *path);
+/* Open file descriptors of process @pid (fails the test if unreadable). */
+int count_fds(pid_t pid);
+/* The sum of every "KEY": N in cmwqctl's --json output. */
+long json_sum(const char *json, const char *key);
 /* A fresh file name in the daemon's directory, world-writable directory. */
 void test_path(const struct cmwqd *d, const char *name, char *buf, size_t size);
 

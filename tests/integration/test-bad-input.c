@@ -1128,20 +1128,6 @@ static void setup_deadline(void) {
                                                 "reply-bytes=8M", "--limit", "output-bytes=1M", NULL });
 }
 
-static int count_fds(pid_t pid) {
-        char path[64];
-        DIR *dir;
-        int n = 0;
-
-        snprintf(path, sizeof(path), "/proc/%d/fd", (int) pid);
-        dir = opendir(path);
-        ck_assert_ptr_nonnull(dir);
-        while (readdir(dir))
-                n++;
-        closedir(dir);
-        return n - 2;
-}
-
 /* Waits (up to 10 s, the daemon's deadline is 1 s) for cmwqd to end the
  * connection: EOF, with nothing or an error reply first. */
 static void assert_dropped(int fd, const char *what) {

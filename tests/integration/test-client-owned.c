@@ -113,22 +113,6 @@ static void wait_gone(const char *name) {
         }
 }
 
-static int count_fds(pid_t pid) {
-        char path[64];
-        struct dirent *de;
-        DIR *dir;
-        int n = 0;
-
-        snprintf(path, sizeof(path), "/proc/%d/fd", (int) pid);
-        dir = opendir(path);
-        ck_assert_ptr_nonnull(dir);
-        while ((de = readdir(dir)))
-                if (de->d_name[0] != '.')
-                        n++;
-        closedir(dir);
-        return n;
-}
-
 /* The daemon's fds settle once the items' pipes and pidfds are closed. */
 static void assert_fds_back_to(int before) {
         int now = -1;

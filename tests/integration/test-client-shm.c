@@ -43,22 +43,6 @@ static int nr_cpus(void) {
         return (int) sysconf(_SC_NPROCESSORS_ONLN);
 }
 
-static int count_fds(pid_t pid) {
-        char path[64];
-        struct dirent *de;
-        DIR *dir;
-        int n = 0;
-
-        snprintf(path, sizeof(path), "/proc/%d/fd", (int) pid);
-        dir = opendir(path);
-        ck_assert_ptr_nonnull(dir);
-        while ((de = readdir(dir)))
-                if (de->d_name[0] != '.')
-                        n++;
-        closedir(dir);
-        return n;
-}
-
 /* Lines of the daemon's log that contain @what. */
 static int log_count(const char *what) {
         char *log = read_file(d.log);

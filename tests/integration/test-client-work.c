@@ -57,17 +57,6 @@ static int nr_cpus(void) {
         return (int) sysconf(_SC_NPROCESSORS_ONLN);
 }
 
-/* The sum of every "key": N in cmwqctl's JSON output. */
-static long json_sum(const char *json, const char *key) {
-        char pat[64];
-        long sum = 0;
-
-        snprintf(pat, sizeof(pat), "\"%s\":", key);
-        for (const char *p = strstr(json, pat); p; p = strstr(p + 1, pat))
-                sum += strtol(p + strlen(pat), NULL, 10);
-        return sum;
-}
-
 /* Busy workers in all of the daemon's pools. */
 static long pools_busy(void) {
         char *out = CTL_OK(&d, "--json", "pools");
@@ -573,22 +562,6 @@ START_TEST(test_two_clients_share_a_cpu) {
 END_TEST
 
 /* ---- kill -9 of a client ---------------------------------------------------- */
-
-static int count_fds(pid_t pid) {
-        char path[64];
-        struct dirent *de;
-        DIR *dir;
-        int n = 0;
-
-        snprintf(path, sizeof(path), "/proc/%d/fd", (int) pid);
-        dir = opendir(path);
-        ck_assert_ptr_nonnull(dir);
-        while ((de = readdir(dir)))
-                if (de->d_name[0] != '.')
-                        n++;
-        closedir(dir);
-        return n;
-}
 
 static long rss_kb(pid_t pid) {
         char path[64], line[256];

@@ -279,12 +279,10 @@ START_TEST(test_callback_threads_per_user) {
                 _exit(callback_threads_child(d.socket));
         for (;;) {
                 struct ctl_result r = {};
-                const char *p;
-                int n = 0;
+                int n;
 
                 ck_assert_int_eq(CTL(&d, &r, "--json", "pools"), 0);
-                for (p = strstr(r.out, "\"callback_threads\":"); p; p = strstr(p + 1, "\"callback_threads\":"))
-                        n += atoi(p + strlen("\"callback_threads\":"));
+                n = (int) json_sum(r.out, "callback_threads");
                 ctl_result_free(&r);
                 if (n > most)
                         most = n;
