@@ -292,18 +292,12 @@ static int callback_shm_op(enum cmwq_shm_op op, unsigned slot, void *userdata);
 
 static void callback_worker_release(struct callback_worker *w);
 
-static void callback_shm_broken(const char *why, void *userdata) {
-        struct callback_client *c = userdata;
+/* @c's threads hold and wait for no CPU any more, and no freeze waits for
+ * its answer.  Demands first, so that no grant given back starts another of
+ * its threads. */
+static void callback_client_let_go(struct callback_client *c) {
         struct callback_worker *w;
 
-        log_warning("Client PID %d broke the memory it shares with cmwqd: %s", (int) c->pid, why);
-        c->is_broken = true;
-        /* Its threads stop holding and waiting for CPUs now, not once its
-         * connection is freed, which waits until it took its unread
-         * replies.  Demands first, so that no grant given back starts
-         * another of its threads.  No freeze waits for its answer either
-         * (it could only come through the ring): what its threads still
-         * run, they run outside cmwq's management. */
         list_for_each_entry(w, &c->workers, entry)
                 if (!w->granted)
                         callback_worker_release(w);
@@ -314,6 +308,18 @@ static void callback_shm_broken(const char *why, void *userdata) {
                         callback_hold_free(list_first_entry(&c->holds, struct callback_hold, owner_entry));
                 core_check_freezers(c->registry->core);
         }
+}
+
+static void callback_shm_broken(const char *why, void *userdata) {
+        struct callback_client *c = userdata;
+
+        log_warning("Client PID %d broke the memory it shares with cmwqd: %s", (int) c->pid, why);
+        c->is_broken = true;
+        /* Now, not once its connection is freed, which waits until it took
+         * its unread replies.  Its answer to a freeze could only come
+         * through the ring: what its threads still run, they run outside
+         * cmwq's management. */
+        callback_client_let_go(c);
         c->broken(why, c->userdata);
 }
 
@@ -400,25 +406,14 @@ static void callback_worker_free(struct callback_worker *w) {
 }
 
 struct callback_client *callback_client_free(struct callback_client *c) {
-        struct callback_worker *w;
-
         if (!c)
                 return NULL;
-        /* Demands first, so that no grant given back starts another of its
-         * threads. */
-        list_for_each_entry(w, &c->workers, entry)
-                if (!w->granted)
-                        callback_worker_release(w);
+        /* Gone: none of its callbacks runs any more. */
+        callback_client_let_go(c);
         while (!list_empty(&c->workers))
                 callback_worker_free(list_first_entry(&c->workers, struct callback_worker, entry));
         callback_shm_free(c->shm);
         list_del_init(&c->entry);
-        if (!list_empty(&c->holds)) {
-                /* Gone: none of its callbacks runs any more. */
-                while (!list_empty(&c->holds))
-                        callback_hold_free(list_first_entry(&c->holds, struct callback_hold, owner_entry));
-                core_check_freezers(c->registry->core);
-        }
         free(c);
         return NULL;
 }
