@@ -38,6 +38,11 @@ static inline struct timeval timeval_from_usec(uint64_t usec) {
         return (struct timeval) { .tv_sec = usec / USEC_PER_SEC, .tv_usec = usec % USEC_PER_SEC };
 }
 
+static inline struct timespec timespec_from_usec(uint64_t usec) {
+        return (struct timespec) { .tv_sec = (time_t) (usec / USEC_PER_SEC),
+                                   .tv_nsec = (long) (usec % USEC_PER_SEC) * 1000 };
+}
+
 /* A NULL-terminated string vector. */
 char **strv_free(char **l);
 size_t strv_length(char *const *l);

@@ -145,6 +145,10 @@ struct client_work {
 
 static __thread struct work_thread *work_self;
 
+static uint64_t mono_usec(void) {
+        return now_usec(CLOCK_MONOTONIC);
+}
+
 /* ---- lists of work items (circular, through a sentinel) ------------------ */
 
 static void wlist_init(struct cmwq_work *h) {
@@ -447,7 +451,7 @@ static void pool_kick(struct client_work *cw, struct work_pool *p) {
                         ring_push(cw, CMWQ_SHM_OP_DEMAND, t->slot);
                         return;
                 }
-        if (p->retry_usec > now_usec(CLOCK_MONOTONIC))
+        if (p->retry_usec > mono_usec())
                 return;         /* the timer thread kicks it then */
         p->retry_usec = 0;
         p->demanding = true;
@@ -553,7 +557,7 @@ enum thread_wait {
  * held, dropped meanwhile. */
 static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_thread *t) {
         bool timed = t->state == THREAD_IDLE && t->pool->nr_threads > WORK_IDLE_KEEP;
-        uint64_t deadline = timed ? now_usec(CLOCK_MONOTONIC) + cw->idle_timeout_usec : 0;
+        uint64_t deadline = timed ? mono_usec() + cw->idle_timeout_usec : 0;
         enum thread_wait r = THREAD_WAIT_GRANTED;
 
         pthread_mutex_unlock(&cw->lock);
@@ -562,6 +566,7 @@ static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_th
 
                 for (;;) {
                         uint32_t g = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+                        struct timespec left;
                         uint64_t now;
 
                         if (thread_stopped(t))
@@ -574,21 +579,16 @@ static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_th
                                 futex_wait(word, g, NULL);
                                 continue;
                         }
-                        now = now_usec(CLOCK_MONOTONIC);
+                        now = mono_usec();
                         if (now >= deadline) {
                                 r = THREAD_WAIT_TIMED_OUT;
                                 break;
                         }
-                        futex_wait(word, g, &(struct timespec) {
-                                .tv_sec = (time_t) ((deadline - now) / USEC_PER_SEC),
-                                .tv_nsec = (long) ((deadline - now) % USEC_PER_SEC) * 1000,
-                        });
+                        left = timespec_from_usec(deadline - now);
+                        futex_wait(word, g, &left);
                 }
         } else {
-                struct timespec until = {
-                        .tv_sec = (time_t) (deadline / USEC_PER_SEC),
-                        .tv_nsec = (long) (deadline % USEC_PER_SEC) * 1000,
-                };
+                struct timespec until = timespec_from_usec(deadline);
 
                 pthread_mutex_lock(&t->lock);
                 while (!t->grant && !t->stop && r != THREAD_WAIT_TIMED_OUT)
@@ -727,7 +727,7 @@ static void *work_thread_main(void *userdata) {
                 p->retry_ms = p->retry_ms ? (p->retry_ms * 2 < WORK_RETRY_MAX_MS ? p->retry_ms * 2
                                                                                    : WORK_RETRY_MAX_MS)
                                           : WORK_RETRY_MIN_MS;
-                p->retry_usec = now_usec(CLOCK_MONOTONIC) + p->retry_ms * USEC_PER_MSEC;
+                p->retry_usec = mono_usec() + p->retry_ms * USEC_PER_MSEC;
                 pthread_cond_broadcast(&cw->timer_cond);
                 thread_retire(cw, t);
                 __atomic_store_n(&t->exited, true, __ATOMIC_RELEASE);
@@ -866,10 +866,6 @@ static void *manager_main(void *userdata) {
 
 static void queue_locked(struct client_work *cw, struct cmwq_workqueue *wq, struct cmwq_work *w, int cpu);
 
-static uint64_t mono_usec(void) {
-        return now_usec(CLOCK_MONOTONIC);
-}
-
 static void *timer_main(void *userdata) {
         struct client_work *cw = userdata;
 
@@ -897,10 +893,8 @@ static void *timer_main(void *userdata) {
                         continue;
                 }
                 if (next > now) {
-                        struct timespec ts = {
-                                .tv_sec = (time_t) (next / USEC_PER_SEC),
-                                .tv_nsec = (long) (next % USEC_PER_SEC) * 1000,
-                        };
+                        struct timespec ts = timespec_from_usec(next);
+
                         pthread_cond_timedwait(&cw->timer_cond, &cw->lock, &ts);
                         continue;
                 }
