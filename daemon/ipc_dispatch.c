@@ -28,24 +28,34 @@ static struct core *client_core(struct ipc_client *c) {
         return ipc_server_core(c->server);
 }
 
-static void send_core_error(struct ipc_client *c, uint64_t id, const struct core_error *e) {
+/* @unlogged: for a reply that acknowledges nothing the state log keeps
+ * (ipc_client_send_unlogged()). */
+static void send_core_error_as(struct ipc_client *c, uint64_t id, const struct core_error *e, bool unlogged) {
         Cmwq__Response resp = CMWQ__RESPONSE__INIT;
 
         resp.id = id;
         resp.error = errno_to_protocol_error(e->error);
         resp.message = (char *) (e->message[0] ? e->message : "request failed");
         resp.limit = (char *) e->limit;
-        (void) ipc_client_send(c, &resp);
+        (void) (unlogged ? ipc_client_send_unlogged(c, &resp) : ipc_client_send(c, &resp));
 }
 
-static void send_done(struct ipc_client *c, uint64_t id) {
+static void send_core_error(struct ipc_client *c, uint64_t id, const struct core_error *e) {
+        send_core_error_as(c, id, e, false);
+}
+
+static void send_done_as(struct ipc_client *c, uint64_t id, bool unlogged) {
         Cmwq__Response resp = CMWQ__RESPONSE__INIT;
         Cmwq__Empty empty = CMWQ__EMPTY__INIT;
 
         resp.id = id;
         resp.body_case = CMWQ__RESPONSE__BODY_DONE;
         resp.done = &empty;
-        (void) ipc_client_send(c, &resp);
+        (void) (unlogged ? ipc_client_send_unlogged(c, &resp) : ipc_client_send(c, &resp));
+}
+
+static void send_done(struct ipc_client *c, uint64_t id) {
+        send_done_as(c, id, false);
 }
 
 /* Fills @info from @i; @errbuf holds the failure text. */
@@ -587,13 +597,11 @@ static void dispatch_callback_attach(struct ipc_client *c, const Cmwq__Request *
         else
                 r = callback_client_new(registry, &c->caller, send_callback_freeze, callback_broken, c, &c->callback,
                                         &memfd, &eventfd, &e);
-        resp.id = req->id;
         if (r < 0) {
-                resp.error = errno_to_protocol_error(e.error);
-                resp.message = e.message;
-                (void) ipc_client_send_unlogged(c, &resp);
+                send_core_error_as(c, req->id, &e, true);
                 return;
         }
+        resp.id = req->id;
         for (unsigned cpu = 0; cpu < core->nr_cpus; cpu++)
                 if (CPU_ISSET(cpu, &core->cpus_allowed))
                         cpus[attached.n_cpus++] = cpu;
@@ -683,23 +691,14 @@ void ipc_dispatch(struct ipc_client *c, Cmwq__Request *req) {
                 dispatch_callback_attach(c, req);
                 return;
         case CMWQ__REQUEST__BODY_CALLBACK_REGISTER:
-        case CMWQ__REQUEST__BODY_CALLBACK_UNREGISTER: {
+        case CMWQ__REQUEST__BODY_CALLBACK_UNREGISTER:
                 /* A new worker thread waits for this: not for the disk too. */
-                Cmwq__Response resp = CMWQ__RESPONSE__INIT;
-                Cmwq__Empty empty = CMWQ__EMPTY__INIT;
-
                 r = dispatch_callback(c, req, &e);
-                resp.id = req->id;
-                if (r < 0) {
-                        resp.error = errno_to_protocol_error(e.error);
-                        resp.message = (char *) (e.message[0] ? e.message : "request failed");
-                } else {
-                        resp.body_case = CMWQ__RESPONSE__BODY_DONE;
-                        resp.done = &empty;
-                }
-                (void) ipc_client_send_unlogged(c, &resp);
+                if (r < 0)
+                        send_core_error_as(c, req->id, &e, true);
+                else
+                        send_done_as(c, req->id, true);
                 return;
-        }
         default:
                 ipc_client_send_error(c, req->id, -EPROTO, "unknown request", true);
                 return;
