@@ -31,8 +31,12 @@ struct callback_shm {
         bool is_broken;
 };
 
-int callback_shm_consume(struct cmwq_shm *shm, uint32_t *head, unsigned max, callback_shm_op_fn op,
-                         void *userdata, const char **why) {
+/* The reader itself: consumes at most @max entries after *@head, checks
+ * each and passes it to @op, and publishes the new head.  Returns the number
+ * consumed, or -EBADMSG with *@why set when the ring or an entry is broken
+ * (or the op function's error). */
+static int callback_shm_consume(struct cmwq_shm *shm, uint32_t *head, unsigned max, callback_shm_op_fn op,
+                                void *userdata, const char **why) {
         uint32_t tail = __atomic_load_n(&shm->sq_tail, __ATOMIC_ACQUIRE);
         uint32_t n = tail - *head;
         unsigned done = 0;

@@ -61,13 +61,3 @@ void callback_shm_yield(struct callback_shm *s, unsigned slot, uint32_t seq);
 /* The client's completion records of @slot, as it wrote them: for display
  * and for telling progress from a stall, never for a decision about others. */
 void callback_shm_records(struct callback_shm *s, unsigned slot, uint64_t *started, uint64_t *finished);
-
-/*
- * The reader itself, on a region in memory (the fuzzer calls it directly):
- * consumes at most @max entries after *@head, checks each and passes it to
- * @op, and publishes the new head.  Returns the number consumed, or
- * -EBADMSG with *@why set when the ring or an entry is broken (or the op
- * function's error).
- */
-int callback_shm_consume(struct cmwq_shm *shm, uint32_t *head, unsigned max, callback_shm_op_fn op,
-                         void *userdata, const char **why);
