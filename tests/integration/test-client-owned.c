@@ -21,6 +21,7 @@
 
 #include <cmwq/cmwq.h>
 
+#include "client-helpers.h"
 #include "harness.h"
 
 static struct cmwqd d;
@@ -38,13 +39,6 @@ static void teardown(void) {
 static void sleep_ms(int ms) {
         struct timespec ts = { ms / 1000, (long) (ms % 1000) * 1000000 };
         nanosleep(&ts, NULL);
-}
-
-static struct cmwq *connect_ok(void) {
-        struct cmwq *c = cmwq_connect(d.socket);
-
-        ck_assert_msg(c, "cmwq_connect(%s): %s", d.socket, cmwq_last_error());
-        return c;
 }
 
 /* The JSON object of queue @name in "cmwqctl --json list", or NULL when it
@@ -271,7 +265,7 @@ START_TEST(test_disconnect_removes_allocated_queues_not_persistent_ones) {
         test_path(&d, "marks", marks, sizeof(marks));
         free(CTL_OK(&d, "create", "persistent"));
 
-        c = connect_ok();
+        c = connect_ok(&d);
         wq = cmwq_alloc_workqueue(c, "mine", CMWQ_WQ_UNBOUND, 1);
         ck_assert_msg(wq, "alloc: %s", cmwq_last_error());
         ord = cmwq_alloc_ordered_workqueue(c, "mine-ordered", 0);
@@ -289,7 +283,7 @@ START_TEST(test_disconnect_removes_allocated_queues_not_persistent_ones) {
         /* The empty ordered queue goes at once; the other drains. */
         wait_gone("mine-ordered");
         wait_owner_gone("mine");
-        c2 = connect_ok();
+        c2 = connect_ok(&d);
         errno = 0;
         ck_assert_ptr_null(cmwq_alloc_workqueue(c2, "mine", 0, 0));
         ck_assert_int_eq(errno, EEXIST);
@@ -344,7 +338,7 @@ END_TEST
  */
 static void restart_with_owned_queues(bool crash) {
         char marks[400], idbuf[32], *out;
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *busy, *empty;
         uint64_t first = 0;
         int queues_before = nr_queues();

@@ -26,6 +26,7 @@
 
 #include <cmwq/cmwq.h>
 
+#include "client-helpers.h"
 #include "harness.h"
 #include "shm.h"
 
@@ -39,10 +40,6 @@ static void teardown(void) {
         cmwqd_stop(&d);
 }
 
-static int nr_cpus(void) {
-        return (int) sysconf(_SC_NPROCESSORS_ONLN);
-}
-
 /* Lines of the daemon's log that contain @what. */
 static int log_count(const char *what) {
         char *log = read_file(d.log);
@@ -53,34 +50,6 @@ static int log_count(const char *what) {
                 n++;
         free(log);
         return n;
-}
-
-/* A gate a work function waits at, so that the test controls "running". */
-struct gated_work {
-        struct cmwq_work work;
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-        bool open;
-        atomic_int started;
-        atomic_int finished;
-};
-
-static void gated_fn(struct cmwq_work *w) {
-        struct gated_work *g = cmwq_container_of(w, struct gated_work, work);
-
-        atomic_fetch_add(&g->started, 1);
-        pthread_mutex_lock(&g->lock);
-        while (!g->open)
-                pthread_cond_wait(&g->cond, &g->lock);
-        pthread_mutex_unlock(&g->lock);
-        atomic_fetch_add(&g->finished, 1);
-}
-
-static void wait_until(atomic_int *v, int at_least) {
-        for (int waited = 0; atomic_load(v) < at_least; waited++) {
-                ck_assert_msg(waited < 10000, "waited 10 s for %d (at %d)", at_least, atomic_load(v));
-                usleep(1000);
-        }
 }
 
 /* ---- the scribbler (a child process) ------------------------------------ */
@@ -419,13 +388,6 @@ static void fds_back_to(int baseline) {
         ck_assert_msg(now == baseline, "cmwqd has %d fds, %d before the scribbler", now, baseline);
 }
 
-static struct cmwq *connect_ok(void) {
-        struct cmwq *c = cmwq_connect(d.socket);
-
-        ck_assert_msg(c, "cmwq_connect(%s): %s", d.socket, cmwq_last_error());
-        return c;
-}
-
 /* One scribbler breaking its region @how, with a well-behaved client (this
  * process) and cmwqctl around it; @why: what the log must say. */
 static void one_scribbler(struct cmwq *c, enum scribble how, const char *why) {
@@ -454,7 +416,7 @@ static void one_scribbler(struct cmwq *c, enum scribble how, const char *why) {
 }
 
 START_TEST(test_random_bytes_over_the_region_end_only_that_client) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
 
         /* Our own region and workers first: the baseline has them. */
         callbacks_still_run(c);
@@ -474,7 +436,7 @@ START_TEST(test_each_broken_ring_ends_only_that_client) {
                 { SCRIBBLE_UNREGISTERED_SLOT,
                   "an entry of its submission ring names a slot with no registered thread" },
         };
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
 
         callbacks_still_run(c);
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -486,20 +448,8 @@ END_TEST
 /* ---- a well-behaved client holding its CPU meanwhile --------------------- */
 
 /* Busy workers in all of the daemon's pools (cmwqctl's JSON). */
-static long pools_busy(void) {
-        char *out = CTL_OK(&d, "--json", "pools");
-        const char *pat = "\"busy\":";
-        long n = 0;
-
-        ck_assert_msg(strstr(out, pat), "pools: %s", out);
-        for (const char *p = strstr(out, pat); p; p = strstr(p + 1, pat))
-                n += strtol(p + strlen(pat), NULL, 10);
-        free(out);
-        return n;
-}
-
 START_TEST(test_a_granted_thread_of_another_client_keeps_its_cpu) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
         struct gated_work g = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
         struct counted_work after = {};
@@ -538,7 +488,7 @@ START_TEST(test_a_granted_thread_of_another_client_keeps_its_cpu) {
 
         /* Nobody holds a CPU any more: not our threads, gone idle, and not
          * the scribbler's. */
-        for (int waited = 0; pools_busy() != 0; waited++) {
+        for (int waited = 0; pools_busy(&d) != 0; waited++) {
                 ck_assert_msg(waited < 100, "cmwqd's pools still have busy workers");
                 usleep(100000);
         }
@@ -596,7 +546,7 @@ static void *hammer_main(void *userdata) {
 }
 
 START_TEST(test_a_busy_client_is_not_disturbed_by_a_scribbler) {
-        struct hammer h = { .c = connect_ok() };
+        struct hammer h = { .c = connect_ok(&d) };
         pthread_t t;
         int report_fd, rounds;
         pid_t p;

@@ -21,6 +21,7 @@
 
 #include <cmwq/cmwq.h>
 
+#include "client-helpers.h"
 #include "harness.h"
 
 static struct cmwqd d;
@@ -31,13 +32,6 @@ static void setup(void) {
 
 static void teardown(void) {
         cmwqd_stop(&d);
-}
-
-static struct cmwq *connect_ok(void) {
-        struct cmwq *c = cmwq_connect(d.socket);
-
-        ck_assert_msg(c, "cmwq_connect(%s): %s", d.socket, cmwq_last_error());
-        return c;
 }
 
 static int64_t now_ns(void) {
@@ -51,20 +45,6 @@ static void spin_cpu_ns(int64_t ns) {
         do
                 clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
         while ((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec) < ns);
-}
-
-static int nr_cpus(void) {
-        return (int) sysconf(_SC_NPROCESSORS_ONLN);
-}
-
-/* Busy workers in all of the daemon's pools. */
-static long pools_busy(void) {
-        char *out = CTL_OK(&d, "--json", "pools");
-        long n = json_sum(out, "busy");
-
-        ck_assert_msg(strstr(out, "\"busy\":"), "pools: %s", out);
-        free(out);
-        return n;
 }
 
 /* ---- basic queueing ------------------------------------------------------ */
@@ -88,7 +68,7 @@ static void probe_fn(struct cmwq_work *w) {
 }
 
 START_TEST(test_queue_work_runs_on_a_worker_thread) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
         struct probe_work p = {};
 
@@ -149,7 +129,7 @@ END_TEST
 /* As the kernel's high-priority workers: nice -20 where the process may take
  * it (root here, in CI), else the lowest RLIMIT_NICE allows. */
 START_TEST(test_highpri_callbacks_run_at_raised_priority) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct probe_work p = {};
         int own = getpriority(PRIO_PROCESS, 0), normal, high;
         struct rlimit rl;
@@ -175,50 +155,8 @@ START_TEST(test_highpri_callbacks_run_at_raised_priority) {
 }
 END_TEST
 
-/* A gate a work function waits at, so that the test controls "running". */
-struct gated_work {
-        struct cmwq_work work;
-        pthread_mutex_t lock;
-        pthread_cond_t cond;
-        bool open;
-        atomic_int started;
-        atomic_int finished;
-};
-
-static void gated_fn(struct cmwq_work *w) {
-        struct gated_work *g = cmwq_container_of(w, struct gated_work, work);
-
-        atomic_fetch_add(&g->started, 1);
-        pthread_mutex_lock(&g->lock);
-        while (!g->open)
-                pthread_cond_wait(&g->cond, &g->lock);
-        pthread_mutex_unlock(&g->lock);
-        atomic_fetch_add(&g->finished, 1);
-}
-
-static void gate_init(struct gated_work *g) {
-        memset(g, 0, sizeof(*g));
-        pthread_mutex_init(&g->lock, NULL);
-        pthread_cond_init(&g->cond, NULL);
-        CMWQ_WORK_INIT(&g->work, gated_fn);
-}
-
-static void gate_open(struct gated_work *g) {
-        pthread_mutex_lock(&g->lock);
-        g->open = true;
-        pthread_cond_broadcast(&g->cond);
-        pthread_mutex_unlock(&g->lock);
-}
-
-static void wait_until(atomic_int *v, int at_least) {
-        for (int waited = 0; atomic_load(v) < at_least; waited++) {
-                ck_assert_msg(waited < 10000, "waited 10 s for %d (at %d)", at_least, atomic_load(v));
-                usleep(1000);
-        }
-}
-
 START_TEST(test_pending_is_a_noop_and_a_running_item_may_be_requeued) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
         struct gated_work g;
 
@@ -267,7 +205,7 @@ static void counted_fn(struct cmwq_work *w) {
 }
 
 START_TEST(test_a_work_item_requeues_itself) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct counted_work k = { .requeue_until = 100 };
 
         k.wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
@@ -300,7 +238,7 @@ static void *hammer_main(void *userdata) {
 }
 
 START_TEST(test_never_runs_on_two_threads_at_once) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct counted_work k = {};
         struct hammer h[8];
         pthread_t th[8];
@@ -360,7 +298,7 @@ static void forever_fn(struct cmwq_work *w) {
 }
 
 START_TEST(test_flush_workqueue_waits_for_earlier_items_only) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_alloc_workqueue(c, "flush-order", 0, 0);
         struct stamp_work s[12];
         struct forever_work f = {};
@@ -396,7 +334,7 @@ static void *open_later(void *userdata) {
 }
 
 START_TEST(test_cancel_work_sync_waits_for_a_running_item) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
         struct gated_work g;
 
@@ -445,7 +383,7 @@ static void timed_fn(struct cmwq_work *w) {
 }
 
 START_TEST(test_delayed_work_fires_not_before_its_time) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
         struct timed_work t = {};
         int64_t t0;
@@ -533,7 +471,7 @@ START_TEST(test_two_clients_share_a_cpu) {
                 _exit(0);
         }
 
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_work w;
         /* Register our worker for CPU 0 before A starts holding it. */
         CMWQ_WORK_INIT(&w, b_fn);
@@ -726,7 +664,7 @@ START_TEST(test_a_starved_callback_thread_does_not_hold_its_cpu) {
         const char *argv[] = { "/bin/true", NULL };
         struct cmwq_exec_args exec = { .argv = argv, .pin_cpu = true, .cpu = 0 };
         struct cmwq_exec_result *res = NULL;
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
         pthread_attr_t attr;
         pthread_t spinner;
@@ -796,7 +734,7 @@ START_TEST(test_work_for_a_cpu_cmwqd_does_not_serve_runs_on_one_it_does) {
         cmwqd_start(&d, NULL);          /* inherits CPU 0 alone */
         ck_assert_int_eq(sched_setaffinity(0, sizeof(all), &all), 0);
 
-        c = connect_ok();
+        c = connect_ok(&d);
         CMWQ_WORK_INIT(&p.work, probe_fn);
         ck_assert(cmwq_queue_work_on(1, cmwq_system_workqueue(c, CMWQ_SYSTEM), &p.work));
         ck_assert_int_ge(cmwq_flush_work(&p.work), 0);
@@ -818,7 +756,7 @@ START_TEST(test_idle_threads_end_after_the_idle_timeout) {
         int threads_before = own_threads(), fds_before = count_fds(d.pid), fds_busy, waited;
 
         ck_assert_int_eq(setenv("CMWQ_IDLE_TIMEOUT", "0.3", 1), 0);
-        c = connect_ok();
+        c = connect_ok(&d);
         wq = cmwq_alloc_workqueue(c, "sleepy", 0, 0);
         ck_assert_msg(wq, "alloc: %s", cmwq_last_error());
         for (int i = 0; i < N; i++) {
@@ -893,7 +831,7 @@ START_TEST(test_kill_9_of_a_client_leaves_nothing_behind) {
         ck_assert_msg(rss_after - rss_before < slack_kb, "RSS grew from %ld to %ld kB", rss_before, rss_after);
 
         /* No pool still counts a worker of the dead clients. */
-        ck_assert_int_eq(pools_busy(), 0);
+        ck_assert_int_eq(pools_busy(&d), 0);
 }
 END_TEST
 
@@ -912,7 +850,7 @@ static void *flusher_main(void *userdata) {
 }
 
 START_TEST(test_daemon_death_ends_a_waiting_flush) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
         struct probe_work p = {};
         struct flusher f = { .work = &p.work, .r = 1 };
@@ -925,7 +863,7 @@ START_TEST(test_daemon_death_ends_a_waiting_flush) {
         /* Once our worker gave its grant back, a stopped daemon grants
          * nothing: the item stays pending. */
         for (int waited = 0;; waited += 20) {
-                if (pools_busy() == 0)
+                if (pools_busy(&d) == 0)
                         break;
                 ck_assert_msg(waited < 10000, "the worker never gave its grant back");
                 usleep(20000);
@@ -950,7 +888,7 @@ START_TEST(test_daemon_death_ends_a_waiting_flush) {
         cmwq_disconnect(c);
 
         cmwqd_start(&d, NULL);
-        c = connect_ok();
+        c = connect_ok(&d);
         ck_assert(cmwq_queue_work_on(0, cmwq_system_workqueue(c, CMWQ_SYSTEM), &p.work));
         ck_assert_int_ge(cmwq_flush_work(&p.work), 0);        /* 0: it already ran */
         ck_assert_int_eq(atomic_load(&p.runs), 2);
@@ -1007,7 +945,7 @@ static void run_marker_on(int cpu, struct cmwq_workqueue *wq, struct probe_work 
 }
 
 START_TEST(test_bound_max_active_limits_callbacks_per_cpu) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_alloc_workqueue(c, "limited", 0, 2);
         struct cmwq_workqueue *other = cmwq_system_workqueue(c, CMWQ_SYSTEM);
         struct shared_gate g;
@@ -1077,7 +1015,7 @@ static void opener_fn(struct cmwq_work *w) {
 }
 
 START_TEST(test_cpu_intensive_callbacks_do_not_hold_back_their_cpu) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *hogs = cmwq_alloc_workqueue(c, "hogs", CMWQ_WQ_CPU_INTENSIVE, 0);
         struct cmwq_workqueue *other = cmwq_system_workqueue(c, CMWQ_SYSTEM);
         struct shared_gate g;
@@ -1140,7 +1078,7 @@ static void ordered_probe_fn(struct cmwq_work *w) {
 }
 
 START_TEST(test_freeze_stops_callbacks_of_a_freezable_queue) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_alloc_workqueue(c, "cold", CMWQ_WQ_FREEZABLE, 0);
         struct cmwq_workqueue *other = cmwq_system_workqueue(c, CMWQ_SYSTEM);
         struct cmwq_workqueue *unrelated = cmwq_alloc_workqueue(c, "unrelated", 0, 0);
@@ -1208,7 +1146,7 @@ START_TEST(test_freeze_stops_callbacks_of_a_freezable_queue) {
         /* A queue frozen before the client's first callback is known too. */
         free(CTL_OK(&d, "freeze", "cold"));
         {
-                struct cmwq *c2 = connect_ok();
+                struct cmwq *c2 = connect_ok(&d);
                 struct cmwq_workqueue *wq2 = cmwq_open_workqueue(c2, "cold");
                 struct cmwq_workqueue *other2 = cmwq_system_workqueue(c2, CMWQ_SYSTEM);
                 struct ordered_probe f = { .clock = &clock };
@@ -1265,7 +1203,7 @@ static void handoff_provide(struct cmwq_work *w) {
 }
 
 START_TEST(test_a_single_block_lets_the_next_item_run) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
 
         for (int round = 0; round < 5; round++) {

@@ -16,6 +16,7 @@
 
 #include <cmwq/cmwq.h>
 
+#include "client-helpers.h"
 #include "harness.h"
 
 static struct cmwqd d;
@@ -26,13 +27,6 @@ static void setup(void) {
 
 static void teardown(void) {
         cmwqd_stop(&d);
-}
-
-static struct cmwq *connect_ok(void) {
-        struct cmwq *c = cmwq_connect(d.socket);
-
-        ck_assert_msg(c, "cmwq_connect(%s): %s", d.socket, cmwq_last_error());
-        return c;
 }
 
 #define ARGV(...) ((const char *const[]) { __VA_ARGS__, NULL })
@@ -88,7 +82,7 @@ START_TEST(test_connect_finds_the_daemon) {
 END_TEST
 
 START_TEST(test_workqueue_lifecycle) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq, *ord, *other, *sys;
         char *out;
 
@@ -141,7 +135,7 @@ START_TEST(test_workqueue_lifecycle) {
 END_TEST
 
 START_TEST(test_exec_sync_argv_env_cwd_stdin) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
         struct cmwq_exec_result *res;
         static const char payload[] = "from stdin\n";
@@ -187,7 +181,7 @@ START_TEST(test_exec_sync_argv_env_cwd_stdin) {
 END_TEST
 
 START_TEST(test_exec_on_cpu_key_timeout) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
         struct cmwq_exec_result *res;
         uint64_t id1, id2;
@@ -220,7 +214,7 @@ START_TEST(test_exec_on_cpu_key_timeout) {
 END_TEST
 
 START_TEST(test_exec_cancel_running_waits_for_it) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
         struct cmwq_exec_result *res;
         char started[400];
@@ -286,7 +280,7 @@ static int drive(struct cmwq *c, int *counter, int until, int timeout_ms) {
 }
 
 START_TEST(test_exec_async_from_an_event_loop) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND);
         struct done_log logs[5] = {};
         uint64_t ids[5];
@@ -333,7 +327,7 @@ START_TEST(test_exec_async_from_an_event_loop) {
 END_TEST
 
 START_TEST(test_flush_and_destroy_wait_for_queued_items) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_alloc_workqueue(c, "flushme", CMWQ_WQ_UNBOUND, 2);
         char marks[400], cmd[600];
 
@@ -380,7 +374,7 @@ static void *sync_thread_main(void *userdata) {
 }
 
 START_TEST(test_many_threads_share_a_connection) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct sync_thread t[8];
         pthread_t th[8];
 
@@ -412,7 +406,7 @@ static void *waiting_thread_main(void *userdata) {
 }
 
 START_TEST(test_daemon_death_ends_waiting_calls_then_reconnect) {
-        struct cmwq *c = connect_ok();
+        struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND);
         struct waiting_thread t = { .wq = wq, .r = 1 };
         struct done_log log = {};
@@ -454,7 +448,7 @@ START_TEST(test_daemon_death_ends_waiting_calls_then_reconnect) {
 
         /* A new daemon: connecting again just works. */
         cmwqd_start(&d, NULL);
-        c = connect_ok();
+        c = connect_ok(&d);
         struct cmwq_exec_result *res = run_ok(cmwq_system_workqueue(c, CMWQ_SYSTEM),
                                               &(struct cmwq_exec_args) { .argv = ARGV("/bin/echo", "again") });
         ck_assert_str_eq(res->out, "again\n");
