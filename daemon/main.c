@@ -296,6 +296,31 @@ static int user_socket_path(char **ret) {
         return 0;
 }
 
+/*
+ * The event loop.  With @precise, libevent reads CLOCK_MONOTONIC instead of
+ * the coarse clock (which advances per jiffy) and arms a timerfd for every
+ * timeout -- one more system call on every turn of the loop, which on a
+ * busy machine is most of what cmwqd does.  Only the /proc sampler needs
+ * it: its 1 ms interval would otherwise stretch to a jiffy or more.  The
+ * timers of the perf detector's daemon (the CPU-intensive threshold, the
+ * yield grace, the watchdog) are as coarse as the kernel's own check of
+ * the threshold, which runs on the scheduler tick.
+ */
+static struct event_base *event_base_new_for(bool precise) {
+        struct event_config *cfg;
+        struct event_base *base;
+
+        if (!precise)
+                return event_base_new();
+        cfg = event_config_new();
+        if (!cfg)
+                return NULL;
+        event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+        base = event_base_new_with_config(cfg);
+        event_config_free(cfg);
+        return base;
+}
+
 int main(int argc, char **argv) {
         struct options o = { .sleep_mode = SLEEPWATCH_PERF, .log_level = LOG_INFO, .sleep_inhibitor = true };
         _cleanup_(freep) char *user_socket = NULL, *user_state = NULL;
@@ -376,14 +401,9 @@ int main(int argc, char **argv) {
         if (r < 0)
                 log_warning_errno(r, "Cannot start the spawner, items will be forked by cmwqd itself: %m");
 
-        /* Precise timers: the CPU-intensive threshold is 10 ms, well below the
-         * coarse clock's tick. */
-        struct event_config *cfg = event_config_new();
-        if (cfg) {
-                event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
-                base = event_base_new_with_config(cfg);
-                event_config_free(cfg);
-        }
+        /* The perf detector needs no precise timers; only the /proc sampler,
+         * whose interval is 1 ms, does (see event_base_new_for()). */
+        base = event_base_new_for(o.sleep_mode == SLEEPWATCH_PROC);
         if (!base) {
                 log_error("Failed to create the event loop");
                 goto out;
@@ -392,6 +412,12 @@ int main(int argc, char **argv) {
         r = sleepwatch_new(base, o.sleep_mode, &sw);
         if (r == -EOPNOTSUPP && o.sleep_mode == SLEEPWATCH_PERF) {
                 log_warning("perf_event_open() is not available here; detecting blocked items by sampling /proc");
+                event_base_free(base);
+                base = event_base_new_for(true);
+                if (!base) {
+                        log_error("Failed to create the event loop");
+                        goto out;
+                }
                 r = sleepwatch_new(base, SLEEPWATCH_PROC, &sw);
         }
         if (r < 0) {
