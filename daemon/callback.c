@@ -61,12 +61,28 @@ struct callback_worker {
 static int callback_execute(struct worker *pw, struct pool_work *work);
 static uint64_t callback_cpu_usec(struct worker *pw);
 static void callback_describe(struct worker *pw, char *buf, size_t size);
+static void callback_sync(struct worker *pw);
 
 static const struct pool_work_ops callback_ops = {
         .execute = callback_execute,
         .cpu_usec = callback_cpu_usec,
         .describe = callback_describe,
+        .sync = callback_sync,
 };
+
+/* Reads what @w's client pushed to its ring without ringing the doorbell
+ * (proto/shm.h, lazy_doorbell): entries that matter once @w's thread stops
+ * holding its CPU, which is what the caller is about to act on. */
+static void callback_worker_sync(struct callback_worker *w) {
+        (void) callback_shm_drain(w->client->shm);
+}
+
+static void callback_sync(struct worker *pw) {
+        struct callback_worker *w = pw->userdata;
+
+        if (w)
+                callback_worker_sync(w);
+}
 
 static int callback_execute(struct worker *pw, struct pool_work *work) {
         struct callback_worker *w = container_of(work, struct callback_worker, work);
@@ -134,6 +150,7 @@ static uint64_t callback_cpu_usec(struct worker *pw) {
 static void callback_yield_overdue(evutil_socket_t fd, short what, void *userdata) {
         struct callback_worker *w = userdata;
 
+        callback_worker_sync(w);
         if (!w->granted || !worker_counts_running(w->granted))
                 return;
         log_debug("callback: thread %d (PID %d) has not yielded CPU %d in time: it stops counting there",
@@ -152,6 +169,9 @@ static void callback_worker_ask_yield(struct callback_worker *w) {
 static void callback_sleep_changed(struct sleepwatch_target *t, bool running, void *userdata) {
         struct callback_worker *w = userdata;
 
+        /* What the thread pushed without ringing before it switched out
+         * (its IDLE, its pool's next demand; proto/shm.h): first. */
+        callback_worker_sync(w);
         if (!w->granted)
                 return;         /* waiting for a grant: that is not work blocking */
         log_debug("callback: thread %d (PID %d) %s", (int) w->tid, (int) w->client->pid,
@@ -509,7 +529,7 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot
         }
         w->pool->nr_callback_threads++;
         /* A slot freed by a thread that ended: the new one starts afresh. */
-        callback_shm_reset_slot(c->shm, slot);
+        callback_shm_reset_slot(c->shm, slot, sleepwatch_target_is_perf(w->target));
         /* Whatever the slot says now was not run on this pool's watch. */
         callback_shm_records(c->shm, slot, &(uint64_t) { 0 }, &w->counted_finished);
         log_debug("callback: PID %d registered worker thread %d on CPU %u%s", (int) c->pid, (int) tid, cpu,

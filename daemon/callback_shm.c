@@ -144,9 +144,10 @@ void callback_shm_grant(struct callback_shm *s, unsigned slot, uint32_t seq) {
         futex_wake(&sl->grant);
 }
 
-void callback_shm_reset_slot(struct callback_shm *s, unsigned slot) {
+void callback_shm_reset_slot(struct callback_shm *s, unsigned slot, bool lazy_doorbell) {
         __atomic_store_n(&s->shm->slots[slot].grant, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&s->shm->slots[slot].yield, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&s->shm->slots[slot].lazy_doorbell, lazy_doorbell, __ATOMIC_RELEASE);
 }
 
 void callback_shm_yield(struct callback_shm *s, unsigned slot, uint32_t seq) {

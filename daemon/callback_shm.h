@@ -54,8 +54,9 @@ int callback_shm_drain(struct callback_shm *s);
 /* Grants the thread in @slot its CPU for the @seq-th time and wakes it. */
 void callback_shm_grant(struct callback_shm *s, unsigned slot, uint32_t seq);
 /* A thread is registered in @slot, which another may have used before:
- * its grant and yield words start from 0 again. */
-void callback_shm_reset_slot(struct callback_shm *s, unsigned slot);
+ * its grant and yield words start from 0 again.  @lazy_doorbell: cmwqd
+ * sees it switch out at once (proto/shm.h). */
+void callback_shm_reset_slot(struct callback_shm *s, unsigned slot, bool lazy_doorbell);
 /* Asks the thread in @slot to give its @seq-th grant back after its current item. */
 void callback_shm_yield(struct callback_shm *s, unsigned slot, uint32_t seq);
 /* The client's completion records of @slot, as it wrote them: for display

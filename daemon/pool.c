@@ -359,6 +359,8 @@ static void worker_intensive_timer_fired(evutil_socket_t fd, short what, void *u
         struct worker *w = userdata;
         uint64_t cpu;
 
+        if (w->current && w->current->ops->sync)
+                w->current->ops->sync(w);
         if (!worker_counts_running(w))
                 return;
 

@@ -76,6 +76,12 @@ struct pool_work_ops {
         /* Optional: a few words for the logs on what @worker is doing, for
          * work that is not an item (the watchdog names who holds a pool). */
         void (*describe)(struct worker *worker, char *buf, size_t size);
+        /* Optional: bring what the pool knows of @worker's executor up to
+         * date before the pool decides on its behalf from a timer (the
+         * CPU-intensive threshold): a client's callback thread may have
+         * given its CPU back, or its pool may want the next, without
+         * waking the daemon for it.  May end @worker's current work. */
+        void (*sync)(struct worker *worker);
 };
 
 #define POOL_CPU_UNKNOWN UINT64_MAX

@@ -242,6 +242,10 @@ bool sleepwatch_target_is_running(const struct sleepwatch_target *t) {
         return t->running;
 }
 
+bool sleepwatch_target_is_perf(const struct sleepwatch_target *t) {
+        return t->mode == SLEEPWATCH_PERF;
+}
+
 static uint64_t now_nsec(void);
 
 void sleepwatch_target_assume_running(struct sleepwatch_target *t) {

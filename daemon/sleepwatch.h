@@ -78,6 +78,10 @@ struct sleepwatch_target *sleepwatch_target_free(struct sleepwatch_target *t);
 
 bool sleepwatch_target_is_running(const struct sleepwatch_target *t);
 
+/* Whether @t is watched through perf (its switches are seen within
+ * microseconds) rather than sampled from /proc. */
+bool sleepwatch_target_is_perf(const struct sleepwatch_target *t);
+
 /*
  * Takes the target as running from now on, without a report: what it did
  * before (records not yet read included) no longer counts.  For a thread

@@ -19,7 +19,9 @@
  *     frozen queue runs any more, as of notice N" (FREEZE_ACK).  The client is the only producer, the daemon the only
  *     consumer.  After adding entries the client rings the doorbell only if
  *     the daemon set need_wakeup (io_uring's SQ_NEED_WAKEUP), so a burst of
- *     requests costs one wake-up;
+ *     requests costs one wake-up; entries that matter only once the thread
+ *     that pushes them switches out ring no doorbell at all (see
+ *     lazy_doorbell below);
  *   - a worker's control block (its slot) carries the daemon's answers: the
  *     grant word, a futex the thread sleeps on and the daemon bumps and
  *     wakes when it grants the CPU, and the yield word, which asks the
@@ -36,7 +38,8 @@
  * value is read once into a local before it is used.  A client that
  * scribbles on the region harms only itself: the daemon ends its
  * connection.  The daemon never writes anything the client's correctness
- * depends on except the grant and yield words, sq_head and need_wakeup.
+ * depends on except the grant, yield and lazy_doorbell words, sq_head and
+ * need_wakeup.
  */
 
 #include <stdint.h>
@@ -73,7 +76,15 @@ struct cmwq_shm_slot {
         /* Written by the daemon. */
         uint32_t grant;         /* grants so far; the futex word */
         uint32_t yield;         /* == grant: give this grant back after the current item */
-        uint32_t reserved0[2];
+        /* 1: cmwqd sees this thread switch out within microseconds (perf),
+         * and drains the ring before it acts on that; so the thread may
+         * skip the doorbell for the entries it pushes just before it
+         * gives up its CPU (IDLE) and for demands on the CPU it holds
+         * (DEMAND while granted there): cmwqd learns of them at its next
+         * switch, when they matter, without a wake-up of their own.  0
+         * (the /proc sampler, or an older cmwqd): every entry rings. */
+        uint32_t lazy_doorbell;
+        uint32_t reserved0;
         /* Written by the client: its completion records. */
         uint64_t started;       /* callbacks started on this thread */
         uint64_t finished;      /* callbacks that returned */

@@ -215,8 +215,12 @@ static void futex_wait(uint32_t *word, uint32_t val, const struct timespec *time
 
 /* Tells the daemon what a bound thread does: an entry in the submission
  * ring, and the doorbell only if the daemon sleeps (need_wakeup), so that a
- * burst of entries costs it one wake-up.  Work lock held: one producer. */
-static void ring_push(struct client_work *cw, enum cmwq_shm_op op, unsigned slot) {
+ * burst of entries costs it one wake-up.  A @lazy entry rings no doorbell
+ * at all where the daemon allows it for the @lazy thread (proto/shm.h,
+ * lazy_doorbell): it matters only once that thread switches out, and the
+ * daemon reads the ring before it acts on that.  Work lock held: one
+ * producer. */
+static void ring_push(struct client_work *cw, enum cmwq_shm_op op, unsigned slot, const struct work_thread *lazy) {
         struct cmwq_shm *shm = cw->shm;
         uint32_t tail = cw->sq_tail;
 
@@ -231,9 +235,18 @@ static void ring_push(struct client_work *cw, enum cmwq_shm_op op, unsigned slot
         __atomic_store_n(&shm->sq[tail & (CMWQ_SHM_RING - 1)], CMWQ_SHM_ENTRY(op, slot), __ATOMIC_RELAXED);
         cw->sq_tail = tail + 1;
         __atomic_store_n(&shm->sq_tail, cw->sq_tail, __ATOMIC_SEQ_CST);
+        if (lazy && __atomic_load_n(&shm->slots[lazy->slot].lazy_doorbell, __ATOMIC_ACQUIRE) == 1)
+                return;
         if (__atomic_load_n(&shm->need_wakeup, __ATOMIC_SEQ_CST) &&
             __atomic_exchange_n(&shm->need_wakeup, 0, __ATOMIC_SEQ_CST))
                 (void) eventfd_write(cw->doorbell, 1);
+}
+
+/* The thread that may push @p's demand lazily: the calling worker thread
+ * if it holds @p's CPU itself, so that the daemon acts on the demand only
+ * when it stops holding it, which it sees at once. */
+static const struct work_thread *demand_lazy_for(const struct work_pool *p) {
+        return work_self && work_self->pool == p && work_self->state == THREAD_GRANTED ? work_self : NULL;
 }
 
 /* Freezing is the daemon's decision, but only the library sees the items:
@@ -277,7 +290,7 @@ static void freeze_answer_locked(struct client_work *cw) {
                 if (w && wq_frozen(w->_wq))
                         return;         /* answered when it returns */
         }
-        ring_push(cw, CMWQ_SHM_OP_FREEZE_ACK, notice & CMWQ_SHM_SEQ_MASK);
+        ring_push(cw, CMWQ_SHM_OP_FREEZE_ACK, notice & CMWQ_SHM_SEQ_MASK, NULL);
         cw->freeze_answered = notice;
 }
 
@@ -448,7 +461,7 @@ static void pool_kick(struct client_work *cw, struct work_pool *p) {
                 if (t->state == THREAD_IDLE) {
                         t->state = THREAD_DEMANDING;
                         p->demanding = true;
-                        ring_push(cw, CMWQ_SHM_OP_DEMAND, t->slot);
+                        ring_push(cw, CMWQ_SHM_OP_DEMAND, t->slot, demand_lazy_for(p));
                         return;
                 }
         if (p->retry_usec > mono_usec())
@@ -790,7 +803,7 @@ static void *work_thread_main(void *userdata) {
                                  * grant, which is then given back after
                                  * the item, so that no further item runs
                                  * uncounted on it. */
-                                ring_push(cw, CMWQ_SHM_OP_INTENSIVE, t->slot);
+                                ring_push(cw, CMWQ_SHM_OP_INTENSIVE, t->slot, NULL);
                                 run_one(cw, t, w);
                                 /* Parked behind it: first in line again. */
                                 thread_unpark(t, true);
@@ -800,8 +813,9 @@ static void *work_thread_main(void *userdata) {
                 }
 
                 t->state = THREAD_IDLE;
+                /* Lazy: it waits for its next grant right after, asleep. */
                 if (bound)
-                        ring_push(cw, CMWQ_SHM_OP_IDLE, t->slot);
+                        ring_push(cw, CMWQ_SHM_OP_IDLE, t->slot, t);
                 else
                         p->nr_idle++;
                 pool_kick(cw, p);
