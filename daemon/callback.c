@@ -56,6 +56,7 @@ struct callback_worker {
         uint64_t counted_finished;      /* its completion record, as last added to the pool's count */
         struct user_usage *usage;       /* its uid's, counting it; NULL for root */
         struct event *yield_timer;      /* asked to yield: how long it may take */
+        uint64_t yield_cpu_usec;        /* its CPU time when that timer was armed */
 };
 
 static int callback_execute(struct worker *pw, struct pool_work *work);
@@ -141,29 +142,46 @@ static uint64_t callback_cpu_usec(struct worker *pw) {
         return n == 1 ? ns / 1000 : POOL_CPU_UNKNOWN;
 }
 
-/* A granted thread asked to yield that keeps its grant this long stops
- * counting toward its pool: one that the scheduler keeps from running (its
- * own SCHED_IDLE spinners, its cgroup's quota) never reaches the
- * CPU-intensive threshold, and would hold the CPU's other work back. */
+/* A granted thread asked to yield that keeps its grant this long, and got
+ * less than 1/CALLBACK_STARVED_SHARE of a CPU meanwhile, stops counting
+ * toward its pool: one that the scheduler keeps from running (its own
+ * SCHED_IDLE spinners, its cgroup's quota) never reaches the CPU-intensive
+ * threshold, and would hold the CPU's other work back.  One that runs,
+ * only slowly because the machine is loaded, is left to that threshold,
+ * as the kernel leaves it: wall time says nothing of what a work item
+ * does with its CPU. */
 #define CALLBACK_YIELD_GRACE_USEC (2 * pool_cpu_intensive_thresh_usec)
+#define CALLBACK_STARVED_SHARE 16
+
+static void callback_yield_timer_arm(struct callback_worker *w) {
+        struct timeval tv = timeval_from_usec(CALLBACK_YIELD_GRACE_USEC);
+
+        w->yield_cpu_usec = callback_cpu_usec(w->granted);
+        evtimer_add(w->yield_timer, &tv);
+}
 
 static void callback_yield_overdue(evutil_socket_t fd, short what, void *userdata) {
         struct callback_worker *w = userdata;
+        uint64_t cpu;
 
         callback_worker_sync(w);
         if (!w->granted || !worker_counts_running(w->granted))
                 return;
-        log_debug("callback: thread %d (PID %d) has not yielded CPU %d in time: it stops counting there",
+        cpu = callback_cpu_usec(w->granted);
+        if (cpu != POOL_CPU_UNKNOWN && w->yield_cpu_usec != POOL_CPU_UNKNOWN &&
+            cpu - w->yield_cpu_usec >= CALLBACK_YIELD_GRACE_USEC / CALLBACK_STARVED_SHARE) {
+                callback_yield_timer_arm(w);
+                return;
+        }
+        log_debug("callback: thread %d (PID %d) has not yielded CPU %d in time and hardly ran: it stops counting there",
                   (int) w->tid, (int) w->client->pid, w->pool->cpu);
         pool_worker_cpu_intensive(w->granted);
 }
 
 static void callback_worker_ask_yield(struct callback_worker *w) {
-        struct timeval tv = timeval_from_usec(CALLBACK_YIELD_GRACE_USEC);
-
         w->yield_sent = true;
         callback_shm_yield(w->client->shm, w->slot, w->grant_seq);
-        evtimer_add(w->yield_timer, &tv);
+        callback_yield_timer_arm(w);
 }
 
 static void callback_sleep_changed(struct sleepwatch_target *t, bool running, void *userdata) {
