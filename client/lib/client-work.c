@@ -139,6 +139,10 @@ struct client_work {
         bool timer_started;
         pthread_cond_t timer_cond;
         struct cmwq_delayed_work timers;        /* sentinel, by expiry */
+        /* Threads waiting on done for something else than a flush of a
+         * queue (an item's flush or cancel, a drain): a finished item wakes
+         * them.  Flushes of queues are counted (struct client_flusher). */
+        unsigned nr_done_waiters;
         bool stopping;
         int dead;
 };
@@ -189,6 +193,25 @@ static void inflight_del_if_idle(struct cmwq_work *w) {
         w->_iprev->_inext = w->_inext;
         w->_inext->_iprev = w->_iprev;
         w->_inext = w->_iprev = NULL;
+}
+
+/* A thread in cmwq_flush_workqueue(): it waits for the instances of its
+ * queue queued up to @seq, @remaining of which have not finished (the
+ * kernel's flush colours, one per waiting thread).  Counting them, rather
+ * than looking at the queue whenever any item finishes, wakes it once
+ * instead of once per item. */
+struct client_flusher {
+        struct client_flusher *next;
+        uint64_t seq;
+        uint64_t remaining;
+};
+
+/* An instance of @wq queued as the @seq-th has finished or was taken back:
+ * the flushers waiting for it have one less to wait for.  Work lock held. */
+static void flushers_instance_done(struct client_work *cw, struct cmwq_workqueue *wq, uint64_t seq) {
+        for (struct client_flusher *f = wq->cb_flushers; f; f = f->next)
+                if (seq <= f->seq && f->remaining > 0 && --f->remaining == 0)
+                        pthread_cond_broadcast(&cw->done);
 }
 
 void client_workqueue_init(struct cmwq_workqueue *wq) {
@@ -501,7 +524,11 @@ static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_w
         w->_running = NULL;
         w->_state &= ~WORK_RUNNING;
         inflight_del_if_idle(w);
-        pthread_cond_broadcast(&cw->done);
+        flushers_instance_done(cw, wq, w->_running_seq);
+        /* Only for a thread that waits on this item or on the queue's
+         * emptiness: a flush of the queue is told above, once. */
+        if (cw->nr_done_waiters > 0)
+                pthread_cond_broadcast(&cw->done);
 }
 
 /* Items parked behind @t's last item go back to the head of its pool, in
@@ -622,6 +649,7 @@ static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_th
 }
 
 static int thread_unregister(struct client_work *cw, struct work_thread *t);
+static void timer_wake_locked(struct client_work *cw);
 
 /* Ends @t, idle past the idle timeout: out of its pool now (nothing will
  * pick it), its slot given back to the daemon, then joined and freed by
@@ -741,7 +769,7 @@ static void *work_thread_main(void *userdata) {
                                                                                    : WORK_RETRY_MAX_MS)
                                           : WORK_RETRY_MIN_MS;
                 p->retry_usec = mono_usec() + p->retry_ms * USEC_PER_MSEC;
-                pthread_cond_broadcast(&cw->timer_cond);
+                timer_wake_locked(cw);
                 thread_retire(cw, t);
                 __atomic_store_n(&t->exited, true, __ATOMIC_RELEASE);
                 pthread_mutex_unlock(&cw->lock);
@@ -879,6 +907,19 @@ static void *manager_main(void *userdata) {
 }
 
 static void queue_locked(struct client_work *cw, struct cmwq_workqueue *wq, struct cmwq_work *w, int cpu);
+static void *timer_main(void *userdata);
+
+/* Tells the timer thread that the earliest deadline may have moved, and
+ * starts it the first time there is one: a client that never queues
+ * delayed work, nor is refused a thread, runs without it (one thread less
+ * in each process on the machine).  If it cannot be started now, the next
+ * call tries again.  Work lock held. */
+static void timer_wake_locked(struct client_work *cw) {
+        if (!cw->timer_started && !cw->stopping &&
+            pthread_create(&cw->timer, NULL, timer_main, cw) == 0)
+                cw->timer_started = true;
+        pthread_cond_broadcast(&cw->timer_cond);
+}
 
 static void *timer_main(void *userdata) {
         struct client_work *cw = userdata;
@@ -1071,9 +1112,7 @@ static int work_get(struct cmwq *c, struct client_work **ret) {
         __atomic_store_n(&c->work, cw, __ATOMIC_RELEASE);
         if (pthread_create(&cw->manager, NULL, manager_main, cw) == 0)
                 cw->manager_started = true;
-        if (pthread_create(&cw->timer, NULL, timer_main, cw) == 0)
-                cw->timer_started = true;
-        if (!cw->manager_started || !cw->timer_started)
+        else
                 r = client_error(-EAGAIN, "cannot start the library's threads");
 done:
         if (r >= 0)
@@ -1232,7 +1271,7 @@ static void timer_add_locked(struct client_work *cw, struct cmwq_workqueue *wq, 
         dw->_tprev = pos->_tprev;
         pos->_tprev->_tnext = dw;
         pos->_tprev = dw;
-        pthread_cond_broadcast(&cw->timer_cond);
+        timer_wake_locked(cw);
 }
 
 static bool queue_delayed_locked(struct client_work *cw, struct cmwq_workqueue *wq, struct cmwq_delayed_work *dw,
@@ -1266,6 +1305,7 @@ static bool cancel_locked(struct client_work *cw, struct cmwq_work *w) {
                 wlist_del(w);
                 w->_state &= ~WORK_PENDING;
                 inflight_del_if_idle(w);
+                flushers_instance_done(cw, w->_wq, w->_queued_seq);
         } else
                 return false;
         w->_nr_started++;
@@ -1325,8 +1365,10 @@ int cmwq_cancel_work_sync(struct cmwq_work *work) {
         pthread_mutex_lock(&cw->lock);
         work->_state |= WORK_CANCELING;
         was = cancel_locked(cw, work);
+        cw->nr_done_waiters++;
         while (work->_state & WORK_RUNNING)
                 pthread_cond_wait(&cw->done, &cw->lock);
+        cw->nr_done_waiters--;
         /* Queued again by its own function while we waited? */
         (void) cancel_locked(cw, work);
         work->_state &= ~WORK_CANCELING;
@@ -1354,8 +1396,10 @@ static int flush_work_locked(struct client_work *cw, struct cmwq_work *work) {
                 return client_lost_error(cw->c, work_conn_error(cw));
         else
                 return 0;
+        cw->nr_done_waiters++;
         while (work->_nr_finished < target && !(cw->dead && !(work->_state & WORK_RUNNING)))
                 pthread_cond_wait(&cw->done, &cw->lock);
+        cw->nr_done_waiters--;
         /* Instances dropped with the connection count as finished, but
          * they did not run: say so. */
         return !cw->dead ? 1 : client_lost_error(cw->c, cw->dead);
@@ -1406,19 +1450,22 @@ bool cmwq_delayed_work_pending(const struct cmwq_delayed_work *dwork) {
 }
 
 /* Whether an item queued up to @seq is still pending or running on @wq. */
-static bool flush_busy(struct cmwq_workqueue *wq, uint64_t seq) {
+/* The instances of @wq queued up to @seq that have not finished: a pending
+ * one, a running one, or both for an item queued again while it runs. */
+static uint64_t flush_count(struct cmwq_workqueue *wq, uint64_t seq) {
+        uint64_t n = 0;
+
         for (struct cmwq_work *w = wq->inflight._inext; w != &wq->inflight; w = w->_inext) {
                 if ((w->_state & WORK_PENDING) && w->_queued_seq <= seq)
-                        return true;
+                        n++;
                 if ((w->_state & WORK_RUNNING) && w->_running_seq <= seq)
-                        return true;
+                        n++;
         }
-        return false;
+        return n;
 }
 
 int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain) {
         struct client_work *cw = __atomic_load_n(&wq->c->work, __ATOMIC_ACQUIRE);
-        uint64_t seq;
         int r = 0;
 
         if (!cw)
@@ -1426,17 +1473,29 @@ int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain) {
         pthread_mutex_lock(&cw->lock);
         if (drain) {
                 wq->cb_draining = true;
+                cw->nr_done_waiters++;
                 while (wq->inflight._inext != &wq->inflight && !cw->dead)
                         pthread_cond_wait(&cw->done, &cw->lock);
+                cw->nr_done_waiters--;
                 wq->cb_draining = false;
         } else {
-                seq = wq->cb_seq;
-                while (flush_busy(wq, seq) && !cw->dead)
+                struct client_flusher f = { .next = wq->cb_flushers, .seq = wq->cb_seq };
+
+                f.remaining = flush_count(wq, f.seq);
+                wq->cb_flushers = &f;
+                while (f.remaining > 0 && !cw->dead)
                         pthread_cond_wait(&cw->done, &cw->lock);
+                for (struct client_flusher **pf = &wq->cb_flushers; *pf; pf = &(*pf)->next)
+                        if (*pf == &f) {
+                                *pf = f.next;
+                                break;
+                        }
         }
         /* Running items finish even on a lost connection; wait for them. */
+        cw->nr_done_waiters++;
         while (cw->dead && wq->cb_active > 0)
                 pthread_cond_wait(&cw->done, &cw->lock);
+        cw->nr_done_waiters--;
         if (cw->dead)
                 r = client_lost_error(cw->c, cw->dead);
         pthread_mutex_unlock(&cw->lock);

@@ -50,6 +50,7 @@ struct cmwq_workqueue {
         struct cmwq_work inflight;      /* sentinel of the _inext/_iprev list */
         uint64_t cb_seq;                /* queueings so far */
         unsigned cb_active;             /* running now (unbound max_active) */
+        struct client_flusher *cb_flushers;     /* threads in cmwq_flush_workqueue() */
         bool cb_draining;
         /* Frozen by the daemon: none of its callbacks start.  Set by the
          * reader (connection lock), read under the work lock: atomic. */
@@ -59,6 +60,8 @@ struct cmwq_workqueue {
 #define CLIENT_NR_SYSTEM_QUEUES 6
 
 struct client_work;
+struct client_flusher;
+struct client_flusher;
 
 struct cmwq {
         pthread_mutex_t lock;
