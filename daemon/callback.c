@@ -56,7 +56,8 @@ struct callback_worker {
         uint64_t counted_finished;      /* its completion record, as last added to the pool's count */
         struct user_usage *usage;       /* its uid's, counting it; NULL for root */
         struct event *yield_timer;      /* asked to yield: how long it may take */
-        uint64_t yield_cpu_usec;        /* its CPU time when that timer was armed */
+        uint64_t yield_asked_usec;      /* CLOCK_MONOTONIC, when it was asked to yield */
+        uint64_t yield_cpu_usec;        /* its CPU time then */
 };
 
 static int callback_execute(struct worker *pw, struct pool_work *work);
@@ -142,54 +143,61 @@ static uint64_t callback_cpu_usec(struct worker *pw) {
         return n == 1 ? ns / 1000 : POOL_CPU_UNKNOWN;
 }
 
-/* A granted thread asked to yield that keeps its grant this long, and got
- * less than 1/CALLBACK_STARVED_SHARE of a CPU meanwhile, stops counting
- * toward its pool: one that the scheduler keeps from running (its own
- * SCHED_IDLE spinners, its cgroup's quota) never reaches the CPU-intensive
- * threshold, and would hold the CPU's other work back.  One that runs,
- * only slowly because the machine is loaded, is left to that threshold,
- * as the kernel leaves it: wall time says nothing of what a work item
- * does with its CPU. */
-#define CALLBACK_YIELD_GRACE_USEC (2 * pool_cpu_intensive_thresh_usec)
-#define CALLBACK_STARVED_SHARE 16
+/* A granted thread asked to yield that keeps its grant, and got less than
+ * 1/CALLBACK_STARVED_SHARE of a CPU since it was asked, stops counting
+ * toward its pool once CALLBACK_STARVED_USEC have passed: one that the
+ * scheduler keeps from running (its own SCHED_IDLE spinners, its cgroup's
+ * quota) never reaches the CPU-intensive threshold, and would hold the
+ * CPU's other work back.  One that runs, only slowly because the machine
+ * is loaded, is left to that threshold, as the kernel leaves it: wall time
+ * says nothing of what a work item does with its CPU.  The window is long
+ * enough for the scheduler to have given a thread on a crowded run queue
+ * its turns (a SCHED_IDLE thread behind one spinner gets about 1/340 of
+ * the CPU; a normal one among 16 runnable tasks on 2 CPUs, 1/8). */
+#define CALLBACK_YIELD_CHECK_USEC (2 * pool_cpu_intensive_thresh_usec)
+#define CALLBACK_STARVED_USEC (10 * CALLBACK_YIELD_CHECK_USEC)
+#define CALLBACK_STARVED_SHARE 32
 
 static void callback_yield_timer_arm(struct callback_worker *w) {
-        struct timeval tv = timeval_from_usec(CALLBACK_YIELD_GRACE_USEC);
+        struct timeval tv = timeval_from_usec(CALLBACK_YIELD_CHECK_USEC);
 
-        w->yield_cpu_usec = callback_cpu_usec(w->granted);
         evtimer_add(w->yield_timer, &tv);
 }
 
 static void callback_yield_overdue(evutil_socket_t fd, short what, void *userdata) {
         struct callback_worker *w = userdata;
-        uint64_t cpu;
+        uint64_t cpu, waited;
 
         callback_worker_sync(w);
         if (!w->granted || !worker_counts_running(w->granted))
                 return;
         cpu = callback_cpu_usec(w->granted);
-        if (cpu != POOL_CPU_UNKNOWN && w->yield_cpu_usec != POOL_CPU_UNKNOWN &&
-            cpu - w->yield_cpu_usec >= CALLBACK_YIELD_GRACE_USEC / CALLBACK_STARVED_SHARE) {
+        waited = now_usec(CLOCK_MONOTONIC) - w->yield_asked_usec;
+        if (waited < CALLBACK_STARVED_USEC ||
+            (cpu != POOL_CPU_UNKNOWN && w->yield_cpu_usec != POOL_CPU_UNKNOWN &&
+             cpu - w->yield_cpu_usec >= waited / CALLBACK_STARVED_SHARE)) {
                 callback_yield_timer_arm(w);
                 return;
         }
-        log_debug("callback: thread %d (PID %d) has not yielded CPU %d in time and hardly ran: it stops counting there",
-                  (int) w->tid, (int) w->client->pid, w->pool->cpu);
+        log_debug("callback: thread %d (PID %d) has not yielded CPU %d in %" PRIu64
+                  " ms and hardly ran meanwhile: it stops counting there",
+                  (int) w->tid, (int) w->client->pid, w->pool->cpu, waited / USEC_PER_MSEC);
         pool_worker_cpu_intensive(w->granted);
 }
 
 static void callback_worker_ask_yield(struct callback_worker *w) {
         w->yield_sent = true;
         callback_shm_yield(w->client->shm, w->slot, w->grant_seq);
+        w->yield_asked_usec = now_usec(CLOCK_MONOTONIC);
+        w->yield_cpu_usec = callback_cpu_usec(w->granted);
         callback_yield_timer_arm(w);
 }
 
 static void callback_sleep_changed(struct sleepwatch_target *t, bool running, void *userdata) {
         struct callback_worker *w = userdata;
 
-        /* What the thread pushed without ringing before it switched out
-         * (its IDLE, its pool's next demand; proto/shm.h): first. */
-        callback_worker_sync(w);
+        /* What it pushed without ringing before it switched out was read
+         * before this (callback_switches_seen()). */
         if (!w->granted)
                 return;         /* waiting for a grant: that is not work blocking */
         log_debug("callback: thread %d (PID %d) %s", (int) w->tid, (int) w->client->pid,
@@ -292,7 +300,20 @@ static void callback_freeze_changed(struct workqueue *wq, void *userdata) {
                 callback_client_tell_freeze(c, wq);
 }
 
+/* The threads of any client may have switched: what they pushed to their
+ * rings without ringing (their IDLE, their pools' next demands) is read
+ * before cmwqd acts on their switches (proto/shm.h, lazy_doorbell). */
+static void callback_switches_seen(void *userdata) {
+        struct callback_registry *r = userdata;
+        struct callback_client *c;
+
+        list_for_each_entry(c, &r->clients, entry)
+                (void) callback_shm_drain(c->shm);
+}
+
 static void callback_set_hooks(struct core *core, struct callback_registry *r) {
+        if (core->sleepwatch)
+                sleepwatch_set_batch_hook(core->sleepwatch, r ? callback_switches_seen : NULL, r);
         core->freeze_changed = r ? callback_freeze_changed : NULL;
         core->freeze_changed_userdata = r;
         for (unsigned cpu = 0; cpu < core->nr_cpus; cpu++)

@@ -210,6 +210,8 @@ struct sleepwatch {
         struct list_head proc_targets;
         struct list_head dirty;
         struct event *proc_timer;       /* pending only while proc_targets is not empty */
+        sleepwatch_batch_fn batch;      /* before each batch's transitions are reported */
+        void *batch_userdata;
 };
 
 static const char *const mode_table[] = {
@@ -240,6 +242,11 @@ enum sleepwatch_mode sleepwatch_get_mode(const struct sleepwatch *sw) {
 
 bool sleepwatch_target_is_running(const struct sleepwatch_target *t) {
         return t->running;
+}
+
+void sleepwatch_set_batch_hook(struct sleepwatch *sw, sleepwatch_batch_fn fn, void *userdata) {
+        sw->batch = fn;
+        sw->batch_userdata = userdata;
 }
 
 bool sleepwatch_target_is_perf(const struct sleepwatch_target *t) {
@@ -630,6 +637,8 @@ static void ring_cb(evutil_socket_t fd, short what, void *userdata) {
  * target or watch new ones: each target leaves the dirty list before its
  * callback runs, and sleepwatch_target_free() takes a target off it. */
 static void sleepwatch_dispatch(struct sleepwatch *sw) {
+        if (sw->batch)
+                sw->batch(sw->batch_userdata);
         while (!list_empty(&sw->dirty)) {
                 struct sleepwatch_target *t = list_first_entry(&sw->dirty, struct sleepwatch_target, dirty_link);
                 bool running;

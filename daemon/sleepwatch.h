@@ -42,6 +42,11 @@ enum sleepwatch_mode {
 
 /* Called on every running <-> blocked transition of @t. */
 typedef void (*sleepwatch_cb)(struct sleepwatch_target *t, bool running, void *userdata);
+/* Called once for every batch of switch records (or /proc sample) read,
+ * before the transitions it brings are reported, whether it brings any or
+ * not: a task that blocked and woke up again within one batch shows no
+ * transition, but it did switch. */
+typedef void (*sleepwatch_batch_fn)(void *userdata);
 
 /* Parses "perf" / "proc"; -EINVAL otherwise. */
 int sleepwatch_mode_from_string(const char *s, enum sleepwatch_mode *ret);
@@ -77,6 +82,9 @@ int sleepwatch_watch_thread(struct sleepwatch *sw, pid_t pid, pid_t tid, sleepwa
 struct sleepwatch_target *sleepwatch_target_free(struct sleepwatch_target *t);
 
 bool sleepwatch_target_is_running(const struct sleepwatch_target *t);
+
+/* Sets the batch hook (NULL: none). */
+void sleepwatch_set_batch_hook(struct sleepwatch *sw, sleepwatch_batch_fn fn, void *userdata);
 
 /* Whether @t is watched through perf (its switches are seen within
  * microseconds) rather than sampled from /proc. */
