@@ -124,23 +124,13 @@ static void callback_describe(struct worker *pw, char *buf, size_t size) {
                  started == finished + 1 ? "one running now" : "none running now");
 }
 
-/* CPU time of the thread (not of one item: a grant runs many). */
+/* CPU time of the thread (not of one item: a grant runs many), from the
+ * sleep detector, which watches the thread anyway: with perf, one read()
+ * of a task-clock counter. */
 static uint64_t callback_cpu_usec(struct worker *pw) {
         struct callback_worker *w = pw->userdata;
-        unsigned long long ns;
-        char path[64];
-        FILE *f;
-        int n;
 
-        if (!w)
-                return POOL_CPU_UNKNOWN;
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int) w->client->pid, (int) w->tid);
-        f = fopen(path, "re");
-        if (!f)
-                return POOL_CPU_UNKNOWN;
-        n = fscanf(f, "%llu", &ns);
-        fclose(f);
-        return n == 1 ? ns / 1000 : POOL_CPU_UNKNOWN;
+        return w ? sleepwatch_target_cpu_usec(w->target) : POOL_CPU_UNKNOWN;
 }
 
 /* A granted thread asked to yield that keeps its grant, and got less than

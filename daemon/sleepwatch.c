@@ -1131,14 +1131,20 @@ static int target_watch_perf(struct sleepwatch_target *t) {
          * execve(): read() of an inherited counter adds up the live
          * descendants' counts and those of the ones that exited.  Without
          * it, /proc or the cgroup tell (sleepwatch_target_cpu_usec()). */
-        if (t->only_tid <= 0) {
-                clock_attr(&attr);
-                r = perf_open(&attr, t->pid, -1);
-                if (r < 0)
-                        log_debug_errno(r, "sleepwatch: task-clock counter refused for PID %d: %m", (int) t->pid);
-                else
-                        t->clock_fd = r;
+        clock_attr(&attr);
+        if (t->only_tid > 0) {
+                /* A client's callback thread, asked at every grant and
+                 * every CPU-intensive check: one read() instead of four
+                 * system calls for /proc/PID/task/TID/schedstat. */
+                attr.disabled = 0;
+                attr.enable_on_exec = 0;
+                attr.inherit = 0;
         }
+        r = perf_open(&attr, t->only_tid > 0 ? t->only_tid : t->pid, -1);
+        if (r < 0)
+                log_debug_errno(r, "sleepwatch: task-clock counter refused for PID %d: %m", (int) t->pid);
+        else
+                t->clock_fd = r;
 
         /* The main process runs (or is about to) until a record says other. */
         r = target_add_task(t, t->only_tid > 0 ? t->only_tid : t->pid, &k);

@@ -127,6 +127,8 @@ int sleepwatch_target_use_cgroup(struct sleepwatch_target *t, int cgroup_dir_fd)
  * execve(), UINT64_MAX when it cannot be told.  Never decreases.
  */
 uint64_t sleepwatch_target_cpu_usec(struct sleepwatch_target *t);
+/* (For a thread target, its CPU time since it was watched: perf's
+ * task-clock of that thread, or /proc.) */
 
 /* The state letter of a /proc/PID/stat line ("R", "S", "D", ...), found
  * after the last ')' so that any command name parses; -EINVAL if malformed.
