@@ -37,13 +37,22 @@ static struct dbus_sender *dbus_sender_find(struct ipc_dbus *d, const char *name
         return NULL;
 }
 
-/* Forgets idle senders beyond the cache size, least recently used first. */
+/* Forgets a client: it left the bus, was refused, or cmwqd stops. */
+static void dbus_sender_forget(struct ipc_dbus *d, struct dbus_sender *s) {
+        if (s->admitted)
+                core_user_disconnect(d->core, s->caller.uid);
+        dbus_sender_free(s);
+        d->nr_senders--;
+}
+
+/* Forgets idle senders that were never admitted beyond the cache size,
+ * least recently used first.  Admitted ones stay until they leave. */
 static void dbus_senders_trim(struct ipc_dbus *d) {
         struct dbus_sender *s, *n;
         unsigned idle = 0;
 
         list_for_each_entry_safe(s, n, &d->senders, entry) {
-                if (s->nr_calls > 0)
+                if (s->nr_calls > 0 || s->admitted)
                         continue;
                 if (++idle > IPC_DBUS_SENDER_CACHE_MAX) {
                         dbus_sender_free(s);
@@ -127,6 +136,29 @@ int ipc_dbus_caller(struct ipc_dbus *d, sd_bus_message *m, struct dbus_sender **
         list_add(&s->entry, &d->senders);
         d->nr_senders++;
         dbus_senders_trim(d);
+        *ret = s;
+        return 0;
+}
+
+int ipc_dbus_client(struct ipc_dbus *d, sd_bus_message *m, struct dbus_sender **ret, sd_bus_error *error) {
+        struct core_error e = {};
+        struct dbus_sender *s;
+        int r;
+
+        r = ipc_dbus_caller(d, m, &s, error);
+        if (r < 0)
+                return r;
+        if (!s->admitted) {
+                /* Counted as the socket counts its clients: one per unique
+                 * bus name, released when the name goes (NameOwnerChanged). */
+                r = core_user_connect(d->core, &s->caller, &e);
+                if (r < 0) {
+                        log_debug("D-Bus client %s refused: %s", s->name, e.message);
+                        dbus_sender_forget(d, s);
+                        return sd_bus_error_set(error, errno_to_dbus_error(e.error), e.message);
+                }
+                s->admitted = true;
+        }
         *ret = s;
         return 0;
 }
@@ -267,12 +299,57 @@ static int on_name_owner_changed(sd_bus_message *m, void *userdata, sd_bus_error
         list_for_each_entry_safe(call, n, &d->calls, entry)
                 if (call->sender == s)
                         dbus_call_free(call);
-        dbus_sender_free(s);
-        d->nr_senders--;
+        dbus_sender_forget(d, s);
         return 0;
 }
 
 /* ---- the core's changes, published ------------------------------------- */
+
+/*
+ * Signals are never broadcast: a broadcast reaches every connection on the
+ * bus that adds a match rule for it, whoever it belongs to.  Each signal is
+ * sent, addressed, to every client that called Subscribe() and may see what
+ * it is about: a workqueue's to those who may see the queue (its owner,
+ * root; everyone for a built-in queue, whose properties anyone may read),
+ * an item's to its owner and root.
+ */
+
+typedef int (*dbus_signal_body_fn)(sd_bus_message *m, void *userdata);
+
+static bool dbus_sender_may_see(const struct dbus_sender *s, const struct workqueue *wq, const struct item *i) {
+        if (i)
+                return i->uid == s->caller.uid || caller_is_privileged(&s->caller);
+        return workqueue_visible_to(wq, &s->caller);
+}
+
+/* Sends the signal to each subscriber that may see @wq (@i, if given). */
+static void dbus_signal_send(struct ipc_dbus *d, const struct workqueue *wq, const struct item *i, const char *path,
+                             const char *interface, const char *member, dbus_signal_body_fn body, void *userdata) {
+        struct dbus_sender *s;
+        bool sent = false;
+
+        list_for_each_entry(s, &d->senders, entry) {
+                _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+                int r;
+
+                if (!s->subscribed || !dbus_sender_may_see(s, wq, i))
+                        continue;
+                r = sd_bus_message_new_signal(d->bus, &m, path, interface, member);
+                if (r >= 0)
+                        r = sd_bus_message_set_destination(m, s->name);
+                if (r >= 0)
+                        r = body(m, userdata);
+                if (r >= 0)
+                        r = sd_bus_send(d->bus, m, NULL);
+                if (r < 0)
+                        log_debug_errno(r, "Cannot send %s about %s to %s: %m", member, path, s->name);
+                else
+                        sent = true;
+        }
+        /* Sent from outside the bus's own callbacks: flush it from the loop. */
+        if (sent)
+                bus_event_kick(d->event);
+}
 
 struct dbus_workqueue *ipc_dbus_workqueue_find(struct ipc_dbus *d, const struct workqueue *wq) {
         struct dbus_workqueue *w;
@@ -302,12 +379,28 @@ static struct dbus_workqueue *dbus_workqueue_track(struct ipc_dbus *d, struct wo
         return w;
 }
 
+struct properties_changed {
+        struct dbus_workqueue *w;
+        const char *const *changed;
+};
+
+static int body_properties_changed(sd_bus_message *m, void *userdata) {
+        const struct properties_changed *p = userdata;
+        int r;
+
+        r = sd_bus_message_append(m, "s", CMWQ_DBUS_WORKQUEUE_INTERFACE);
+        if (r >= 0)
+                r = ipc_dbus_append_workqueue_properties(m, p->w, p->changed);
+        if (r >= 0)
+                r = sd_bus_message_append_strv(m, NULL);
+        return r;
+}
+
 static void dbus_announce_workqueue(struct ipc_dbus *d, struct dbus_workqueue *w) {
         const char *changed[ELEMENTSOF(w->announced) + 1];
         uint64_t now[ELEMENTSOF(w->announced)];
         _cleanup_(freep) char *path = NULL;
         size_t n = 0;
-        int r;
 
         ipc_dbus_workqueue_values(w->wq, now);
         for (size_t k = 0; ipc_dbus_workqueue_changing[k]; k++)
@@ -318,9 +411,8 @@ static void dbus_announce_workqueue(struct ipc_dbus *d, struct dbus_workqueue *w
         changed[n] = NULL;
         if (n == 0 || ipc_dbus_workqueue_path(w->wq, &path) < 0)
                 return;
-        r = sd_bus_emit_properties_changed_strv(d->bus, path, CMWQ_DBUS_WORKQUEUE_INTERFACE, (char **) changed);
-        if (r < 0)
-                log_debug_errno(r, "Cannot announce the properties of workqueue %s: %m", w->wq->name);
+        dbus_signal_send(d, w->wq, NULL, path, "org.freedesktop.DBus.Properties", "PropertiesChanged",
+                         body_properties_changed, &(struct properties_changed) { .w = w, .changed = changed });
 }
 
 /* Once per loop turn, however many items started or ended in it. */
@@ -333,7 +425,6 @@ static void on_announce(evutil_socket_t fd, short what, void *userdata) {
                 list_del_init(&w->dirty_entry);
                 dbus_announce_workqueue(d, w);
         }
-        bus_event_kick(d->event);
 }
 
 static void observe_workqueue_changed(struct core_observer *o, struct workqueue *wq) {
@@ -346,50 +437,99 @@ static void observe_workqueue_changed(struct core_observer *o, struct workqueue 
         event_active(d->announce, EV_TIMEOUT, 0);
 }
 
+/* The interfaces of a workqueue's object, as sd-bus's object manager names
+ * them, the queue's own last. */
+static const char *const workqueue_interfaces[] = {
+        "org.freedesktop.DBus.Peer",
+        "org.freedesktop.DBus.Introspectable",
+        "org.freedesktop.DBus.Properties",
+        CMWQ_DBUS_WORKQUEUE_INTERFACE,
+        NULL,
+};
+
+struct interfaces_changed {
+        const char *path;
+        struct dbus_workqueue *w;       /* InterfacesAdded */
+};
+
+static int body_interfaces_added(sd_bus_message *m, void *userdata) {
+        const struct interfaces_changed *c = userdata;
+        int r;
+
+        r = sd_bus_message_append(m, "o", c->path);
+        if (r >= 0)
+                r = sd_bus_message_open_container(m, 'a', "{sa{sv}}");
+        for (size_t k = 0; r >= 0 && workqueue_interfaces[k]; k++) {
+                bool own = strcmp(workqueue_interfaces[k], CMWQ_DBUS_WORKQUEUE_INTERFACE) == 0;
+
+                r = sd_bus_message_open_container(m, 'e', "sa{sv}");
+                if (r >= 0)
+                        r = sd_bus_message_append(m, "s", workqueue_interfaces[k]);
+                if (r >= 0)
+                        r = own ? ipc_dbus_append_workqueue_properties(m, c->w, NULL)
+                                : sd_bus_message_append(m, "a{sv}", 0);
+                if (r >= 0)
+                        r = sd_bus_message_close_container(m);
+        }
+        if (r >= 0)
+                r = sd_bus_message_close_container(m);
+        return r;
+}
+
+static int body_interfaces_removed(sd_bus_message *m, void *userdata) {
+        const struct interfaces_changed *c = userdata;
+        int r;
+
+        r = sd_bus_message_append(m, "o", c->path);
+        if (r >= 0)
+                r = sd_bus_message_append_strv(m, (char **) workqueue_interfaces);
+        return r;
+}
+
 static void observe_workqueue_added(struct core_observer *o, struct workqueue *wq) {
         struct ipc_dbus *d = container_of(o, struct ipc_dbus, observer);
         _cleanup_(freep) char *path = NULL;
-        int r;
+        struct dbus_workqueue *w;
 
-        if (!dbus_workqueue_track(d, wq))
-                log_warning("Out of memory: workqueue %s will not announce its property changes", wq->name);
-        r = ipc_dbus_workqueue_path(wq, &path);
-        if (r >= 0)
-                r = sd_bus_emit_object_added(d->bus, path);
-        if (r < 0)
-                log_debug_errno(r, "Cannot announce workqueue %s on the bus: %m", wq->name);
-        bus_event_kick(d->event);
+        w = dbus_workqueue_track(d, wq);
+        if (!w) {
+                log_warning("Out of memory: workqueue %s will not be announced on the bus", wq->name);
+                return;
+        }
+        if (ipc_dbus_workqueue_path(wq, &path) < 0)
+                return;
+        dbus_signal_send(d, wq, NULL, CMWQ_DBUS_PATH, "org.freedesktop.DBus.ObjectManager", "InterfacesAdded",
+                         body_interfaces_added, &(struct interfaces_changed) { .path = path, .w = w });
 }
 
 static void observe_workqueue_removed(struct core_observer *o, struct workqueue *wq) {
         struct ipc_dbus *d = container_of(o, struct ipc_dbus, observer);
         struct dbus_workqueue *w = ipc_dbus_workqueue_find(d, wq);
         _cleanup_(freep) char *path = NULL;
-        int r;
 
         if (w)
                 dbus_workqueue_free(w);
-        r = ipc_dbus_workqueue_path(wq, &path);
-        if (r >= 0)
-                r = sd_bus_emit_object_removed(d->bus, path);
-        if (r < 0)
-                log_debug_errno(r, "Cannot announce the removal of workqueue %s on the bus: %m", wq->name);
-        bus_event_kick(d->event);
+        if (ipc_dbus_workqueue_path(wq, &path) < 0)
+                return;
+        dbus_signal_send(d, wq, NULL, CMWQ_DBUS_PATH, "org.freedesktop.DBus.ObjectManager", "InterfacesRemoved",
+                         body_interfaces_removed, &(struct interfaces_changed) { .path = path });
+}
+
+static int body_item_finished(sd_bus_message *m, void *userdata) {
+        const struct item *i = userdata;
+        int exited = i->started_usec && i->state != ITEM_FAILED && !i->signal;
+
+        /* -1 where the protocol leaves the field out: no exit status when
+         * killed or never started, no signal when it exited. */
+        return sd_bus_message_append(m, "tssiiu", i->id, i->wq_name, item_state_to_string(i->state),
+                                     exited ? i->exit_status : -1, i->signal ? i->signal : -1, (uint32_t) i->uid);
 }
 
 static void observe_item_finished(struct core_observer *o, struct item *i) {
         struct ipc_dbus *d = container_of(o, struct ipc_dbus, observer);
-        int exited = i->started_usec && i->state != ITEM_FAILED && !i->signal;
-        int r;
 
-        /* -1 where the protocol leaves the field out: no exit status when
-         * killed or never started, no signal when it exited. */
-        r = sd_bus_emit_signal(d->bus, CMWQ_DBUS_PATH, CMWQ_DBUS_MANAGER_INTERFACE, "ItemFinished", "tssiiu",
-                               i->id, i->wq_name, item_state_to_string(i->state), exited ? i->exit_status : -1,
-                               i->signal ? i->signal : -1, (uint32_t) i->uid);
-        if (r < 0)
-                log_debug_errno(r, "Cannot signal the end of item %" PRIu64 ": %m", i->id);
-        bus_event_kick(d->event);
+        dbus_signal_send(d, NULL, i, CMWQ_DBUS_PATH, CMWQ_DBUS_MANAGER_INTERFACE, "ItemFinished", body_item_finished,
+                         i);
 }
 
 /* ---- the connection -------------------------------------------------------- */
@@ -520,13 +660,10 @@ fail:
         return r;
 }
 
-struct ipc_dbus *ipc_dbus_free(struct ipc_dbus *d) {
-        if (!d)
-                return NULL;
-        if (d->store)
-                store_remove_listener(d->store, &d->store_listener);
-        /* store_free() comes later and syncs what these acknowledge. */
-        dbus_held_send(d, UINT64_MAX);
+void ipc_dbus_stop(struct ipc_dbus *d) {
+        if (!d || d->stopped)
+                return;
+        d->stopped = true;
         core_observer_remove(&d->observer);
         while (!list_empty(&d->calls)) {
                 struct dbus_call *call = list_first_entry(&d->calls, struct dbus_call, entry);
@@ -535,14 +672,35 @@ struct ipc_dbus *ipc_dbus_free(struct ipc_dbus *d) {
                                                   "cmwqd is shutting down");
                 dbus_call_free(call);
         }
+        /* Their connections count in the core, which goes next. */
         while (!list_empty(&d->senders))
-                dbus_sender_free(list_first_entry(&d->senders, struct dbus_sender, entry));
+                dbus_sender_forget(d, list_first_entry(&d->senders, struct dbus_sender, entry));
         while (!list_empty(&d->workqueues))
                 dbus_workqueue_free(list_first_entry(&d->workqueues, struct dbus_workqueue, entry));
         d->event = bus_event_detach(d->event);
-        if (d->announce)
+        if (d->announce) {
                 event_free(d->announce);
-        /* Whatever is still queued (the last signals) goes out first. */
+                d->announce = NULL;
+        }
+}
+
+struct ipc_dbus *ipc_dbus_free(struct ipc_dbus *d) {
+        if (!d)
+                return NULL;
+        ipc_dbus_stop(d);
+        if (d->store)
+                store_remove_listener(d->store, &d->store_listener);
+        /* What the store's last sync made durable is sent (store_stop()); a
+         * reply still held acknowledges what is not on disk: the caller
+         * gets the bus's NoReply instead. */
+        while (!list_empty(&d->held)) {
+                struct dbus_held_reply *h = list_first_entry(&d->held, struct dbus_held_reply, entry);
+
+                list_del_init(&h->entry);
+                sd_bus_message_unref(h->reply);
+                free(h);
+        }
+        /* Whatever is still queued (the last replies) goes out first. */
         if (d->bus)
                 sd_bus_flush_close_unref(d->bus);
         free(d);

@@ -38,8 +38,9 @@ struct bus_event;
 
 /* Calls that wait for the core (flush, wait, ...) one bus client may have open. */
 #define IPC_DBUS_CALLS_PER_SENDER_MAX 1024u
-/* Credentials of this many idle bus clients are remembered (one round trip
- * to the bus daemon per client, not per call). */
+/* Credentials of this many idle bus clients that were not admitted are
+ * remembered (one round trip to the bus daemon per client, not per call).
+ * An admitted client is kept until it leaves the bus. */
 #define IPC_DBUS_SENDER_CACHE_MAX 64u
 
 struct ipc_dbus;
@@ -48,6 +49,14 @@ struct ipc_dbus;
  * negative errno when there is no bus or the name cannot be had; the
  * caller logs that and goes on without D-Bus. */
 int ipc_dbus_new(struct event_base *base, struct core *core, bool user_mode, struct ipc_dbus **ret);
+/* The first step of shutting down, before the core goes: waiting calls are
+ * answered with ShuttingDown, the clients let go of their connections, no
+ * more signals.  Replies held for the store stay held: the store's last
+ * sync (store_stop()) sends those it makes durable. */
+void ipc_dbus_stop(struct ipc_dbus *d);
+/* Stops (if not yet), drops the replies still held (their records never
+ * reached the disk, so the caller gets no acknowledgement) and leaves the
+ * bus. */
 struct ipc_dbus *ipc_dbus_free(struct ipc_dbus *d);
 /* With a durable store, replies that acknowledge a change (a queued item, a
  * created queue) wait until the change is on disk, as on the socket. */
@@ -62,6 +71,8 @@ struct dbus_sender {
         struct core_caller caller;
         gid_t *groups;
         unsigned nr_calls;      /* waiting calls: never forgotten while > 0 */
+        bool admitted;          /* counts toward its uid's 'connections' until it leaves */
+        bool subscribed;        /* Subscribe(): gets the signals it may see */
 };
 
 /* What a waiting call replies with once the core is done. */
@@ -106,6 +117,7 @@ struct ipc_dbus {
         struct store *store;            /* borrowed; NULL: nothing is kept */
         struct store_listener store_listener;
         struct list_head held;          /* struct dbus_held_reply, by seq */
+        bool stopped;                   /* ipc_dbus_stop() ran */
 };
 
 /* Sends @reply (taking it) once everything the store took so far is on
@@ -122,10 +134,17 @@ int ipc_dbus_workqueue_path(const struct workqueue *wq, char **ret);
 void ipc_dbus_workqueue_values(const struct workqueue *wq, uint64_t *values);
 extern const char *const ipc_dbus_workqueue_changing[];
 int ipc_dbus_append_item(sd_bus_message *m, const struct item *i);
+/* The properties @names (NULL-terminated; NULL: all) of @w's queue as a{sv}. */
+int ipc_dbus_append_workqueue_properties(sd_bus_message *m, struct dbus_workqueue *w, const char *const *names);
 
 /* The sender of @m as the core's caller.  Fails (with @error set) if the bus
  * cannot tell who sent it. */
 int ipc_dbus_caller(struct ipc_dbus *d, sd_bus_message *m, struct dbus_sender **ret, sd_bus_error *error);
+/* ipc_dbus_caller(), and on its first call a client is admitted as one of
+ * its uid's connections (per-user limit 'connections', as a socket client
+ * is) until it leaves the bus.  Fails (with @error set) past the limit.
+ * Every request goes through here. */
+int ipc_dbus_client(struct ipc_dbus *d, sd_bus_message *m, struct dbus_sender **ret, sd_bus_error *error);
 /* Replies to @m with the core's error. */
 int ipc_dbus_reply_core_error(sd_bus_message *m, const struct core_error *e);
 /* Turns @m into a call that waits for the core; NULL (and an error reply

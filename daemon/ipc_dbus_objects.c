@@ -147,10 +147,11 @@ int ipc_dbus_append_item(sd_bus_message *m, const struct item *i) {
 
 /* ---- method helpers --------------------------------------------------------- */
 
-/* A call's caller; on failure the error is already in @error. */
+/* A call's caller, admitted as one of its uid's connections; on failure
+ * the error is already in @error. */
 #define GET_CALLER(d, m, s, error)                                      \
         do {                                                            \
-                int _r = ipc_dbus_caller(d, m, &(s), error);            \
+                int _r = ipc_dbus_client(d, m, &(s), error);            \
                 if (_r < 0)                                             \
                         return _r;                                      \
         } while (0)
@@ -529,6 +530,26 @@ static int method_get_statistics(sd_bus_message *m, void *userdata, sd_bus_error
         return sd_bus_send(NULL, reply, NULL);
 }
 
+/* Signals about what the caller may see are sent to it from now on (until
+ * Unsubscribe or until it leaves the bus); see dbus_signal_send(). */
+static int method_subscribe(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct ipc_dbus *d = userdata;
+        struct dbus_sender *s;
+
+        GET_CALLER(d, m, s, error);
+        s->subscribed = true;
+        return sd_bus_reply_method_return(m, NULL);
+}
+
+static int method_unsubscribe(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct ipc_dbus *d = userdata;
+        struct dbus_sender *s;
+
+        GET_CALLER(d, m, s, error);
+        s->subscribed = false;
+        return sd_bus_reply_method_return(m, NULL);
+}
+
 static int property_manager(sd_bus *bus, const char *path, const char *interface, const char *property,
                             sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         struct ipc_dbus *d = userdata;
@@ -580,6 +601,10 @@ static const sd_bus_vtable manager_vtable[] = {
                                 method_list_pools, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetStatistics", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(stttttttttt)", workqueues),
                                 method_get_statistics, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Subscribe", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_subscribe,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Unsubscribe", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_unsubscribe,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_SIGNAL_WITH_ARGS("ItemFinished",
                                 SD_BUS_ARGS("t", id, "s", workqueue, "s", state, "i", exit_status, "i", signal,
                                             "u", uid),
@@ -645,6 +670,55 @@ static int property_workqueue(sd_bus *bus, const char *path, const char *interfa
                 }
         }
         return -ENOENT;
+}
+
+/* The type of every property of the Workqueue interface. */
+static char workqueue_property_type(const char *name) {
+        static const struct {
+                const char *name;
+                char type;
+        } constant[] = { { "Name", 's' }, { "Flags", 'u' }, { "Owner", 'u' }, { "Builtin", 'b' } };
+
+        for (size_t k = 0; k < ELEMENTSOF(constant); k++)
+                if (strcmp(name, constant[k].name) == 0)
+                        return constant[k].type;
+        for (size_t k = 0; ipc_dbus_workqueue_changing[k]; k++)
+                if (strcmp(name, ipc_dbus_workqueue_changing[k]) == 0)
+                        return workqueue_changing_types[k];
+        return 0;
+}
+
+int ipc_dbus_append_workqueue_properties(sd_bus_message *m, struct dbus_workqueue *w, const char *const *names) {
+        static const char *const constant[] = { "Name", "Flags", "Owner", "Builtin", NULL };
+        const char *const *lists[2] = { names, NULL };
+        int r;
+
+        if (!names) {
+                lists[0] = constant;
+                lists[1] = ipc_dbus_workqueue_changing;
+        }
+        r = sd_bus_message_open_container(m, 'a', "{sv}");
+        for (size_t l = 0; r >= 0 && l < ELEMENTSOF(lists) && lists[l]; l++)
+                for (const char *const *p = lists[l]; r >= 0 && *p; p++) {
+                        char type[2] = { workqueue_property_type(*p), 0 };
+
+                        if (!type[0])
+                                return -EINVAL;
+                        r = sd_bus_message_open_container(m, 'e', "sv");
+                        if (r >= 0)
+                                r = sd_bus_message_append(m, "s", *p);
+                        if (r >= 0)
+                                r = sd_bus_message_open_container(m, 'v', type);
+                        if (r >= 0)
+                                r = property_workqueue(NULL, NULL, CMWQ_DBUS_WORKQUEUE_INTERFACE, *p, m, w, NULL);
+                        if (r >= 0)
+                                r = sd_bus_message_close_container(m);
+                        if (r >= 0)
+                                r = sd_bus_message_close_container(m);
+                }
+        if (r >= 0)
+                r = sd_bus_message_close_container(m);
+        return r;
 }
 
 static int wq_method_submit(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -754,15 +828,15 @@ static const sd_bus_vtable workqueue_vtable[] = {
         SD_BUS_VTABLE_END,
 };
 
-/* The caller of the message being processed may see @wq; no message (a
- * signal we emit): everyone may. */
+/* The caller of the message being processed may see @wq.  Only method
+ * calls look objects up: anything else sees nothing. */
 static bool workqueue_visible_to_current(struct ipc_dbus *d, sd_bus *bus, const struct workqueue *wq) {
         sd_bus_message *m = sd_bus_get_current_message(bus);
         struct dbus_sender *s;
 
         if (!m || sd_bus_message_is_method_call(m, NULL, NULL) <= 0)
-                return true;
-        if (ipc_dbus_caller(d, m, &s, NULL) < 0)
+                return false;
+        if (ipc_dbus_client(d, m, &s, NULL) < 0)
                 return false;
         return workqueue_visible_to(wq, &s->caller);
 }

@@ -525,10 +525,13 @@ int main(int argc, char **argv) {
 out:
         /* First: its inhibitor lets a pending suspend go on at once. */
         sleep = sleep_freezer_free(sleep);
-        dbus = ipc_dbus_free(dbus);
+        ipc_dbus_stop(dbus);
         server = ipc_server_free(server);
         core = core_free(core);
-        /* What the last replies and items wrote reaches the disk. */
+        /* What the last replies and items wrote reaches the disk; only then
+         * do the D-Bus replies that acknowledge it go, and the bus. */
+        store_stop(store);
+        dbus = ipc_dbus_free(dbus);
         store = store_free(store);
         /* After the items, before the loop its removal events live on. */
         cgroups = cgroup_root_free(cgroups);

@@ -437,16 +437,22 @@ int store_start(struct store *s, struct event_base *base, store_snapshot_fn snap
         return 0;
 }
 
+void store_stop(struct store *s) {
+        if (!s || !s->thread_running)
+                return;
+        pthread_mutex_lock(&s->lock);
+        s->stop = true;
+        pthread_cond_signal(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+        pthread_join(s->thread, NULL);
+        s->thread_running = false;
+        store_notify(s);
+}
+
 struct store *store_free(struct store *s) {
         if (!s)
                 return NULL;
-        if (s->thread_running) {
-                pthread_mutex_lock(&s->lock);
-                s->stop = true;
-                pthread_cond_signal(&s->cond);
-                pthread_mutex_unlock(&s->lock);
-                pthread_join(s->thread, NULL);
-        }
+        store_stop(s);
         if (s->wake_event)
                 event_free(s->wake_event);
         if (s->compact_event)

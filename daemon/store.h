@@ -50,7 +50,11 @@ int store_open(const char *dir, store_record_cb replay, void *userdata, struct s
 /* Rewrites the log as a snapshot (synchronously: this is start-up, before
  * any client) and starts the commit thread. */
 int store_start(struct store *s, struct event_base *base, store_snapshot_fn snapshot, void *userdata);
-/* Writes and syncs what is still pending, stops the thread. */
+/* Writes and syncs what is still pending, stops the thread, and tells the
+ * listeners how far that got: what waited for the disk and is on it now
+ * may go out, what is still held never reached it.  No records after this. */
+void store_stop(struct store *s);
+/* store_stop() if not done yet, and frees. */
 struct store *store_free(struct store *s);
 
 /* Queues @rec for the next commit.  Returns its sequence number (> 0) or a

@@ -10,12 +10,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <systemd/sd-bus.h>
@@ -30,6 +32,11 @@
 #define WORKQUEUE "org.cmwq.cmwqd1.Workqueue"
 #define WQ_PREFIX "/org/cmwq/cmwqd1/workqueue/"
 #define NOBODY 65534
+/* A second unprivileged user, the victim in the tests of issue 12 (no
+ * passwd entry, as in test-security.c). */
+#define OTHER 65533
+/* The victim on the system bus, which refuses uids without a passwd entry. */
+#define VICTIM 1
 /* Workqueue names are per user: an object is named by "UID/NAME" (escaped),
  * a built-in queue by its name.  Root's queues: */
 #define ROOTS WQ_PREFIX "_30_2f"
@@ -55,10 +62,42 @@ static void write_file(const char *path, const char *text) {
 
 static int bus_try_connect(sd_bus **ret);
 
+/*
+ * The default policy of Debian 12's system bus (/usr/share/dbus-1/system.conf),
+ * what cmwqd meets in production and what issue 12 was found on: no
+ * eavesdropping, only root may become a monitor, signals may be sent to
+ * anyone.  Our policy file is included as the package installs it.
+ */
+static const char system_policy[] =
+        "  <policy context=\"default\">\n"
+        "    <allow user=\"*\"/>\n"
+        "    <deny own=\"*\"/>\n"
+        "    <deny send_type=\"method_call\"/>\n"
+        "    <allow send_type=\"signal\"/>\n"
+        "    <allow send_requested_reply=\"true\" send_type=\"method_return\"/>\n"
+        "    <allow send_requested_reply=\"true\" send_type=\"error\"/>\n"
+        "    <allow receive_type=\"method_call\"/>\n"
+        "    <allow receive_type=\"method_return\"/>\n"
+        "    <allow receive_type=\"error\"/>\n"
+        "    <allow receive_type=\"signal\"/>\n"
+        "    <allow send_destination=\"org.freedesktop.DBus\" send_interface=\"org.freedesktop.DBus\"/>\n"
+        "    <allow send_destination=\"org.freedesktop.DBus\" send_interface=\"org.freedesktop.DBus.Introspectable\"/>\n"
+        "    <allow send_destination=\"org.freedesktop.DBus\" send_interface=\"org.freedesktop.DBus.Properties\"/>\n"
+        "    <deny send_destination=\"org.freedesktop.DBus\" send_interface=\"org.freedesktop.DBus\"\n"
+        "          send_member=\"UpdateActivationEnvironment\"/>\n"
+        "    <deny send_destination=\"org.freedesktop.DBus\" send_interface=\"org.freedesktop.DBus.Debug.Stats\"/>\n"
+        "  </policy>\n"
+        "  <policy user=\"root\">\n"
+        "    <allow send_destination=\"org.freedesktop.DBus\" send_interface=\"org.freedesktop.DBus.Monitoring\"/>\n"
+        "  </policy>\n";
+
 /* A private bus that every local user may use; names are anyone's, as on a
  * session bus (the system policy file is checked on its own). */
-static void bus_start(void) {
-        char conf[96], sock[96];
+static void bus_start(void);
+/* A private bus with the system bus's policy and ours, or (@system false)
+ * one that lets everyone do everything, as a session bus. */
+static void bus_start_with(bool system) {
+        char conf[96], sock[96], ours[PATH_MAX], policy[sizeof(system_policy) + PATH_MAX + 64];
 
         snprintf(bus_dir, sizeof(bus_dir), "/tmp/cmwq-dbus-XXXXXX");
         ck_assert_ptr_nonnull(mkdtemp(bus_dir));
@@ -67,24 +106,34 @@ static void bus_start(void) {
         snprintf(sock, sizeof(sock), "%s/bus", bus_dir);
         snprintf(bus_address, sizeof(bus_address), "unix:path=%s", sock);
 
+        if (system) {
+                char file[PATH_MAX];
+
+                snprintf(file, sizeof(file), "%s/../dbus/org.cmwq.cmwqd1.conf", getenv("CMWQ_TEST_SRCDIR"));
+                ck_assert_msg(realpath(file, ours), "%s: %s", file, strerror(errno));
+                snprintf(policy, sizeof(policy), "%s  <include>%s</include>\n", system_policy, ours);
+        } else
+                snprintf(policy, sizeof(policy),
+                         "  <policy context=\"default\">\n"
+                         "    <allow user=\"*\"/>\n"
+                         "    <allow own=\"*\"/>\n"
+                         /* as Debian's session.conf: without these the bus
+                          * answers nobody, not even Hello */
+                         "    <allow send_destination=\"*\" eavesdrop=\"true\"/>\n"
+                         "    <allow eavesdrop=\"true\"/>\n"
+                         "  </policy>\n");
+
         FILE *f = fopen(conf, "w");
         ck_assert_ptr_nonnull(f);
         fprintf(f, "<!DOCTYPE busconfig PUBLIC \"-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN\"\n"
                    " \"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd\">\n"
                    "<busconfig>\n"
-                   "  <type>session</type>\n"
+                   "  <type>%s</type>\n"
                    "  <listen>unix:path=%s</listen>\n"
                    "  <auth>EXTERNAL</auth>\n"
-                   "  <policy context=\"default\">\n"
-                   "    <allow user=\"*\"/>\n"
-                   "    <allow own=\"*\"/>\n"
-                   /* as Debian's session.conf: without these the bus
-                    * answers nobody, not even Hello */
-                   "    <allow send_destination=\"*\" eavesdrop=\"true\"/>\n"
-                   "    <allow eavesdrop=\"true\"/>\n"
-                   "  </policy>\n"
+                   "%s"
                    "</busconfig>\n",
-                sock);
+                system ? "system" : "session", sock, policy);
         ck_assert_int_eq(fclose(f), 0);
 
         bus_pid = fork();
@@ -110,6 +159,10 @@ static void bus_start(void) {
                 ck_assert_msg(waited < 10000, "dbus-daemon did not accept connections within 10 s");
                 sleep_ms(10);
         }
+}
+
+static void bus_start(void) {
+        bus_start_with(false);
 }
 
 static void bus_stop(void) {
@@ -179,6 +232,17 @@ static void start_daemon(const char *const *extra) {
 static void setup(void) {
         bus_start();
         start_daemon(NULL);
+        for (int waited = 0; !name_has_owner(bus); waited += 20) {
+                ck_assert_msg(waited < 15000, "cmwqd did not take %s within 15 s; log:\n%s", NAME, read_file(d.log));
+                sleep_ms(20);
+        }
+}
+
+/* cmwqd as installed: the system instance, on a bus with the system policy. */
+static void setup_system(void) {
+        bus_start_with(true);
+        setenv("DBUS_SYSTEM_BUS_ADDRESS", bus_address, 1);
+        cmwqd_start(&d, (const char *const[]) { "--no-sleep-inhibitor", NULL });
         for (int waited = 0; !name_has_owner(bus); waited += 20) {
                 ck_assert_msg(waited < 15000, "cmwqd did not take %s within 15 s; log:\n%s", NAME, read_file(d.log));
                 sleep_ms(20);
@@ -483,10 +547,11 @@ static int on_signal(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         return 0;
 }
 
+/* Signals are sent only to the clients that asked for them. */
 static void subscribe(void) {
         ck_assert_int_ge(sd_bus_match_signal(bus, NULL, NAME, NULL, NULL, NULL, on_signal, NULL), 0);
         /* The match is in place once a round trip has passed. */
-        sd_bus_message_unref(call_ok(PATH, MANAGER, "ListPools", NULL));
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "Subscribe", NULL));
 }
 
 /* Processes the bus until a signal @member on @path (NULL: any) has @text
@@ -505,6 +570,177 @@ static bool saw(const char *member, const char *path, const char *text) {
                         continue;
                 sd_bus_wait(bus, 100000);
         }
+}
+
+/* ---- other users' clients ------------------------------------------------- */
+
+/*
+ * A bus client of another uid, in a child process, that tries everything a
+ * local user can to see what cmwqd sends: a match for every signal from
+ * cmwqd, a match that asks to eavesdrop, BecomeMonitor on a second
+ * connection, and Subscribe.  Every message it receives that is not the bus
+ * daemon's own is written to its log, one line each, "MEMBER PATH TEXT" as
+ * on_signal() flattens it.  watcher_sync() returns once everything cmwqd
+ * sent it before has arrived and is logged.
+ */
+struct watcher {
+        pid_t pid;
+        int cmd;                /* "s": sync; closed: exit */
+        int reply;              /* "r" when ready, "s" after each sync */
+        char log[400];
+};
+
+#define ELEMENTSOF(a) (sizeof(a) / sizeof((a)[0]))
+
+static FILE *watcher_log;
+static const char *watcher_name;
+
+static int watcher_filter(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        const char *sender = sd_bus_message_get_sender(m);
+        const char *destination = sd_bus_message_get_destination(m);
+        uint8_t type = 0;
+
+        (void) sd_bus_message_get_type(m, &type);
+        if (sender && strcmp(sender, "org.freedesktop.DBus") == 0)
+                return 0;
+        /* Replies to its own calls are its own; anything else, a signal or
+         * someone else's traffic, is logged. */
+        if (type != SD_BUS_MESSAGE_SIGNAL && destination && strcmp(destination, watcher_name) == 0)
+                return 0;
+        n_seen = 0;
+        (void) on_signal(m, NULL, NULL);
+        fprintf(watcher_log, "%s %s %s\n", seen[0].member, seen[0].path, seen[0].text);
+        fflush(watcher_log);
+        return 0;
+}
+
+static void watcher_child(uid_t uid, int cmd, int reply, const char *log) {
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        sd_bus *b = NULL, *mon = NULL;
+        static const char *const matches[] = {
+                "type='signal',sender='" NAME "'",
+                "type='signal',eavesdrop='true'",
+                "eavesdrop='true'",
+        };
+
+        watcher_log = fopen(log, "we");
+        if (!watcher_log)
+                _exit(126);
+        /* Not the other watchers' pipes: each must see its own close. */
+        for (int fd = 3; fd < 1024; fd++)
+                if (fd != cmd && fd != reply && fd != fileno(watcher_log))
+                        close(fd);
+        if (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
+                _exit(126);
+        int step = 0, r = bus_try_connect(&b);
+        /* The name is known once Hello is answered. */
+        if (r >= 0 && ++step)
+                r = sd_bus_call_method(b, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                                       "GetId", &error, NULL, NULL);
+        if (r >= 0 && ++step)
+                r = sd_bus_get_unique_name(b, &watcher_name);
+        if (r >= 0 && ++step)
+                r = sd_bus_add_filter(b, NULL, watcher_filter, NULL);
+        if (r < 0) {
+                fprintf(watcher_log, "CONNECT-FAILED %d %s %s\n", step, strerror(-r), error.message);
+                fclose(watcher_log);
+                _exit(125);
+        }
+        /* Straight to the bus, past sd-bus's own match bookkeeping: what
+         * arrives goes through the filter either way. */
+        for (size_t k = 0; k < ELEMENTSOF(matches); k++)
+                if (sd_bus_call_method(b, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                                       "AddMatch", &error, NULL, "s", matches[k]) < 0) {
+                        fprintf(watcher_log, "ADDMATCH-REFUSED %s %s\n", matches[k], error.name);
+                        sd_bus_error_free(&error);
+                }
+        if (bus_try_connect(&mon) >= 0 &&
+            sd_bus_call_method(mon, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                               "org.freedesktop.DBus.Monitoring", "BecomeMonitor", NULL, NULL, "asu", 0,
+                               (uint32_t) 0) >= 0)
+                fprintf(watcher_log, "MONITOR-ALLOWED\n");
+        sd_bus_flush_close_unref(mon);
+        /* Before cmwqd had it, this failed, and the signals came anyway. */
+        if (sd_bus_call_method(b, NAME, PATH, MANAGER, "Subscribe", &error, NULL, NULL) < 0)
+                fprintf(watcher_log, "SUBSCRIBE-FAILED %s\n", error.name);
+        sd_bus_error_free(&error);
+        fflush(watcher_log);
+        if (write(reply, "r", 1) != 1)
+                _exit(124);
+
+        for (;;) {
+                struct pollfd p[2] = { { .fd = sd_bus_get_fd(b), .events = (short) sd_bus_get_events(b) },
+                                       { .fd = cmd, .events = POLLIN } };
+                char c;
+
+                while (sd_bus_process(b, NULL) > 0)
+                        ;
+                if (poll(p, 2, 100) < 0 && errno != EINTR)
+                        _exit(123);
+                if (!(p[1].revents & (POLLIN | POLLHUP)))
+                        continue;
+                if (read(cmd, &c, 1) != 1)
+                        _exit(0);
+                /* cmwqd answers in order: whatever it sent before the
+                 * reply to this has been received once the reply is. */
+                if (sd_bus_call_method(b, NAME, PATH, "org.freedesktop.DBus.Peer", "Ping", NULL, NULL, NULL) < 0)
+                        fprintf(watcher_log, "PING-FAILED\n");
+                while (sd_bus_process(b, NULL) > 0)
+                        ;
+                fflush(watcher_log);
+                if (write(reply, "s", 1) != 1)
+                        _exit(124);
+        }
+}
+
+static void watcher_wait_for(struct watcher *w, char what) {
+        struct pollfd p = { .fd = w->reply, .events = POLLIN };
+        char c = 0;
+
+        ck_assert_msg(poll(&p, 1, 30000) == 1, "the watcher did not answer within 30 s; its log:\n%s",
+                      read_file(w->log));
+        if (read(w->reply, &c, 1) != 1 || c != what) {
+                int status = 0;
+
+                waitpid(w->pid, &status, 0);
+                ck_abort_msg("the watcher failed (status 0x%x); its log:\n%s", status, read_file(w->log));
+        }
+}
+
+static void watcher_start(struct watcher *w, uid_t uid, const char *name) {
+        int cmd[2], reply[2];
+
+        test_path(&d, name, w->log, sizeof(w->log));
+        ck_assert_int_eq(pipe2(cmd, O_CLOEXEC), 0);
+        ck_assert_int_eq(pipe2(reply, O_CLOEXEC), 0);
+        w->pid = fork();
+        ck_assert_int_ge(w->pid, 0);
+        if (w->pid == 0) {
+                close(cmd[1]);
+                close(reply[0]);
+                watcher_child(uid, cmd[0], reply[1], w->log);
+                _exit(0);
+        }
+        close(cmd[0]);
+        close(reply[1]);
+        w->cmd = cmd[1];
+        w->reply = reply[0];
+        watcher_wait_for(w, 'r');
+}
+
+static char *watcher_sync(struct watcher *w) {
+        ck_assert_int_eq(write(w->cmd, "s", 1), 1);
+        watcher_wait_for(w, 's');
+        return read_file(w->log);
+}
+
+static void watcher_stop(struct watcher *w) {
+        int status;
+
+        close(w->cmd);
+        close(w->reply);
+        ck_assert_int_eq(waitpid(w->pid, &status, 0), w->pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the watcher exited with 0x%x", status);
 }
 
 /* ---- tests ------------------------------------------------------------------ */
@@ -1046,6 +1282,227 @@ START_TEST(test_wrong_user_refused) {
 }
 END_TEST
 
+/* Runs busctl as @uid and returns the first unsigned number of its output. */
+static unsigned long long busctl_number(uid_t uid, const char *const *args) {
+        unsigned long long n = 0;
+        char *out;
+        int r = busctl(uid, &out, args);
+
+        ck_assert_msg(r == 0 && sscanf(out, "%*s %llu", &n) == 1, "busctl %s %s exited %d: %s", args[0], args[4], r,
+                      out);
+        free(out);
+        return n;
+}
+#define BUSCTL_NUMBER(uid, ...) busctl_number(uid, (const char *const[]) { __VA_ARGS__, NULL })
+
+/*
+ * Issue 12, item 2: uid 65534 watching the bus saw another user's queue
+ * created (InterfacesAdded with its name and owner), its counters and
+ * ItemFinished with the queue's name.  Under the system bus's own policy,
+ * a watcher that tries every way a user has (match rules, eavesdropping,
+ * BecomeMonitor, Subscribe) sees nothing of uid 1's queue and items, and
+ * still gets the signals about its own; the owner and root get theirs.
+ */
+START_TEST(test_signals_reach_only_whom_they_concern) {
+        struct watcher nobody, owner;
+        char *log, *victim_path = NULL, *own_path = NULL, text[160], id_text[32], sys_text[32];
+        unsigned long long id, sys_id;
+
+        ck_assert_int_ge(sd_bus_path_encode(PATH "/workqueue", "1/alice-private-payroll", &victim_path), 0);
+        ck_assert_int_ge(sd_bus_path_encode(PATH "/workqueue", "65534/watcher-own", &own_path), 0);
+        subscribe();
+        watcher_start(&nobody, NOBODY, "watcher-nobody");
+        watcher_start(&owner, VICTIM, "watcher-owner");
+
+        /* The victim's private queue, an item on it and one on a built-in queue. */
+        ck_assert_str_eq(victim_path, WQ_PREFIX "_31_2falice_2dprivate_2dpayroll");
+        {
+                char *out;
+                ck_assert_int_eq(BUSCTL(VICTIM, &out, "call", "--", NAME, PATH, MANAGER, "CreateWorkqueue", "suu",
+                                        "alice-private-payroll", "0", "0"),
+                                 0);
+                free(out);
+        }
+        id = BUSCTL_NUMBER(VICTIM, "call", "--", NAME, PATH, MANAGER, "Submit", "sasassayitst", "alice-private-payroll",
+                           "1", "/bin/true", "0", "", "0", "-1", "0", "", "0");
+        sys_id = BUSCTL_NUMBER(VICTIM, "call", "--", NAME, PATH, MANAGER, "Submit", "sasassayitst", "system", "1",
+                               "/bin/true", "0", "", "0", "-1", "0", "", "0");
+        snprintf(id_text, sizeof(id_text), "%llu", id);
+        snprintf(sys_text, sizeof(sys_text), "%llu", sys_id);
+        {
+                char *out;
+                ck_assert_int_eq(BUSCTL(VICTIM, &out, "call", "--", NAME, PATH, MANAGER, "WaitItem", "t", id_text), 0);
+                free(out);
+                ck_assert_int_eq(BUSCTL(VICTIM, &out, "call", "--", NAME, PATH, MANAGER, "WaitItem", "t", sys_text), 0);
+                free(out);
+                /* The watcher's own queue: its own news does reach it. */
+                ck_assert_int_eq(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "CreateWorkqueue", "suu",
+                                        "watcher-own", "0", "0"),
+                                 0);
+                free(out);
+        }
+
+        /* The owner: its queue's birth, counters, and both items' ends. */
+        log = watcher_sync(&owner);
+        snprintf(text, sizeof(text), "InterfacesAdded " PATH " %s\n", victim_path);
+        ck_assert_msg(strstr(log, text), "the owner did not get '%s'; it got:\n%s", text, log);
+        snprintf(text, sizeof(text), "PropertiesChanged %s ", victim_path);
+        ck_assert_msg(strstr(log, text), "the owner did not get '%s'; it got:\n%s", text, log);
+        snprintf(text, sizeof(text), "ItemFinished " PATH " %llu alice-private-payroll finished 0 -1 1\n", id);
+        ck_assert_msg(strstr(log, text), "the owner did not get '%s'; it got:\n%s", text, log);
+        snprintf(text, sizeof(text), "ItemFinished " PATH " %llu system finished 0 -1 1\n", sys_id);
+        ck_assert_msg(strstr(log, text), "the owner did not get '%s'; it got:\n%s", text, log);
+        ck_assert_msg(!strstr(log, "watcher-own") && !strstr(log, "watcher_2down"),
+                      "the owner got the watcher's news:\n%s", log);
+        free(log);
+
+        /* Root: everything. */
+        ck_assert_msg(saw("InterfacesAdded", PATH, victim_path), "root got no InterfacesAdded for %s", victim_path);
+        snprintf(text, sizeof(text), "%llu alice-private-payroll finished 0 -1 1", id);
+        ck_assert_msg(saw("ItemFinished", PATH, text), "root got no ItemFinished '%s'", text);
+        ck_assert_msg(saw("InterfacesAdded", PATH, own_path), "root got no InterfacesAdded for %s", own_path);
+
+        /* The watcher: its own queue, nothing of the other user's. */
+        log = watcher_sync(&nobody);
+        snprintf(text, sizeof(text), "InterfacesAdded " PATH " %s\n", own_path);
+        ck_assert_msg(strstr(log, text), "the watcher did not get its own '%s'; it got:\n%s", text, log);
+        ck_assert_msg(!strstr(log, "MONITOR-ALLOWED"), "the system policy let uid 65534 monitor the bus");
+        ck_assert_msg(!strstr(log, "payroll"), "uid 65534 received uid 1's private work:\n%s", log);
+        snprintf(text, sizeof(text), " %s system ", sys_text);
+        ck_assert_msg(!strstr(log, text), "uid 65534 received the end of uid 1's item %s:\n%s", sys_text, log);
+        snprintf(text, sizeof(text), " %s alice", id_text);
+        ck_assert_msg(!strstr(log, text), "uid 65534 received the end of uid 1's item %s:\n%s", id_text, log);
+        free(log);
+
+        /* Root unsubscribes and gets nothing more; the watcher still gets
+         * its own news. */
+        {
+                char *out;
+                sd_bus_message_unref(call_ok(PATH, MANAGER, "Unsubscribe", NULL));
+                n_seen = 0;
+                ck_assert_int_eq(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "CreateWorkqueue", "suu",
+                                        "after-unsubscribe", "0", "0"),
+                                 0);
+                free(out);
+                log = watcher_sync(&nobody);
+                ck_assert_msg(strstr(log, "after_2dunsubscribe"), "%s", log);
+                free(log);
+                /* Root's connection unsubscribed: a round trip, and nothing came. */
+                sd_bus_message_unref(call_ok(PATH, MANAGER, "ListPools", NULL));
+                while (sd_bus_process(bus, NULL) > 0)
+                        ;
+                for (int k = 0; k < n_seen; k++)
+                        ck_assert_msg(!strstr(seen[k].text, "after_2dunsubscribe"), "root got %s %s after Unsubscribe",
+                                      seen[k].member, seen[k].text);
+        }
+        watcher_stop(&nobody);
+        watcher_stop(&owner);
+        free(victim_path);
+        free(own_path);
+}
+END_TEST
+
+/* Issue 12: a D-Bus client is one of its user's connections (per-user limit
+ * 'connections', as on the socket) from its first call until it leaves the
+ * bus. */
+START_TEST(test_bus_clients_count_as_connections) {
+        struct watcher w1, w2;
+        struct ctl_result r;
+        char *out;
+        bool served = false;
+
+        cmwqd_stop(&d);
+        cmwqd_start(&d, (const char *const[]) { "--no-sleep-inhibitor", "--limit", "connections=2", NULL });
+        for (int waited = 0; !name_has_owner(bus); waited += 20) {
+                ck_assert_msg(waited < 15000, "cmwqd did not take %s within 15 s", NAME);
+                sleep_ms(20);
+        }
+
+        /* Two bus clients of uid 65534 that called cmwqd (Subscribe). */
+        watcher_start(&w1, NOBODY, "w1");
+        watcher_start(&w2, NOBODY, "w2");
+        ck_assert_int_ne(CTL_AS(&d, NOBODY, &r, "list"), 0);
+        ck_assert_msg(strstr(r.err, "connections"), "%s", r.err);
+        ctl_result_free(&r);
+        ck_assert_int_ne(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "ListWorkqueues"), 0);
+        ck_assert_msg(strstr(out, "per-user limit 'connections' (2) reached for uid 65534"), "%s", out);
+        free(out);
+        /* Others, and root, are served. */
+        free(CTL_OK(&d, "list"));
+        ck_assert_int_eq(BUSCTL(VICTIM, &out, "call", "--", NAME, PATH, MANAGER, "ListWorkqueues"), 0);
+        free(out);
+
+        /* One leaves the bus: its place is free again. */
+        watcher_stop(&w1);
+        for (int64_t until = mono_ns() + 20LL * 1000000000; !served && mono_ns() < until;) {
+                served = CTL_AS(&d, NOBODY, &r, "list") == 0;
+                ctl_result_free(&r);
+                if (!served)
+                        sleep_ms(50);
+        }
+        ck_assert_msg(served, "uid 65534 still refused 20 s after one of its bus clients left");
+        watcher_stop(&w2);
+}
+END_TEST
+
+/* Issue 12: a reply that acknowledges a change goes only once the change is
+ * on disk, also when cmwqd stops before it got there.  The state is on a
+ * full file system: the Submit's record cannot be written, so its reply is
+ * held; at SIGTERM the last sync fails too, and the caller must not be told
+ * that its item was queued. */
+START_TEST(test_no_acknowledgement_at_shutdown_without_the_disk) {
+        char full[64], fill[96], big[16 * 1024];
+        sd_bus_message *m = NULL;
+        int replied = 0, fd;
+        static char chunk[64 * 1024];
+
+        cmwqd_stop(&d);
+        snprintf(full, sizeof(full), "/tmp/cmwq-full-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(full));
+        ck_assert_msg(mount("tmpfs", full, "tmpfs", 0, "size=1m,mode=0755") == 0, "mount tmpfs: %s", strerror(errno));
+        start_daemon((const char *const[]) { "--state-dir", full, NULL });
+        for (int waited = 0; !name_has_owner(bus); waited += 20) {
+                ck_assert_msg(waited < 15000, "cmwqd did not take %s within 15 s", NAME);
+                sleep_ms(20);
+        }
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "CreateWorkqueue", "suu", "kept", (uint32_t) 0, (uint32_t) 0));
+
+        snprintf(fill, sizeof(fill), "%s/fill", full);
+        fd = open(fill, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        ck_assert_int_ge(fd, 0);
+        while (write(fd, chunk, sizeof(chunk)) > 0)
+                ;
+        ck_assert_int_eq(errno, ENOSPC);
+        close(fd);
+
+        /* Larger than what is left of the log's last page. */
+        memset(big, 'x', sizeof(big) - 1);
+        big[sizeof(big) - 1] = 0;
+        ck_assert_int_ge(sd_bus_message_new_method_call(bus, &m, NAME, PATH, MANAGER, "Submit"), 0);
+        ck_assert_int_ge(sd_bus_message_append(m, "s", "kept"), 0);
+        ck_assert_int_ge(sd_bus_message_append(m, "as", 3, "/bin/echo", "--", big), 0);
+        ck_assert_int_ge(sd_bus_message_append(m, "as", 0), 0);
+        ck_assert_int_ge(sd_bus_message_append(m, "s", ""), 0);
+        ck_assert_int_ge(sd_bus_message_append_array(m, 'y', "", 0), 0);
+        ck_assert_int_ge(sd_bus_message_append(m, "itst", -1, (uint64_t) 0, "", (uint64_t) 0), 0);
+        ck_assert_int_ge(sd_bus_call_async(bus, NULL, m, on_flush_reply, &replied, 0), 0);
+        sd_bus_message_unref(m);
+        /* Handled in order: the Submit has been, once this is answered. */
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "ListWorkqueues", NULL));
+        while (sd_bus_process(bus, NULL) > 0)
+                ;
+        ck_assert_int_ne(replied, 1);
+
+        cmwqd_stop(&d);
+        for (int64_t until = mono_ns() + 30LL * 1000000000; replied == 0 && mono_ns() < until;)
+                if (sd_bus_process(bus, NULL) == 0)
+                        sd_bus_wait(bus, 100000);
+        ck_assert_msg(replied == -1, "Submit was acknowledged though its record never reached the disk");
+        ck_assert_int_eq(umount(full), 0);
+        ck_assert_int_eq(rmdir(full), 0);
+}
+END_TEST
+
 /* One core: what one front end does, the other sees. */
 START_TEST(test_both_front_ends_see_the_same_state) {
         char *out;
@@ -1142,6 +1599,15 @@ int main(void) {
         tcase_add_test(tc, test_both_front_ends_see_the_same_state);
         tcase_add_test(tc, test_without_a_bus);
         tcase_add_test(tc, test_system_bus_policy_file);
+        tcase_add_test(tc, test_no_acknowledgement_at_shutdown_without_the_disk);
+        suite_add_tcase(s, tc);
+
+        /* The system instance under the system bus's policy (issue 12). */
+        tc = tcase_create("system-policy");
+        tcase_add_checked_fixture(tc, setup_system, teardown);
+        tcase_set_timeout(tc, 90);
+        tcase_add_test(tc, test_signals_reach_only_whom_they_concern);
+        tcase_add_test(tc, test_bus_clients_count_as_connections);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
