@@ -295,6 +295,10 @@ static uint64_t exec_proc_main_cpu_usec(const struct exec_proc *p) {
 uint64_t exec_proc_cpu_usec(const struct exec_proc *p) {
         uint64_t now;
 
+        /* Over the tasks whose blocking is watched, not the main process
+         * alone: a shell waiting for a computing child computes. */
+        if (p->target)
+                return sleepwatch_target_cpu_usec(p->target);
         if (!p->execd)
                 return 0;
         now = exec_proc_main_cpu_usec(p);
@@ -1596,6 +1600,12 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
                 r = sleepwatch_watch(sw, pid, sleep_cb, userdata, &p->target);
                 if (r < 0)
                         goto abort;
+                /* Its cgroup holds every task of the item: what /proc
+                 * sampling watches and whose CPU time counts. */
+                if (p->cgroup && cgroup_item_open_dir(p->cgroup, &cgroup_dirfd) >= 0) {
+                        (void) sleepwatch_target_use_cgroup(p->target, cgroup_dirfd);
+                        cgroup_dirfd = exec_fd_close(cgroup_dirfd);
+                }
         }
 
         /* Attached: the child may become the submitter now, and then

@@ -145,10 +145,12 @@ void exec_proc_kill(struct exec_proc *p);
 
 pid_t exec_proc_pid(const struct exec_proc *p);
 
-/* CPU time (µs) the item's main process has used since its execve(): 0
- * before, UINT64_MAX when it cannot be read.  What the child spent setting
- * itself up as the daemon's fork (page faults, leaving the daemon's memory
- * at exec) is not the item's. */
+/* CPU time (µs) the item has used since its execve(), over the tasks its
+ * blocking is watched on (sleepwatch_target_cpu_usec(): its whole tree where
+ * perf or its cgroup can tell; the main process alone without a sleep
+ * detector): 0 before, UINT64_MAX when it cannot be read.  What the child
+ * spent setting itself up as the daemon's fork (page faults, leaving the
+ * daemon's memory at exec) is not the item's. */
 uint64_t exec_proc_cpu_usec(const struct exec_proc *p);
 
 /* For shutdown: kills the process group and cgroup and frees without calling

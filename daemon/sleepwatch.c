@@ -189,8 +189,13 @@ struct sleepwatch_target {
         struct sleepwatch_task *tasks;
         size_t n_tasks, n_tasks_allocated;
 
+        int clock_fd;           /* task-clock counter, inherited like the events; -1: none */
+
         /* proc */
         DIR *task_dir;          /* /proc/PID/task, pins the process */
+        int cgroup_fd;          /* the item's cgroup directory: its tasks are the target's; -1: none */
+        uint64_t cpu_base_usec; /* proc_cpu_usec() at execve() */
+        uint64_t cpu_last_usec; /* highest CPU time reported (no going back) */
         pid_t only_tid;         /* a thread target: sample this thread alone */
         bool sampled_running;
         bool exec_seen;         /* sampled only from its execve() on */
@@ -254,6 +259,12 @@ bool sleepwatch_target_is_perf(const struct sleepwatch_target *t) {
 }
 
 static uint64_t now_nsec(void);
+
+static int safe_close(int fd) {
+        if (fd >= 0)
+                close(fd);
+        return -1;
+}
 
 void sleepwatch_target_assume_running(struct sleepwatch_target *t) {
         uint64_t now = now_nsec();
@@ -326,8 +337,79 @@ static int parse_tid(const char *s, pid_t *ret) {
         return 0;
 }
 
-static bool proc_sample(DIR *d, pid_t only_tid) {
+/* Reads a small file of @dir_fd into @buf (NUL-terminated, truncated to
+ * @size - 1 bytes); -errno on failure. */
+static int read_small_file(int dir_fd, const char *path, char *buf, size_t size) {
+        _cleanup_(closep) int fd = -1;
+        size_t len = 0;
+
+        fd = openat(dir_fd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return -errno;
+        while (len < size - 1) {
+                ssize_t n = read(fd, buf + len, size - 1 - len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        break;
+                len += (size_t) n;
+        }
+        buf[len] = 0;
+        return 0;
+}
+
+/* Whether any thread of the cgroup (its cgroup.threads: every task of the
+ * item, children and threads alike) is runnable.  A cgroup with more threads
+ * than fit the buffer is judged on those listed first. */
+static bool proc_sample_cgroup(int cgroup_fd) {
+        char buf[16384];
+        char *p, *end;
+
+        if (read_small_file(cgroup_fd, "cgroup.threads", buf, sizeof(buf)) < 0)
+                return false;
+        for (p = buf; *p; p = end) {
+                char path[64];
+                char state;
+                long tid;
+
+                errno = 0;
+                tid = strtol(p, &end, 10);
+                if (end == p || errno != 0)
+                        break;
+                while (*end == '\n')
+                        end++;
+                if (tid <= 0 || tid > INT32_MAX)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%ld/stat", tid);
+                if (read_proc_state(AT_FDCWD, path, &state) >= 0 && state == 'R')
+                        return true;
+        }
+        return false;
+}
+
+/* A decimal number at the start of @s, up to a space or newline. */
+static int parse_u64(const char *s, uint64_t *ret) {
+        unsigned long long v;
+        char *end;
+
+        if (*s < '0' || *s > '9')
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno != 0 || (*end && *end != ' ' && *end != '\n'))
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
+static bool proc_sample(DIR *d, pid_t only_tid, int cgroup_fd) {
         struct dirent *de;
+
+        if (cgroup_fd >= 0)
+                return proc_sample_cgroup(cgroup_fd);
 
         if (only_tid > 0) {
                 char path[64];
@@ -367,11 +449,96 @@ static void proc_timer_cb(evutil_socket_t fd, short what, void *userdata) {
                  * perf's enable_on_exec, what it does then is not the item. */
                 if (!t->exec_seen)
                         continue;
-                t->sampled_running = proc_sample(t->task_dir, t->only_tid);
+                t->sampled_running = proc_sample(t->task_dir, t->only_tid, t->cgroup_fd);
                 if (t->sampled_running != t->running && !list_linked(&t->dirty_link))
                         list_add_tail(&t->dirty_link, &sw->dirty);
         }
         sleepwatch_dispatch(sw);
+}
+
+/* ---- CPU time ----------------------------------------------------------- */
+
+/* usage_usec of a cgroup's cpu.stat: every task that was ever in it (the
+ * cgroup core keeps it without the cpu controller). */
+static int cgroup_cpu_usec(int cgroup_fd, uint64_t *ret) {
+        char buf[1024];
+        const char *p;
+        int r;
+
+        r = read_small_file(cgroup_fd, "cpu.stat", buf, sizeof(buf));
+        if (r < 0)
+                return r;
+        p = strstr(buf, "usage_usec ");
+        if (!p || (p != buf && p[-1] != '\n'))
+                return -EINVAL;
+        return parse_u64(p + strlen("usage_usec "), ret);
+}
+
+/* Sum of the scheduler's run time (the first field of schedstat, in ns) of
+ * the threads of @pid now alive, or of thread @only_tid alone. */
+static int proc_threads_cpu_usec(pid_t pid, pid_t only_tid, uint64_t *ret) {
+        char path[64], buf[128];
+        uint64_t sum = 0, ns;
+        struct dirent *de;
+        DIR *d;
+
+        if (only_tid > 0) {
+                snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", (int) pid, (int) only_tid);
+                if (read_small_file(AT_FDCWD, path, buf, sizeof(buf)) < 0 || parse_u64(buf, &ns) < 0)
+                        return -ESRCH;
+                *ret = ns / 1000;
+                return 0;
+        }
+
+        snprintf(path, sizeof(path), "/proc/%d/task", (int) pid);
+        d = opendir(path);
+        if (!d)
+                return -ESRCH;
+        while ((de = readdir(d))) {
+                pid_t tid;
+
+                if (parse_tid(de->d_name, &tid) < 0)
+                        continue;
+                snprintf(path, sizeof(path), "%d/schedstat", (int) tid);
+                if (read_small_file(dirfd(d), path, buf, sizeof(buf)) < 0 || parse_u64(buf, &ns) < 0)
+                        continue;       /* the thread just went */
+                sum += ns;
+        }
+        closedir(d);
+        *ret = sum / 1000;
+        return 0;
+}
+
+/* CPU time of the target's tasks as /proc and the cgroup tell, from some
+ * arbitrary origin. */
+static int target_raw_cpu_usec(const struct sleepwatch_target *t, uint64_t *ret) {
+        if (t->cgroup_fd >= 0 && t->only_tid <= 0 && cgroup_cpu_usec(t->cgroup_fd, ret) >= 0)
+                return 0;
+        return proc_threads_cpu_usec(t->pid, t->only_tid, ret);
+}
+
+uint64_t sleepwatch_target_cpu_usec(struct sleepwatch_target *t) {
+        uint64_t raw, v;
+
+        if (!t)
+                return UINT64_MAX;
+        if (t->clock_fd >= 0) {
+                uint64_t ns;
+
+                if (read(t->clock_fd, &ns, sizeof(ns)) == (ssize_t) sizeof(ns))
+                        return ns / 1000;
+        }
+        if (!t->exec_seen)
+                return 0;
+        if (t->cpu_base_usec == UINT64_MAX || target_raw_cpu_usec(t, &raw) < 0)
+                return UINT64_MAX;
+        v = raw > t->cpu_base_usec ? raw - t->cpu_base_usec : 0;
+        /* Threads that exited take their time out of a /proc sum: never
+         * report less than before. */
+        if (v < t->cpu_last_usec)
+                v = t->cpu_last_usec;
+        t->cpu_last_usec = v;
+        return v;
 }
 
 /* ---- perf: per-target task table --------------------------------------- */
@@ -685,6 +852,20 @@ static void target_attr(struct perf_event_attr *attr) {
         };
 }
 
+/* Counts a target's CPU time, over its whole tree from its execve(). */
+static void clock_attr(struct perf_event_attr *attr) {
+        *attr = (struct perf_event_attr) {
+                .size = sizeof(*attr),
+                .type = PERF_TYPE_SOFTWARE,
+                .config = PERF_COUNT_SW_TASK_CLOCK,
+                .disabled = 1,
+                .inherit = 1,
+                .exclude_kernel = 1,    /* for perf_event_paranoid = 2; task-clock counts all the same */
+                .exclude_hv = 1,
+                .enable_on_exec = 1,
+        };
+}
+
 /* Owns a CPU's ring: on ourselves, never enabled, records nothing itself.
  * It must use the same clock as the events redirected into it. */
 static void anchor_attr(struct perf_event_attr *attr) {
@@ -946,6 +1127,19 @@ static int target_watch_perf(struct sleepwatch_target *t) {
                         t->id_max = t->ids[i];
         }
 
+        /* CPU time over the same tasks as the records, from the same
+         * execve(): read() of an inherited counter adds up the live
+         * descendants' counts and those of the ones that exited.  Without
+         * it, /proc or the cgroup tell (sleepwatch_target_cpu_usec()). */
+        if (t->only_tid <= 0) {
+                clock_attr(&attr);
+                r = perf_open(&attr, t->pid, -1);
+                if (r < 0)
+                        log_debug_errno(r, "sleepwatch: task-clock counter refused for PID %d: %m", (int) t->pid);
+                else
+                        t->clock_fd = r;
+        }
+
         /* The main process runs (or is about to) until a record says other. */
         r = target_add_task(t, t->only_tid > 0 ? t->only_tid : t->pid, &k);
         if (r < 0)
@@ -955,6 +1149,7 @@ static int target_watch_perf(struct sleepwatch_target *t) {
 }
 
 static void target_close_perf(struct sleepwatch_target *t) {
+        t->clock_fd = safe_close(t->clock_fd);
         for (size_t i = 0; i < t->n_fds; i++)
                 close(t->fds[i]);
         t->n_fds = 0;
@@ -995,6 +1190,7 @@ static void target_release(struct sleepwatch_target *t) {
                 closedir(t->task_dir);
                 t->task_dir = NULL;
         }
+        t->cgroup_fd = safe_close(t->cgroup_fd);
         if (t->mode == SLEEPWATCH_PROC && list_empty(&sw->proc_targets))
                 event_del(sw->proc_timer);
         t->sw = NULL;
@@ -1046,6 +1242,8 @@ static int sleepwatch_watch_full(struct sleepwatch *sw, pid_t pid, pid_t tid, sl
         t->userdata = userdata;
         t->running = true;
         t->mode = sw->mode;
+        t->clock_fd = -1;
+        t->cgroup_fd = -1;
         list_init(&t->link);
         list_init(&t->dirty_link);
 
@@ -1087,6 +1285,24 @@ static int sleepwatch_watch_full(struct sleepwatch *sw, pid_t pid, pid_t tid, sl
 
 void sleepwatch_target_exec_seen(struct sleepwatch_target *t) {
         /* perf targets need no word: their events are enabled on exec. */
-        if (t)
-                t->exec_seen = true;
+        if (!t || t->exec_seen)
+                return;
+        t->exec_seen = true;
+        if (t->clock_fd < 0 && target_raw_cpu_usec(t, &t->cpu_base_usec) < 0)
+                t->cpu_base_usec = UINT64_MAX;
+}
+
+int sleepwatch_target_use_cgroup(struct sleepwatch_target *t, int cgroup_dir_fd) {
+        int fd;
+
+        if (!t || cgroup_dir_fd < 0 || t->only_tid > 0)
+                return -EINVAL;
+        if (t->exec_seen)
+                return -EBUSY;
+        fd = fcntl(cgroup_dir_fd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return -errno;
+        t->cgroup_fd = safe_close(t->cgroup_fd);
+        t->cgroup_fd = fd;
+        return 0;
 }

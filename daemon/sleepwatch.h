@@ -17,10 +17,13 @@
  *          watermark = 1 / wakeup_watermark = 1 so that every switch record
  *          wakes the loop; PERF_RECORD_MISC_SWITCH_OUT_PREEMPT tells a
  *          preemption from a block.  Event-driven; no polling.
- *   proc - samples /proc/PID/task/TID/stat of the target's main process
- *          (every thread of it) at a short interval, only while at least
- *          one target exists, so an idle daemon has no timer armed.
- *          State R counts as running; S, D and everything else as blocked.
+ *   proc - samples /proc/TID/stat of the target's tasks at a short
+ *          interval, only while at least one target exists, so an idle
+ *          daemon has no timer armed: every task of the item's cgroup
+ *          (cgroup.threads) where it has one (sleepwatch_target_use_cgroup()),
+ *          else every thread of the main process (its children are not
+ *          seen).  State R counts as running; S, D and everything else as
+ *          blocked.
  *
  * When perf cannot be used for one target (perf_event_open or mmap refused,
  * e.g. the perf_event_mlock_kb budget of an unprivileged daemon is spent),
@@ -105,6 +108,25 @@ void sleepwatch_target_assume_running(struct sleepwatch_target *t);
  * need not be told (their events are enabled on exec).
  */
 void sleepwatch_target_exec_seen(struct sleepwatch_target *t);
+
+/*
+ * The target's tasks are the tasks of this cgroup v2 directory (the item's
+ * own cgroup, which its process was born in): a proc-mode target samples
+ * them all, and its CPU time is the cgroup's.  @cgroup_dir_fd is duplicated.
+ * Before sleepwatch_target_exec_seen() only.
+ */
+int sleepwatch_target_use_cgroup(struct sleepwatch_target *t, int cgroup_dir_fd);
+
+/*
+ * CPU time (µs, user + system) the target's tasks have used since its
+ * execve() -- the same tasks whose blocking is reported, so that an item
+ * whose main process waits while a child computes is seen computing: a perf
+ * target counts with a task-clock event inherited like its switch events;
+ * otherwise the item's cgroup (cpu.stat) tells, or, without one, the
+ * scheduler's run time of the main process's live threads.  0 before
+ * execve(), UINT64_MAX when it cannot be told.  Never decreases.
+ */
+uint64_t sleepwatch_target_cpu_usec(struct sleepwatch_target *t);
 
 /* The state letter of a /proc/PID/stat line ("R", "S", "D", ...), found
  * after the last ')' so that any command name parses; -EINVAL if malformed.

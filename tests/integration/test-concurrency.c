@@ -13,10 +13,12 @@
  * frozen, the items are queued, and the thaw releases them all at once.
  */
 #include <check.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -335,6 +337,69 @@ START_TEST(test_cpu_hog_is_marked_intensive) {
 }
 END_TEST
 
+/* The state of item @id ("running", "finished", ...), as "cmwqctl --json
+ * show" tells root. */
+static bool item_state_is(const char *id, const char *state) {
+        char *json = CTL_OK(&d, "--json", "show", id);
+        bool v = json_str_is(json, json + strlen(json), "state", state);
+
+        free(json);
+        return v;
+}
+
+/* An item whose main process waits while its child computes is computing:
+ * blocking detection sees the child run, so the CPU-intensive check must
+ * count the child's CPU time too.  Otherwise the item holds its CPU's pool
+ * forever, and one such item per CPU from any user stops every bound queue
+ * of every user.  uid 65534's item holds CPU 0 of "system"; root's
+ * /bin/true on CPU 0 must still run (well before the spinner, which never
+ * ends by itself), and the spinner shows as CPU-intensive. */
+START_TEST(test_waiting_parent_of_spinning_child_releases_pool) {
+        char log[400], script[512], *spin_id, *true_id, *pools;
+        struct ctl_result r = {};
+        int64_t deadline;
+        bool done;
+        int fd;
+
+        test_path(&d, "spin-child.log", log, sizeof(log));
+        /* Made here: the daemon's directory is root's, the item is nobody's. */
+        fd = open(log, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(fchmod(fd, 0666), 0);
+        close(fd);
+        snprintf(script, sizeof(script), "while :; do :; done & echo started >%s; wait", log);
+        ck_assert_int_eq(CTL_AS(&d, 65534, &r, "submit", "system", "--cpu", "0", "--", "/bin/sh", "-c", script), 0);
+        spin_id = strndup(r.out, strcspn(r.out, "\n"));
+        ctl_result_free(&r);
+        ck_assert_msg(wait_for_lines(log, 1, START_TIMEOUT_MS), "the spinner did not start: %s",
+                      CTL_OK(&d, "show", spin_id));
+
+        true_id = CTL_OK(&d, "submit", "system", "--cpu", "0", "--", "/bin/true");
+        deadline = mono_ns() + 30 * INT64_C(1000000000);
+        while (!(done = item_state_is(true_id, "finished")) && mono_ns() < deadline)
+                usleep(20000);
+        ck_assert_msg(done, "root's /bin/true on CPU 0 did not run within 30 s behind uid 65534's "
+                            "waiting shell with a spinning child");
+        ck_assert_msg(item_state_is(spin_id, "running"), "the spinner is no longer running");
+
+        ck_assert_int_ge(stat_of("system", "cpu_intensive"), 1);
+        /* Still running, but no longer holding the pool. */
+        pools = CTL_OK(&d, "--json", "pools");
+        ck_assert_msg(pool_of(pools, 0, false, "running") == 0, "CPU 0's pool still counts a running item: %s",
+                      pools);
+        free(pools);
+
+        ck_assert_int_eq(CTL_AS(&d, 65534, &r, "cancel", spin_id), 0);
+        ctl_result_free(&r);
+        for (int waited = 0; waited < 10000 && item_state_is(spin_id, "running"); waited += 20)
+                usleep(20000);
+        ck_assert_msg(!item_state_is(spin_id, "running"), "the cancelled spinner still runs");
+        ck_assert_msg(item_cpu_intensive(spin_id), "the spinner is not shown as cpu_intensive");
+        free(spin_id);
+        free(true_id);
+}
+END_TEST
+
 /* ---- HIGHPRI ------------------------------------------------------------ */
 
 /* A highpri queue's items run in the CPU's highpri pool, not its normal one. */
@@ -556,6 +621,7 @@ static TCase *tcase_for_detector(const char *name, void (*setup)(void), void (*t
         tcase_add_test(tc, test_cpu_bound_items_take_turns);
         tcase_add_test(tc, test_cpu_intensive_queue_items_overlap);
         tcase_add_test(tc, test_cpu_hog_is_marked_intensive);
+        tcase_add_test(tc, test_waiting_parent_of_spinning_child_releases_pool);
         tcase_add_test(tc, test_highpri_runs_in_highpri_pool);
         tcase_add_test(tc, test_highpri_not_held_by_normal_pool);
         tcase_add_test(tc, test_highpri_runs_at_nice_minus_20);
