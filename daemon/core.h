@@ -452,6 +452,10 @@ void item_restore_history(struct item *i);
  * without a store and while the log is replayed. */
 int core_store_replay(const CmwqStore__Record *rec, void *userdata);
 int core_store_attach(struct core *c, struct store *s);
+/* -ENOSPC ("the state directory DIR is full") while the store has no room:
+ * every change a client asks for (create, destroy, submit, set-max-active,
+ * set-on-interrupt) is refused then; 0 otherwise.  Cancel stays allowed. */
+int core_store_refuse_change(struct core *c, struct core_error *e);
 void core_store_detach(struct core *c);
 void core_store_workqueue(struct workqueue *wq);
 void core_store_workqueue_destroyed(struct workqueue *wq);

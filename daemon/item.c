@@ -645,6 +645,9 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
         uint64_t bytes = 0;
         int cpu = a->cpu, r;
 
+        r = core_store_refuse_change(c, e);
+        if (r < 0)
+                return r;
         /* Whoever may see a queue may queue to it: its owner, root, and
          * everybody for the shared built-in queues. */
         r = core_workqueue_lookup(c, caller, a->workqueue, &wq, e);
