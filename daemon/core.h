@@ -29,6 +29,7 @@
 #include "store.h"
 
 struct cgroup_root;
+struct pids_root;
 struct event;
 struct store;
 struct event_base;
@@ -266,6 +267,7 @@ struct core_config {
         uint64_t freeze_timeout_usec;
         uint64_t watchdog_usec;         /* 0: WATCHDOG_DEFAULT_USEC; WATCHDOG_DISABLED: off */
         struct cgroup_root *cgroups;    /* borrowed; NULL: items contained by process group only */
+        struct pids_root *pids;         /* borrowed; NULL: task limits by RLIMIT_NPROC only */
 };
 
 struct core {

@@ -349,6 +349,9 @@ static struct exec_spec item_exec_spec(const struct item *i, const struct pool *
                 .timeout_usec = i->timeout_usec,
                 .output_limit = i->core->config.limits.value[LIMIT_OUTPUT_BYTES],
                 .cgroups = i->core->config.cgroups,
+                .pids = i->core->config.pids,
+                .item_tasks = i->core->config.limits.value[LIMIT_ITEM_TASKS],
+                .user_tasks = i->uid == 0 ? 0 : i->core->config.limits.value[LIMIT_USER_TASKS],
         };
 }
 
