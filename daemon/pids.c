@@ -2,7 +2,9 @@
 /*
  * Task limits of exec items in the cgroup v1 pids hierarchy, see pids.h.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -108,6 +110,49 @@ static int find_own(char **ret) {
         return r;
 }
 
+/* Removes @dir and the cgroups below it, two levels deep (user-*, item-*),
+ * as far as they are empty. */
+static void remove_tree(const char *dir) {
+        DIR *d = opendir(dir);
+        struct dirent *de;
+
+        if (d) {
+                while ((de = readdir(d))) {
+                        char sub[PATH_MAX];
+
+                        if (de->d_type != DT_DIR || de->d_name[0] == '.')
+                                continue;
+                        snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name);
+                        remove_tree(sub);
+                }
+                closedir(d);
+        }
+        (void) rmdir(dir);
+}
+
+/* Subtrees of daemons that are gone (their pid no longer exists), and one
+ * of ours from a dead daemon that had our pid. */
+static void sweep_stale(const char *parent) {
+        DIR *d = opendir(parent);
+        struct dirent *de;
+
+        if (!d)
+                return;
+        while ((de = readdir(d))) {
+                char sub[PATH_MAX], *end;
+                long pid;
+
+                if (strncmp(de->d_name, "cmwq-pids-", 10) != 0)
+                        continue;
+                pid = strtol(de->d_name + 10, &end, 10);
+                if (*end || pid <= 0 || (pid != (long) getpid() && (kill((pid_t) pid, 0) >= 0 || errno != ESRCH)))
+                        continue;
+                snprintf(sub, sizeof(sub), "%s/%s", parent, de->d_name);
+                remove_tree(sub);
+        }
+        closedir(d);
+}
+
 int pids_root_new(struct pids_root **ret) {
         _cleanup_(freep) char *mnt = NULL, *own = NULL;
         struct pids_root *root;
@@ -128,6 +173,9 @@ int pids_root_new(struct pids_root **ret) {
                 free(root);
                 return -ENOMEM;
         }
+        *strrchr(root->path, '/') = 0;
+        sweep_stale(root->path);
+        root->path[strlen(root->path)] = '/';
         if (mkdir(root->path, 0755) < 0 && errno != EEXIST) {
                 r = -errno;
                 pids_root_free(root);

@@ -33,7 +33,7 @@ struct pids_root;
 struct pids_item;
 
 /* Finds the daemon's cgroup in a v1 pids hierarchy and makes its subtree
- * there (after removing what a dead daemon of the same pid left). */
+ * there (after removing the empty subtrees of daemons that are gone). */
 int pids_root_new(struct pids_root **ret);
 /* Removes what is left of the subtree (empty cgroups only).  NULL is fine. */
 struct pids_root *pids_root_free(struct pids_root *root);
