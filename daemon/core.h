@@ -29,6 +29,7 @@
 #include "store.h"
 
 struct cgroup_root;
+struct pids_root;
 struct event;
 struct store;
 struct event_base;
@@ -266,6 +267,7 @@ struct core_config {
         uint64_t freeze_timeout_usec;
         uint64_t watchdog_usec;         /* 0: WATCHDOG_DEFAULT_USEC; WATCHDOG_DISABLED: off */
         struct cgroup_root *cgroups;    /* borrowed; NULL: items contained by process group only */
+        struct pids_root *pids;         /* borrowed; NULL: task limits by RLIMIT_NPROC only */
 };
 
 struct core {
@@ -452,6 +454,10 @@ void item_restore_history(struct item *i);
  * without a store and while the log is replayed. */
 int core_store_replay(const CmwqStore__Record *rec, void *userdata);
 int core_store_attach(struct core *c, struct store *s);
+/* -ENOSPC ("the state directory DIR is full") while the store has no room:
+ * every change a client asks for (create, destroy, submit, set-max-active,
+ * set-on-interrupt) is refused then; 0 otherwise.  Cancel stays allowed. */
+int core_store_refuse_change(struct core *c, struct core_error *e);
 void core_store_detach(struct core *c);
 void core_store_workqueue(struct workqueue *wq);
 void core_store_workqueue_destroyed(struct workqueue *wq);

@@ -33,12 +33,19 @@ static bool core_store_on(const struct core *c) {
         return c->store && !c->restoring && !c->shutting_down;
 }
 
+int core_store_refuse_change(struct core *c, struct core_error *e) {
+        if (!c->store || !store_is_full(c->store))
+                return 0;
+        return core_error_set(e, -ENOSPC, "the state directory %s is full", store_dir(c->store));
+}
+
 static int64_t core_store_append(struct core *c, const CmwqStore__Record *rec) {
         int64_t seq = store_append(c->store, rec);
 
         /* Out of memory: the state on disk falls behind, but nothing that
-         * was acknowledged is lost by going on. */
-        if (seq < 0)
+         * was acknowledged is lost by going on.  A full state directory
+         * with its backlog at the limit: the store said so already. */
+        if (seq < 0 && seq != -ENOSPC)
                 log_warning_errno((int) seq, "Cannot add to the state log: %m");
         return seq;
 }
@@ -598,6 +605,7 @@ int core_store_attach(struct core *c, struct store *s) {
                 return r;
         c->store = s;
         c->store_listener.durable = core_store_durable;
+        c->store_listener.full = NULL;
         store_add_listener(s, &c->store_listener);
         core_store_requeue(c);
         return 0;

@@ -57,6 +57,7 @@
 
 #include "cgroup.h"
 #include "exec.h"
+#include "pids.h"
 #include "util.h"
 
 #ifndef MFD_NOEXEC_SEAL
@@ -108,6 +109,7 @@ struct exec_proc {
         struct exec_stream err;
         struct sleepwatch_target *target;
         struct cgroup_item *cgroup;     /* NULL: process group only */
+        struct pids_item *pids;         /* its task limit's cgroup; NULL: none */
         exec_done_cb done;
         void *userdata;
         uint64_t started_usec;
@@ -307,6 +309,21 @@ uint64_t exec_proc_cpu_usec(const struct exec_proc *p) {
         return now > p->cpu_at_exec_usec ? now - p->cpu_at_exec_usec : 0;
 }
 
+/* The item's task limits, before it may exec (so before anything of it can
+ * fork): its own pids cgroup, or RLIMIT_NPROC for its user.  An item never
+ * runs without them. */
+static int exec_proc_limit_tasks(struct exec_proc *p, const struct exec_spec *spec) {
+        if (spec->pids)
+                return pids_item_attach(spec->pids, spec->uid, p->pid, spec->item_tasks, spec->user_tasks, &p->pids);
+        if (spec->user_tasks > 0 && spec->uid != 0) {
+                struct rlimit rl = { spec->user_tasks, spec->user_tasks };
+
+                if (prlimit(p->pid, RLIMIT_NPROC, &rl, NULL) < 0)
+                        return -errno;
+        }
+        return 0;
+}
+
 /* The error pipe is close-on-exec: EOF on it means the child has exec'd
  * the item's program, an errno means setting up or exec failed.  Only from
  * then on do the child's sleeps mean anything to the sleep detector: before,
@@ -355,6 +372,7 @@ static struct exec_proc *exec_proc_free(struct exec_proc *p) {
         }
         /* Kills what is left in it, and removes it once empty. */
         p->cgroup = cgroup_item_release(p->cgroup, p->base);
+        p->pids = pids_item_release(p->pids);
         if (p->pidfd >= 0)
                 close(p->pidfd);
         if (p->errfd >= 0)
@@ -407,6 +425,7 @@ static void exec_proc_on_exit(evutil_socket_t fd, short what, void *userdata) {
                 r.cpu_usec = (uint64_t) ru.ru_utime.tv_sec * USEC_PER_SEC + (uint64_t) ru.ru_utime.tv_usec +
                              (uint64_t) ru.ru_stime.tv_sec * USEC_PER_SEC + (uint64_t) ru.ru_stime.tv_usec;
         p->cgroup = cgroup_item_release(p->cgroup, p->base);
+        p->pids = pids_item_release(p->pids);
 
         exec_stream_drain(&p->out);
         exec_stream_drain(&p->err);
@@ -1595,6 +1614,10 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
                 r = -errno;
                 goto abort;
         }
+
+        r = exec_proc_limit_tasks(p, spec);
+        if (r < 0)
+                goto abort;
 
         if (sw) {
                 r = sleepwatch_watch(sw, pid, sleep_cb, userdata, &p->target);

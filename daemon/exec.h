@@ -41,6 +41,7 @@
 #include "sleepwatch.h"
 
 struct cgroup_root;
+struct pids_root;
 struct event_base;
 struct exec_proc;
 struct exec_rescuer;
@@ -65,6 +66,10 @@ struct exec_spec {
         uint64_t timeout_usec;          /* 0: none */
         size_t output_limit;            /* 0: EXEC_OUTPUT_LIMIT_DEFAULT */
         struct cgroup_root *cgroups;    /* NULL: process group only */
+        struct pids_root *pids;         /* task limits in a pids cgroup (pids.h); NULL: by
+                                         *   RLIMIT_NPROC = user_tasks for uid != 0 */
+        uint64_t item_tasks;            /* 0: no limit */
+        uint64_t user_tasks;            /* 0: no limit; never for uid 0 */
         struct exec_rescuer **rescuer;  /* may run the item when no process can be
                                          *   created; then used up: set to NULL */
 };

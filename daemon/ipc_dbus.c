@@ -564,11 +564,18 @@ static void dbus_store_durable(struct store_listener *l, uint64_t seq) {
         dbus_held_send(container_of(l, struct ipc_dbus, store_listener), seq);
 }
 
+/* A full state directory: replies no longer wait for the disk. */
+static void dbus_store_full(struct store_listener *l, bool full) {
+        if (full)
+                dbus_held_send(container_of(l, struct ipc_dbus, store_listener), UINT64_MAX);
+}
+
 void ipc_dbus_set_store(struct ipc_dbus *d, struct store *store) {
         if (!d)
                 return;
         d->store = store;
         d->store_listener.durable = dbus_store_durable;
+        d->store_listener.full = dbus_store_full;
         if (store)
                 store_add_listener(store, &d->store_listener);
 }
@@ -578,7 +585,8 @@ int ipc_dbus_send_durable(struct ipc_dbus *d, sd_bus_message *reply) {
         uint64_t seq;
         int r;
 
-        if (!d->store || store_durable_seq(d->store) >= (seq = store_appended_seq(d->store))) {
+        if (!d->store || store_durable_seq(d->store) >= (seq = store_appended_seq(d->store)) ||
+            (store_is_full(d->store) && list_empty(&d->held))) {
                 r = sd_bus_send(d->bus, reply, NULL);
                 sd_bus_message_unref(reply);
                 return r < 0 ? r : 1;

@@ -349,6 +349,9 @@ static struct exec_spec item_exec_spec(const struct item *i, const struct pool *
                 .timeout_usec = i->timeout_usec,
                 .output_limit = i->core->config.limits.value[LIMIT_OUTPUT_BYTES],
                 .cgroups = i->core->config.cgroups,
+                .pids = i->core->config.pids,
+                .item_tasks = i->core->config.limits.value[LIMIT_ITEM_TASKS],
+                .user_tasks = i->uid == 0 ? 0 : i->core->config.limits.value[LIMIT_USER_TASKS],
         };
 }
 
@@ -645,6 +648,9 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
         uint64_t bytes = 0;
         int cpu = a->cpu, r;
 
+        r = core_store_refuse_change(c, e);
+        if (r < 0)
+                return r;
         /* Whoever may see a queue may queue to it: its owner, root, and
          * everybody for the shared built-in queues. */
         r = core_workqueue_lookup(c, caller, a->workqueue, &wq, e);

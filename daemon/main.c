@@ -23,6 +23,7 @@
 #include "ipc_dbus.h"
 #include "ipc_socket.h"
 #include "log.h"
+#include "pids.h"
 #include "sleep.h"
 #include "sleepwatch.h"
 #include "util.h"
@@ -76,7 +77,8 @@ static void help(void) {
                "                              queued-bytes, connections, reply-bytes,\n"
                "                              callback-threads (per user), item-args-bytes,\n"
                "                              item-payload-bytes, output-bytes (per item), history,\n"
-               "                              history-bytes (per user), hello-timeout (seconds);\n"
+               "                              history-bytes (per user), hello-timeout (seconds),\n"
+               "                              item-tasks (per item), user-tasks (per user);\n"
                "                              see LIMITS in cmwqd(8) for the defaults\n"
                "  -f, --freeze-timeout SECONDS\n"
                "                              how long a freeze waits for running items: before\n"
@@ -329,6 +331,7 @@ int main(int argc, char **argv) {
         struct event *sigterm = NULL, *sigint = NULL;
         struct sleepwatch *sw = NULL;
         struct cgroup_root *cgroups = NULL;
+        struct pids_root *pids = NULL;
         struct core *core = NULL;
         struct ipc_server *server = NULL;
         struct sleep_freezer *sleep = NULL;
@@ -432,6 +435,12 @@ int main(int argc, char **argv) {
                 log_info_errno(r, "cgroup v2 not usable here (%m); items are contained by process group only");
         else
                 log_info("Items get their own cgroup under %s", cgroup_root_path(cgroups));
+        r = pids_root_new(&pids);
+        if (r < 0)
+                log_info_errno(r, "No cgroup v1 pids hierarchy usable here (%m); "
+                                  "item tasks are limited per user by RLIMIT_NPROC only");
+        else
+                log_info("Item tasks are limited under %s", pids_root_path(pids));
 
         dirs = o.plugin_dirs ? NULL : default_plugin_dirs(o.user_mode);
         struct core_config config = {
@@ -440,6 +449,7 @@ int main(int argc, char **argv) {
                 .plugin_dirs = o.plugin_dirs ? o.plugin_dirs : dirs,
                 .limits = limits,
                 .cgroups = cgroups,
+                .pids = pids,
                 .freeze_timeout_usec = o.freeze_timeout_usec,
                 .watchdog_usec = o.watchdog_usec,
         };
@@ -535,6 +545,7 @@ out:
         store = store_free(store);
         /* After the items, before the loop its removal events live on. */
         cgroups = cgroup_root_free(cgroups);
+        pids = pids_root_free(pids);
         sw = sleepwatch_free(sw);
         exec_spawner_shutdown();
         if (sigterm)

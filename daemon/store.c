@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -20,6 +21,21 @@
 #include "util.h"
 
 #define STORE_RETRY_SEC 1
+
+/* Room kept allocated past the end of the log (fallocate(KEEP_SIZE)), renewed
+ * after every commit: the first renewal that fails says the file system is
+ * full while what was just accepted is still written.  The records of items
+ * that end (their results, output included) and of requests in flight then
+ * still fit while changes are refused. */
+#define STORE_RESERVE_BYTES (256u * 1024u)
+
+/* While the log cannot be written, records wait in memory up to this; past
+ * it they are dropped (the state on disk falls behind, and says so). */
+#define STORE_BACKLOG_MAX (4u * 1024u * 1024u)
+
+static bool errno_is_full(int r) {
+        return r == -ENOSPC || r == -EDQUOT;
+}
 
 struct store {
         char *dir;
@@ -37,6 +53,10 @@ struct store {
         struct event *wake_event;       /* the thread says: durable_seq moved */
         struct event *compact_event;
         uint64_t seen_durable_seq;
+        bool seen_full;
+        bool backlog_dropping;          /* records were dropped: logged once */
+        size_t valid_len;               /* store_open(): intact part of the log read */
+        bool log_new;                   /* store_open(): the log had no magic yet */
 
         /* Shared with the commit thread, under lock. */
         pthread_mutex_t lock;
@@ -50,6 +70,9 @@ struct store {
         uint64_t snapshot_seq;
         bool snapshot_posted;
         uint64_t durable_seq;
+        bool full;                      /* no room: changes are refused */
+        bool failing;                   /* the last commit failed */
+        bool reserve_unsupported;       /* no fallocate() here: "full" once a write fails */
         bool stop;
         int wake_fd;                    /* eventfd */
 };
@@ -64,6 +87,14 @@ uint64_t store_appended_seq(const struct store *s) {
 
 uint64_t store_durable_seq(const struct store *s) {
         return s->seen_durable_seq;
+}
+
+const char *store_dir(const struct store *s) {
+        return s->dir;
+}
+
+bool store_is_full(const struct store *s) {
+        return s && s->seen_full;
 }
 
 void store_add_listener(struct store *s, struct store_listener *l) {
@@ -141,6 +172,30 @@ static void store_wake_loop(struct store *s) {
         (void) !write(s->wake_fd, &one, sizeof(one));
 }
 
+/* Keeps STORE_RESERVE_BYTES allocated past the end of the log: 0, or
+ * -ENOSPC/-EDQUOT when there is no room for it or none beyond it (other errors, such as a file
+ * system without fallocate(), are not the disk being full: 0). */
+static int store_keep_reserve(struct store *s, int fd) {
+        struct statfs sfs;
+        off_t end;
+
+        if (s->reserve_unsupported)
+                return 0;
+        end = lseek(fd, 0, SEEK_END);
+        if (end < 0)
+                return 0;
+        if (fallocate(fd, FALLOC_FL_KEEP_SIZE, end, STORE_RESERVE_BYTES) < 0) {
+                if (errno == ENOSPC || errno == EDQUOT)
+                        return -errno;
+                s->reserve_unsupported = true;
+        }
+        /* The reserve is taken page by page: nothing left past it is full
+         * too, not only once the next page cannot be had. */
+        if (fstatfs(fd, &sfs) >= 0 && sfs.f_blocks > 0 && sfs.f_bavail == 0)
+                return -ENOSPC;
+        return 0;
+}
+
 /* Appends @b to the log and syncs it; on failure the log is cut back to
  * where it was, so that no torn record sits before later ones. */
 static int store_commit(int fd, const struct store_buf *b) {
@@ -157,6 +212,18 @@ static int store_commit(int fd, const struct store_buf *b) {
         return r;
 }
 
+/* Under the lock: the store is full or has room again; the loop is told. */
+static void store_set_full(struct store *s, bool full) {
+        if (s->full == full)
+                return;
+        s->full = full;
+        if (full)
+                log_error("The state directory %s is full: changes are refused until there is room again", s->dir);
+        else
+                log_info("The state directory %s has room again: changes are accepted", s->dir);
+        store_wake_loop(s);
+}
+
 static void *store_thread(void *userdata) {
         struct store *s = userdata;
         struct store_buf batch = {};
@@ -165,10 +232,29 @@ static void *store_thread(void *userdata) {
         pthread_mutex_lock(&s->lock);
         for (;;) {
                 uint64_t seq;
-                int r;
+                int r, k;
 
-                while (!s->stop && s->pending.len == 0 && !s->snapshot_posted)
-                        pthread_cond_wait(&s->cond, &s->lock);
+                while (!s->stop && s->pending.len == 0 && !s->snapshot_posted) {
+                        struct timespec ts;
+                        int fd;
+
+                        if (!s->full) {
+                                pthread_cond_wait(&s->cond, &s->lock);
+                                continue;
+                        }
+                        /* Full: look for room again now and then (only
+                         * while full; an idle store has no timer). */
+                        clock_gettime(CLOCK_REALTIME, &ts);
+                        ts.tv_sec += STORE_RETRY_SEC;
+                        if (pthread_cond_timedwait(&s->cond, &s->lock, &ts) != ETIMEDOUT)
+                                continue;
+                        fd = s->fd;
+                        pthread_mutex_unlock(&s->lock);
+                        r = store_keep_reserve(s, fd);
+                        pthread_mutex_lock(&s->lock);
+                        if (r >= 0 && !s->failing)
+                                store_set_full(s, false);
+                }
 
                 if (s->snapshot_posted) {
                         struct store_buf snap = s->snapshot_buf;
@@ -191,6 +277,8 @@ static void *store_thread(void *userdata) {
                         s->fd = new_fd;
                         if (seq > s->durable_seq)
                                 s->durable_seq = seq;
+                        if (errno_is_full(store_keep_reserve(s, new_fd)))
+                                store_set_full(s, true);
                         store_wake_loop(s);
                         continue;
                 }
@@ -207,14 +295,23 @@ static void *store_thread(void *userdata) {
                 int fd = s->fd;
                 pthread_mutex_unlock(&s->lock);
                 r = store_commit(fd, &batch);
+                k = r >= 0 ? store_keep_reserve(s, fd) : 0;
                 pthread_mutex_lock(&s->lock);
+                if (r >= 0)
+                        store_set_full(s, errno_is_full(k));
                 if (r < 0) {
                         /* Put the batch back in front and try again: nothing
                          * it holds may be acknowledged before it is on disk. */
-                        if (!failing)
+                        if (!failing && !errno_is_full(r))
                                 log_error_errno(r, "Cannot write the state log %s, replies wait until it can: %m",
                                                 s->path);
+                        else if (!failing)
+                                log_error_errno(r, "Cannot write the state log %s, records wait in memory: %m",
+                                                s->path);
                         failing = true;
+                        s->failing = true;
+                        if (errno_is_full(r))
+                                store_set_full(s, true);
                         if (store_buf_reserve(&batch, s->pending.len) >= 0) {
                                 memcpy(batch.data + batch.len, s->pending.data, s->pending.len);
                                 batch.len += s->pending.len;
@@ -236,6 +333,7 @@ static void *store_thread(void *userdata) {
                 if (failing)
                         log_info("The state log %s is written again", s->path);
                 failing = false;
+                s->failing = false;
                 batch.len = 0;
                 if (seq > s->durable_seq)
                         s->durable_seq = seq;
@@ -250,14 +348,25 @@ static void store_notify(struct store *s) {
         struct store_listener *l, *n;
         uint64_t seq;
 
+        bool full;
+
         pthread_mutex_lock(&s->lock);
         seq = s->durable_seq;
+        full = s->full;
         pthread_mutex_unlock(&s->lock);
-        if (seq == s->seen_durable_seq)
-                return;
-        s->seen_durable_seq = seq;
-        list_for_each_entry_safe(l, n, &s->listeners, entry)
-                l->durable(l, seq);
+        if (!full)
+                s->backlog_dropping = false;
+        if (seq != s->seen_durable_seq) {
+                s->seen_durable_seq = seq;
+                list_for_each_entry_safe(l, n, &s->listeners, entry)
+                        l->durable(l, seq);
+        }
+        if (full != s->seen_full) {
+                s->seen_full = full;
+                list_for_each_entry_safe(l, n, &s->listeners, entry)
+                        if (l->full)
+                                l->full(l, full);
+        }
 }
 
 static void store_woken(evutil_socket_t fd, short what, void *userdata) {
@@ -301,6 +410,15 @@ int64_t store_append(struct store *s, const CmwqStore__Record *rec) {
 
         pthread_mutex_lock(&s->lock);
         before = s->pending.len;
+        if (s->failing && before >= STORE_BACKLOG_MAX) {
+                pthread_mutex_unlock(&s->lock);
+                if (!s->backlog_dropping)
+                        log_error("The state log %s cannot be written and %zu bytes of records wait: "
+                                  "dropping new ones until it can",
+                                  s->path, before);
+                s->backlog_dropping = true;
+                return -ENOSPC;
+        }
         r = store_record_append(&s->pending, rec);
         if (r >= 0) {
                 s->pending_seq = ++s->appended_seq;
@@ -393,6 +511,8 @@ int store_open(const char *dir, store_record_cb replay, void *userdata, struct s
                                     "recovered the %d records before them",
                                     s->path, image.len - valid, n);
         }
+        s->valid_len = n == 0 && image.len < STORE_MAGIC_SIZE ? 0 : valid;
+        s->log_new = image.len < STORE_MAGIC_SIZE;
         log_info("Recovered %d records from %s", n, s->path);
         store_buf_done(&image);
         *ret = s;
@@ -407,6 +527,7 @@ fail:
 int store_start(struct store *s, struct event_base *base, store_snapshot_fn snapshot, void *userdata) {
         struct store_buf snap = {};
         int new_fd = -1, r;
+        struct stat st;
 
         s->base = base;
         s->snapshot = snapshot;
@@ -417,11 +538,38 @@ int store_start(struct store *s, struct event_base *base, store_snapshot_fn snap
         if (r >= 0)
                 r = store_write_new_log(s, &snap, &new_fd);
         store_buf_done(&snap);
-        if (r < 0)
+        if (errno_is_full(r)) {
+                /* No room for a new log: serve what the old one holds and
+                 * refuse changes until there is room (what stands in it
+                 * stays valid; a damaged tail is cut off, which needs no
+                 * room).  A log that had no magic yet gets it first. */
+                log_error_errno(r, "The state directory %s is full, cannot write a new log: "
+                                   "serving the state recovered, refusing changes until there is room: %m",
+                                s->dir);
+                if (fstat(s->fd, &st) < 0)
+                        return -errno;
+                if ((uint64_t) st.st_size > s->valid_len && ftruncate(s->fd, (off_t) s->valid_len) < 0)
+                        return log_error_errno(-errno, "Cannot cut the state log %s: %m", s->path);
+                if (s->log_new) {
+                        if (store_buf_reserve(&s->pending, STORE_MAGIC_SIZE) < 0)
+                                return -ENOMEM;
+                        memcpy(s->pending.data, STORE_MAGIC, STORE_MAGIC_SIZE);
+                        s->pending.len = STORE_MAGIC_SIZE;
+                }
+                s->full = s->seen_full = true;
+                s->log_bytes = s->compacted_bytes = s->valid_len;
+        } else if (r < 0)
                 return log_error_errno(r, "Cannot write the state log %s: %m", s->path);
-        close(s->fd);
-        s->fd = new_fd;
-        s->log_bytes = s->compacted_bytes = STORE_MAGIC_SIZE + snap.len;
+        else {
+                close(s->fd);
+                s->fd = new_fd;
+                s->log_bytes = s->compacted_bytes = STORE_MAGIC_SIZE + snap.len;
+                if (errno_is_full(store_keep_reserve(s, s->fd))) {
+                        log_error("The state directory %s is full: changes are refused until there is room again",
+                                  s->dir);
+                        s->full = s->seen_full = true;
+                }
+        }
 
         s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (s->wake_fd < 0)

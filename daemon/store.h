@@ -18,6 +18,17 @@
  * snapshot function writes the live state as records into a new file,
  * which the commit thread syncs and renames over the log (then syncs the
  * directory); records appended after the snapshot go to the new file.
+ *
+ * A full file system: the store keeps STORE_RESERVE_BYTES allocated past
+ * the end of the log and renews that after every commit.  When it cannot
+ * (ENOSPC, EDQUOT), or a write fails for want of room, the store is full:
+ * store_is_full() says so, the core refuses every change with -ENOSPC, the
+ * records still coming (items that end) go into the reserve, and past it
+ * wait in memory, at most STORE_BACKLOG_MAX bytes (then they are dropped,
+ * and the state on disk falls behind).  While full the commit thread looks
+ * for room once a second; once the reserve is back, changes are accepted
+ * again.  A store that cannot write its new log at start (full) goes on
+ * with the log it read, full from the start: it serves what it recovered.
  */
 
 #include <stdbool.h>
@@ -37,6 +48,10 @@ struct store;
 struct store_listener {
         struct list_head entry;
         void (*durable)(struct store_listener *l, uint64_t seq);
+        /* Optional: the state directory became full (@full) or has room
+         * again.  While it is full, records may wait in memory for long:
+         * replies are no longer held for them (see store_is_full()). */
+        void (*full)(struct store_listener *l, bool full);
 };
 
 /* Writes the live state into @b: a Header record first, then what recreates
@@ -65,3 +80,7 @@ uint64_t store_durable_seq(const struct store *s);
 void store_add_listener(struct store *s, struct store_listener *l);
 void store_remove_listener(struct store *s, struct store_listener *l);
 const char *store_path(const struct store *s);
+const char *store_dir(const struct store *s);
+/* Whether the state directory has no room: changes must be refused
+ * (NULL: false).  As last told to the loop. */
+bool store_is_full(const struct store *s);

@@ -36,6 +36,9 @@ static const struct {
         [LIMIT_HELLO_TIMEOUT] = { "hello-timeout", 10, 1, 3600, false },
         /* Each costs a perf fd (or /proc sampling) in the daemon. */
         [LIMIT_CALLBACK_THREADS] = { "callback-threads", 1024, 1, 1000000, false },
+        /* Processes and threads: of one item, of all of a user's items. */
+        [LIMIT_ITEM_TASKS] = { "item-tasks", 512, 1, 4194304, false },
+        [LIMIT_USER_TASKS] = { "user-tasks", 1024, 1, 4194304, false },
 };
 
 const char *limit_name(enum limit_id id) {

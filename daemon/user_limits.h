@@ -14,7 +14,10 @@
  *  - sizes that bound every item and every user's history, root's too
  *    (item-args-bytes, item-payload-bytes, output-bytes, history,
  *    history-bytes), since they bound the daemon's own memory.
- * hello-timeout is a connection deadline, not per user.
+ * hello-timeout is a connection deadline, not per user.  item-tasks and
+ * user-tasks are enforced by the kernel on the items' processes (pids.h):
+ * the tasks of one item (root's too), and of all items of one user
+ * together (root exempt).
  *
  * A refusal is -EDQUOT (the protocol's LIMIT_EXCEEDED) with a message that
  * names the limit, see limit_refuse().
@@ -42,6 +45,8 @@ enum limit_id {
         LIMIT_HISTORY_BYTES,
         LIMIT_HELLO_TIMEOUT,
         LIMIT_CALLBACK_THREADS,
+        LIMIT_ITEM_TASKS,
+        LIMIT_USER_TASKS,
         _LIMIT_MAX,
 };
 

@@ -136,7 +136,11 @@ static int workqueue_create(struct core *c, const struct core_caller *caller, co
                             struct core_error *e) {
         struct workqueue *wq = NULL;
         struct user_usage *u;
+        int r;
 
+        r = core_store_refuse_change(c, e);
+        if (r < 0)
+                return r;
         if (!workqueue_name_valid(name))
                 return core_error_set(e, -EINVAL,
                                       "invalid workqueue name '%.64s': 1-%u characters of A-Z a-z 0-9 _ - . : @",
@@ -464,6 +468,9 @@ int core_workqueue_destroy(struct core *c, const struct core_caller *caller, con
                 return r;
         if (wq->builtin)
                 return core_error_set(e, -EPERM, "'%s' is a built-in workqueue and cannot be destroyed", name);
+        r = core_store_refuse_change(c, e);
+        if (r < 0)
+                return r;
 
         /* destroy_workqueue() drains first; new work is refused meanwhile. */
         wq->draining = true;
@@ -483,6 +490,9 @@ int core_workqueue_set_max_active(struct core *c, const struct core_caller *call
         int r;
 
         r = workqueue_lookup_owned(c, caller, name, &wq, e);
+        if (r < 0)
+                return r;
+        r = core_store_refuse_change(c, e);
         if (r < 0)
                 return r;
         if (wq->flags & WQ_ORDERED)
@@ -510,6 +520,9 @@ int core_workqueue_set_on_interrupt(struct core *c, const struct core_caller *ca
         if (r < 0)
                 return r;
         if (wq->on_interrupt != policy) {
+                r = core_store_refuse_change(c, e);
+                if (r < 0)
+                        return r;
                 wq->on_interrupt = policy;
                 core_store_workqueue(wq);
         }

@@ -12,10 +12,12 @@
  */
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -99,6 +101,31 @@ int main(int argc, char **argv) {
                 log_line(argv[2], argv[3], "run");
                 return count_lines(argv[2], argv[3]) < atoi(argv[4]) ? 75 : 0;
         }
-        fprintf(stderr, "usage: probe spin|sleep MS LOG TAG | cpu | exit N | tempfail LOG TAG N\n");
+        if (argc >= 3 && strcmp(argv[1], "forks") == 0) {
+                /* Makes up to N children that wait, prints how many it
+                 * could, then ends them. */
+                int n = atoi(argv[2]), made = 0;
+                pid_t kids[4096];
+
+                for (; made < n && made < 4096; made++) {
+                        pid_t pid = fork();
+
+                        if (pid < 0)
+                                break;
+                        if (pid == 0) {
+                                pause();
+                                _exit(0);
+                        }
+                        kids[made] = pid;
+                }
+                printf("%d\n", made);
+                fflush(stdout);
+                for (int k = 0; k < made; k++) {
+                        kill(kids[k], SIGKILL);
+                        waitpid(kids[k], NULL, 0);
+                }
+                return 0;
+        }
+        fprintf(stderr, "usage: probe spin|sleep MS LOG TAG | cpu | exit N | tempfail LOG TAG N | forks N\n");
         return 2;
 }

@@ -425,6 +425,61 @@ START_TEST(test_config_file) {
 }
 END_TEST
 
+/* "probe forks 50" on system_unbound as @uid (-1: root): how many children
+ * it could make. */
+static int forks_made(struct cmwqd *td, uid_t uid) {
+        struct ctl_result r;
+        int n;
+
+        ctl_run(td, uid, &r, (const char *const[]) { "submit", "system_unbound", "--wait", "--", td->probe, "forks",
+                                                     "50", NULL });
+        ck_assert_msg(r.status == 0, "probe forks as uid %d: exit %d, %s", (int) uid, r.status, r.err);
+        n = atoi(r.out);
+        ctl_result_free(&r);
+        return n;
+}
+
+/* A fork bomb in an item stops at item-tasks, and one user's items together
+ * at user-tasks, so that other users' items can still make processes. */
+START_TEST(test_item_and_user_task_limits) {
+        struct cmwqd td;
+        struct ctl_result r;
+        char log[400], script[600], *holder;
+        int fd, n;
+
+        cmwqd_start(&td, (const char *const[]) { "--limit", "item-tasks=8", "--limit", "user-tasks=12", NULL });
+
+        /* Root's item too: itself and 7 children. */
+        ck_assert_int_eq(forks_made(&td, (uid_t) -1), 7);
+        ck_assert_int_eq(forks_made(&td, USER_UID), 7);
+
+        /* uid 65534 holds 6 tasks in one item: its next item gets 5. */
+        test_path(&td, "holder.log", log, sizeof(log));
+        fd = open(log, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(fchmod(fd, 0666), 0);
+        close(fd);
+        snprintf(script, sizeof(script),
+                 "sleep 60 & sleep 60 & sleep 60 & sleep 60 & sleep 60 & echo up >%s; wait", log);
+        ck_assert_int_eq(CTL_AS(&td, USER_UID, &r, "submit", "system_unbound", "--", "/bin/sh", "-c", script), 0);
+        holder = strndup(r.out, strcspn(r.out, "\n"));
+        ctl_result_free(&r);
+        ck_assert_msg(wait_for_lines(log, 1, 10000), "the holder did not start");
+
+        n = forks_made(&td, USER_UID);
+        ck_assert_msg(n <= 5, "uid 65534's second item made %d processes beside its first item's 6, "
+                              "over user-tasks=12", n);
+        /* Everybody else is not held by uid 65534's tasks. */
+        ck_assert_int_eq(forks_made(&td, OTHER_UID), 7);
+        ck_assert_int_eq(forks_made(&td, (uid_t) -1), 7);
+
+        ck_assert_int_eq(CTL_AS(&td, USER_UID, &r, "cancel", holder), 0);
+        ctl_result_free(&r);
+        free(holder);
+        cmwqd_stop(&td);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("limits");
         TCase *tc = tcase_create("limits");
@@ -441,6 +496,7 @@ int main(void) {
         tcase_add_test(tc, test_callback_threads_per_user);
         tcase_add_test(tc, test_limit_option_errors);
         tcase_add_test(tc, test_config_file);
+        tcase_add_test(tc, test_item_and_user_task_limits);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);

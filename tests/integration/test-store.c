@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -517,6 +518,132 @@ START_TEST(test_no_store_keeps_nothing) {
 }
 END_TEST
 
+/* ---- a full state directory ---------------------------------------------- */
+
+/* A small tmpfs for a daemon's --state-dir: in *@mnt (size 1 MiB). */
+static void small_tmpfs(char *mnt, size_t size) {
+        snprintf(mnt, size, "/tmp/cmwq-full-XXXXXX");
+        ck_assert_msg(mkdtemp(mnt), "mkdtemp: %s", strerror(errno));
+        ck_assert_msg(mount("cmwq-test", mnt, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0700") == 0,
+                      "cannot mount a tmpfs on %s: %s", mnt, strerror(errno));
+}
+
+static void small_tmpfs_remove(const char *mnt) {
+        (void) umount2(mnt, MNT_DETACH);
+        (void) rmdir(mnt);
+}
+
+/* Fills the file system of @dir to the last byte with @dir/filler. */
+static void fill(const char *dir) {
+        static char block[4096];
+        char path[400];
+        size_t sizes[] = { sizeof(block), 512, 1 };
+        int fd;
+
+        snprintf(path, sizeof(path), "%s/filler", dir);
+        fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        ck_assert_int_ge(fd, 0);
+        for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++)
+                while (write(fd, block, sizes[k]) == (ssize_t) sizes[k])
+                        ;
+        ck_assert_int_eq(errno, ENOSPC);
+        close(fd);
+}
+
+static void unfill(const char *dir) {
+        char path[400];
+
+        snprintf(path, sizeof(path), "%s/filler", dir);
+        ck_assert_int_eq(unlink(path), 0);
+}
+
+/* Fails unless the request failed at once, with the full state directory
+ * named. */
+static void assert_full_error(struct ctl_result *r, const char *mnt, const char *what) {
+        char want[400];
+
+        snprintf(want, sizeof(want), "the state directory %s is full", mnt);
+        ck_assert_msg(r->status != 0 && strstr(r->err, want), "%s on a full state directory: status %d, stderr: %s",
+                      what, r->status, r->err);
+        ctl_result_free(r);
+}
+
+/* A full state directory: every change is refused at once, naming it, a
+ * flood of them fills nothing, reads are served; with room again changes
+ * are accepted and kept; and a daemon starts on a full disk, serving what
+ * it has. */
+START_TEST(test_full_state_dir_refuses_changes_and_recovers) {
+        char mnt[64], *log, *text;
+        const char *args[] = { "--state-dir", mnt, NULL };
+        struct ctl_result r;
+        struct cmwqd fd_;
+        int64_t deadline;
+
+        small_tmpfs(mnt, sizeof(mnt));
+        cmwqd_start(&fd_, args);
+        free(CTL_OK(&fd_, "create", "before"));
+
+        fill(mnt);
+        /* The first change may still be written (into the room the log
+         * keeps ahead of it); from the second on they are refused. */
+        CTL(&fd_, &r, "create", "first");
+        ctl_result_free(&r);
+        for (int k = 0; k < 20; k++) {
+                char name[32];
+
+                snprintf(name, sizeof(name), "flood%d", k);
+                CTL(&fd_, &r, "create", name);
+                assert_full_error(&r, mnt, "create");
+                CTL(&fd_, &r, "destroy", "before");
+                assert_full_error(&r, mnt, "destroy");
+        }
+        CTL(&fd_, &r, "submit", "system", "--", "/bin/true");
+        assert_full_error(&r, mnt, "submit");
+        CTL(&fd_, &r, "set-max-active", "before", "3");
+        assert_full_error(&r, mnt, "set-max-active");
+        text = CTL_OK(&fd_, "list");
+        ck_assert_msg(strstr(text, "before"), "list on a full state directory: %s", text);
+        free(text);
+
+        /* Room again: changes are accepted (the store looks once a second). */
+        unfill(mnt);
+        deadline = mono_ns() + 30 * INT64_C(1000000000);
+        while (CTL(&fd_, &r, "create", "after") != 0 && mono_ns() < deadline) {
+                ctl_result_free(&r);
+                sleep_ms(100);
+        }
+        ck_assert_msg(r.status == 0, "no change accepted after room came back: %s", r.err);
+        ctl_result_free(&r);
+        free(CTL_OK(&fd_, "submit", "after", "--wait", "--", "/bin/true"));
+
+        /* A start on a full disk: up, serving what it has, saying so. */
+        cmwqd_terminate(&fd_);
+        fill(mnt);
+        cmwqd_launch(&fd_, args);
+        text = CTL_OK(&fd_, "list");
+        ck_assert_msg(strstr(text, "before") && strstr(text, "after"), "queues lost in a start on a full disk: %s",
+                      text);
+        free(text);
+        CTL(&fd_, &r, "create", "again");
+        assert_full_error(&r, mnt, "create after a start on a full disk");
+        log = read_file(fd_.log);
+        ck_assert_msg(strstr(log, "is full"), "the log does not say the state directory is full:\n%s", log);
+        free(log);
+
+        unfill(mnt);
+        deadline = mono_ns() + 30 * INT64_C(1000000000);
+        while (CTL(&fd_, &r, "create", "again") != 0 && mono_ns() < deadline) {
+                ctl_result_free(&r);
+                sleep_ms(100);
+        }
+        ck_assert_msg(r.status == 0, "no change accepted after room came back: %s", r.err);
+        ctl_result_free(&r);
+
+        cmwqd_stop(&fd_);
+        small_tmpfs_remove(mnt);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("store");
         TCase *tc = tcase_create("store");
@@ -532,6 +659,7 @@ int main(void) {
         tcase_add_test(tc, test_crash_during_submission_stream);
         tcase_add_test(tc, test_no_store_keeps_nothing);
         tcase_add_test(tc, test_per_user_queues_come_back_as_theirs);
+        tcase_add_test(tc, test_full_state_dir_refuses_changes_and_recovers);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
