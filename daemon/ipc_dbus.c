@@ -564,18 +564,11 @@ static void dbus_store_durable(struct store_listener *l, uint64_t seq) {
         dbus_held_send(container_of(l, struct ipc_dbus, store_listener), seq);
 }
 
-/* A full state directory: replies no longer wait for the disk. */
-static void dbus_store_full(struct store_listener *l, bool full) {
-        if (full)
-                dbus_held_send(container_of(l, struct ipc_dbus, store_listener), UINT64_MAX);
-}
-
 void ipc_dbus_set_store(struct ipc_dbus *d, struct store *store) {
         if (!d)
                 return;
         d->store = store;
         d->store_listener.durable = dbus_store_durable;
-        d->store_listener.full = dbus_store_full;
         if (store)
                 store_add_listener(store, &d->store_listener);
 }

@@ -143,7 +143,9 @@ static struct evbuffer *ipc_client_output_for_reply(struct ipc_client *c) {
                 return c->out;
         seq = store_appended_seq(store);
         /* A full state directory: records may wait for long, replies do
-         * not (changes are refused meanwhile). */
+         * not (changes are refused meanwhile).  Those held already stay
+         * held until their records are on disk: they acknowledge changes,
+         * and the replies after them keep their order. */
         if (evbuffer_get_length(c->held) == 0 && (store_durable_seq(store) >= seq || store_is_full(store)))
                 return c->out;
         c->held_seq = seq;
@@ -161,15 +163,9 @@ static void ipc_server_store_durable(struct store_listener *l, uint64_t seq) {
                 }
 }
 
-static void ipc_server_store_full(struct store_listener *l, bool full) {
-        if (full)
-                ipc_server_store_durable(l, UINT64_MAX);
-}
-
 void ipc_server_set_store(struct ipc_server *s, struct store *store) {
         s->store = store;
         s->store_listener.durable = ipc_server_store_durable;
-        s->store_listener.full = ipc_server_store_full;
         list_init(&s->store_listener.entry);
         if (store)
                 store_add_listener(store, &s->store_listener);

@@ -50,7 +50,10 @@ struct store_listener {
         void (*durable)(struct store_listener *l, uint64_t seq);
         /* Optional: the state directory became full (@full) or has room
          * again.  While it is full, records may wait in memory for long:
-         * replies are no longer held for them (see store_is_full()). */
+         * replies to requests that change nothing need not wait for them
+         * (changes are refused meanwhile, see store_is_full()); a reply
+         * held for a record still waits until that record is on disk, and
+         * is dropped if cmwqd stops first. */
         void (*full)(struct store_listener *l, bool full);
 };
 
