@@ -651,10 +651,6 @@ static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_th
 static int thread_unregister(struct client_work *cw, struct work_thread *t);
 static void timer_wake_locked(struct client_work *cw);
 
-/* Ends @t, idle past the idle timeout: out of its pool now (nothing will
- * pick it), its slot given back to the daemon, then joined and freed by
- * the next thread_new() or at disconnect.  Work lock held; returns without
- * it, and the thread must then return. */
 /* Takes @t out of its pool onto the list of threads to join.  Work lock held. */
 static void thread_retire(struct client_work *cw, struct work_thread *t) {
         struct work_pool *p = t->pool;
@@ -672,6 +668,10 @@ static void thread_retire(struct client_work *cw, struct work_thread *t) {
         cw->exited = t;
 }
 
+/* Ends @t, idle past the idle timeout: out of its pool now (nothing will
+ * pick it), its slot given back to the daemon, then joined and freed by
+ * the next thread_new() or at disconnect.  Work lock held; returns without
+ * it, and the thread must then return. */
 static void thread_reap(struct client_work *cw, struct work_thread *t) {
         struct work_pool *p = t->pool;
 
