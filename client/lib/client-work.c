@@ -29,9 +29,11 @@
  * which queues are frozen; their items stay pending).  What protects the
  * other clients -- the CPU's concurrency level -- is the daemon's grants.
  *
- * Lock order: work lock -> connection lock -> a thread's own lock.  The
- * connection's reader delivers grants under the connection lock and takes
- * only the thread's own lock.
+ * Lock order: work lock -> connection lock -> a thread's own lock.  Grants
+ * come through the shared memory, not the socket; the connection's reader
+ * only records freeze notices under the connection lock
+ * (client_work_freeze()) and leaves kicking the pools, which takes the work
+ * lock, to the manager thread.
  */
 #include <errno.h>
 #include <fcntl.h>
