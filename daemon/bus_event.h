@@ -2,10 +2,10 @@
 #pragma once
 
 /*
- * sd-bus driven from the daemon's one libevent loop (DESIGN §4): no second
- * loop, no thread.  The bus's fd is watched for what sd_bus_get_events()
- * asks, a timer follows sd_bus_get_timeout(), and after every
- * sd_bus_process() round both are armed again.
+ * sd-bus driven from the daemon's one libevent loop (doc/design.md §4.1):
+ * no second loop, no thread.  The bus's fd is watched for what
+ * sd_bus_get_events() asks, a timer follows sd_bus_get_timeout(), and after
+ * every sd_bus_process() round both are armed again.
  *
  * Messages sent from outside a bus callback (a deferred method reply, a
  * signal emitted when an item ends) may sit in sd-bus's write queue; call

@@ -274,7 +274,7 @@ static void callback_client_freeze_answered(struct callback_client *c, uint32_t 
                 if (freeze_seq_answered(h->seq, acked)) {
                         log_debug("callback: PID %d has no callback of %s running any more", (int) c->pid,
                                   h->wq->name);
-                        callback_hold_free(h);
+                        workqueue_callback_hold_free(h);
                         freed = true;
                 }
         /* Only then: a client repeating its answer costs no walk of the queues. */
@@ -354,7 +354,7 @@ static void callback_client_let_go(struct callback_client *c) {
                 callback_worker_release(w);
         if (!list_empty(&c->holds)) {
                 while (!list_empty(&c->holds))
-                        callback_hold_free(list_first_entry(&c->holds, struct callback_hold, owner_entry));
+                        workqueue_callback_hold_free(list_first_entry(&c->holds, struct callback_hold, owner_entry));
                 core_check_freezers(c->registry->core);
         }
 }

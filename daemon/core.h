@@ -225,7 +225,7 @@ struct callback_hold {
 
 /* Unlinks @h from both lists and frees it; the caller then lets waiting
  * freezers look again (core_check_freezers()). */
-void callback_hold_free(struct callback_hold *h);
+void workqueue_callback_hold_free(struct callback_hold *h);
 
 struct workqueue {
         struct core *core;

@@ -265,7 +265,6 @@ static struct ipc_call *ipc_call_new(struct ipc_client *c, const Cmwq__Request *
         return call;
 }
 
-/* Finishes a request that may wait: @r is what the core call returned. */
 /* The core queued the call's waiter: the client owns the call until the
  * reply (or until it goes away). */
 static void ipc_call_park(struct ipc_client *c, struct ipc_call *call) {
@@ -273,6 +272,7 @@ static void ipc_call_park(struct ipc_client *c, struct ipc_call *call) {
         c->nr_calls++;
 }
 
+/* Finishes a request that may wait: @r is what the core call returned. */
 static void ipc_call_settle(struct ipc_client *c, struct ipc_call *call, int r, const struct core_error *e) {
         if (r == 1) {
                 ipc_call_park(c, call);

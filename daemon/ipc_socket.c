@@ -1,4 +1,20 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The Unix socket front end's transport (see ipc_socket.h and
+ * doc/design.md §5): everything about a client connection except what its
+ * requests mean, which is ipc_dispatch.c's.  Kept apart so that the
+ * protocol's edge -- sizes, framing, the Hello, who is calling -- is checked
+ * in one place before any request reaches the core, and so that the fuzzer
+ * can drive a real connection through ipc_server_add_client().
+ *
+ * It owns the listening socket (its own, or the one systemd passed) and
+ * every connected client: its fd and events, its input and output buffers,
+ * its credentials and what they count against the per-user limits, its
+ * Hello and frame deadline, the file descriptors that go with a reply, and
+ * the order in which replies leave -- held back while the state log has
+ * records not yet on disk.  A client that breaks the protocol or does not
+ * read its replies is dropped here.
+ */
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>

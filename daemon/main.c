@@ -259,7 +259,7 @@ static void on_signal(evutil_socket_t sig, short what, void *userdata) {
         event_base_loopbreak(base);
 }
 
-/* The plugin directories of DESIGN §2, user ones first for --user. */
+/* The plugin directories of doc/design.md §2.1, user ones first for --user. */
 static char **default_plugin_dirs(bool user_mode) {
         char **l = calloc(4, sizeof(char *));
         size_t n = 0;

@@ -2,7 +2,7 @@
 #pragma once
 
 /*
- * Suspend integration (DESIGN §1, §3 "Freeze"): the daemon holds a
+ * Suspend integration (doc/design.md §3.8): the daemon holds a
  * systemd-logind *delay* inhibitor on "sleep".  On PrepareForSleep(true) it
  * freezes every FREEZABLE workqueue, waits for their running items up to the
  * core's freeze timeout, and only then closes the inhibitor, so the machine

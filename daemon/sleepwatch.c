@@ -56,9 +56,10 @@
  * Latency, measured on the 2-CPU development VM (kernel 6.18, HZ=250, busy
  * with other builds): from a worker's last instruction before a blocking
  * nanosleep() to the "blocked" callback in the daemon's loop, median 43-65 us
- * over runs of 300-400 blocks (p90 70-200 us), matching DESIGN's ~50 us; the
- * tail reaches a few ms when no CPU is free for the daemon.  The raw ring
- * alone (poll + read, no libevent) shows a median of ~30-50 us.
+ * over runs of 300-400 blocks (p90 70-200 us), the ~50 us that
+ * doc/design.md §3.5 states; the tail reaches a few ms when no CPU is free
+ * for the daemon.  The raw ring alone (poll + read, no libevent) shows a
+ * median of ~30-50 us.
  *
  * Scheduling matters more than this code (measured with a worker that
  * spins 2 ms and sleeps 5 ms, and with two CPU-bound items pinned to the

@@ -2,7 +2,7 @@
 #pragma once
 
 /*
- * The durable log under the state directory (DESIGN §4 store.c): an
+ * The durable log under the state directory (doc/design.md §3.11): an
  * append-only file of framed records (store_format.h), a snapshot of the
  * live state at its start.
  *

@@ -45,7 +45,7 @@ void core_watchdog_kick(struct core *c, struct pool *p) {
 
 /* The pwq of @p with items held back by max_active, or NULL.  Frozen queues
  * are skipped: they wait on purpose. */
-static struct pwq *pool_first_inactive(struct core *c, struct pool *p) {
+static struct pwq *watchdog_first_inactive(struct core *c, struct pool *p) {
         struct workqueue *wq;
 
         list_for_each_entry(wq, &c->workqueues, entry) {
@@ -59,7 +59,7 @@ static struct pwq *pool_first_inactive(struct core *c, struct pool *p) {
 }
 
 /* The item that has been running longest on @p (of @pwq only, if given). */
-static struct item *pool_oldest_running(struct pool *p, const struct pwq *pwq) {
+static struct item *watchdog_oldest_running(struct pool *p, const struct pwq *pwq) {
         struct item *oldest = NULL;
         struct worker *w;
 
@@ -74,7 +74,7 @@ static struct item *pool_oldest_running(struct pool *p, const struct pwq *pwq) {
         return oldest;
 }
 
-static void pool_describe(const struct pool *p, char *buf, size_t size) {
+static void watchdog_describe_pool(const struct pool *p, char *buf, size_t size) {
         if (pool_is_unbound(p))
                 snprintf(buf, size, "the unbound%s pool", p->highpri ? " high-priority" : "");
         else
@@ -82,7 +82,7 @@ static void pool_describe(const struct pool *p, char *buf, size_t size) {
 }
 
 /* A busy worker of @p that is not an item (a client's callback thread). */
-static void pool_describe_holder(struct pool *p, char *buf, size_t size) {
+static void watchdog_describe_holder(struct pool *p, char *buf, size_t size) {
         struct worker *w;
 
         snprintf(buf, size, "clients' callbacks");
@@ -104,12 +104,12 @@ static void watchdog_report(struct core *c, struct pool *p, uint64_t stalled_use
         list_for_each_entry(work, &p->worklist, entry)
                 if ((waiting = item_from_work(work)))
                         break;
-        if (!waiting && (pwq = pool_first_inactive(c, p)))
+        if (!waiting && (pwq = watchdog_first_inactive(c, p)))
                 waiting = list_first_entry(&pwq->inactive, struct item, work.entry);
-        holder = pool_oldest_running(p, pwq);
-        pool_describe_holder(p, who, sizeof(who));
+        holder = watchdog_oldest_running(p, pwq);
+        watchdog_describe_holder(p, who, sizeof(who));
 
-        pool_describe(p, pool_name, sizeof(pool_name));
+        watchdog_describe_pool(p, pool_name, sizeof(pool_name));
         if (!waiting)
                 /* Only clients' callbacks wait: they are not counted per queue. */
                 log_warning("Watchdog: %s has had callbacks waiting and made no progress for %" PRIu64 " s: "
@@ -138,7 +138,7 @@ static void watchdog_report(struct core *c, struct pool *p, uint64_t stalled_use
 static void watchdog_check_pool(struct core *c, struct pool *p, uint64_t now, uint64_t *next) {
         uint64_t threshold = c->config.watchdog_usec, start, deadline;
 
-        if (list_empty(&p->worklist) && !pool_first_inactive(c, p)) {
+        if (list_empty(&p->worklist) && !watchdog_first_inactive(c, p)) {
                 p->watchdog_since_usec = 0;
                 return;
         }

@@ -314,7 +314,7 @@ void workqueue_free(struct workqueue *wq) {
         waiters_complete(&wq->flushers, -ENOENT);
         waiters_complete(&wq->drainers, -ENOENT);
         while (!list_empty(&wq->callback_holds))
-                callback_hold_free(list_first_entry(&wq->callback_holds, struct callback_hold, wq_entry));
+                workqueue_callback_hold_free(list_first_entry(&wq->callback_holds, struct callback_hold, wq_entry));
         list_del_init(&wq->owner_entry);
         list_del_init(&wq->entry);
         u = user_usage_get(&wq->core->users, wq->owner);
@@ -403,7 +403,7 @@ static bool workqueue_flushed(const struct workqueue *wq, uint64_t seq) {
         return list_first_entry(&wq->inflight, struct item, inflight_entry)->seq > seq;
 }
 
-void callback_hold_free(struct callback_hold *h) {
+void workqueue_callback_hold_free(struct callback_hold *h) {
         if (!h)
                 return;
         list_del_init(&h->wq_entry);
@@ -659,7 +659,7 @@ static void workqueue_thaw(struct workqueue *wq) {
         wq->frozen = false;
         /* A thawed queue waits for nobody's answer. */
         while (!list_empty(&wq->callback_holds))
-                callback_hold_free(list_first_entry(&wq->callback_holds, struct callback_hold, wq_entry));
+                workqueue_callback_hold_free(list_first_entry(&wq->callback_holds, struct callback_hold, wq_entry));
         for (size_t k = 0; k < wq->n_pwqs; k++)
                 pwq_activate_inactive(&wq->pwqs[k]);
         if (wq->core->freeze_changed)

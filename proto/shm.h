@@ -40,6 +40,9 @@
  * connection.  The daemon never writes anything the client's correctness
  * depends on except the grant, yield and lazy_doorbell words, sq_head and
  * need_wakeup.
+ *
+ * doc/design.md §6 walks through the protocol with the functions on both
+ * sides.
  */
 
 #include <stdint.h>
@@ -92,7 +95,8 @@ struct cmwq_shm_slot {
 } __attribute__((aligned(64)));
 
 struct cmwq_shm {
-        /* Written by the client before it attaches; checked once. */
+        /* Written by cmwqd when it makes the region; the client checks
+         * magic and version once, when it maps it. */
         uint32_t magic;
         uint32_t version;
         uint32_t nr_slots;

@@ -29,9 +29,11 @@
  * which queues are frozen; their items stay pending).  What protects the
  * other clients -- the CPU's concurrency level -- is the daemon's grants.
  *
- * Lock order: work lock -> connection lock -> a thread's own lock.  The
- * connection's reader delivers grants under the connection lock and takes
- * only the thread's own lock.
+ * Lock order: work lock -> connection lock -> a thread's own lock.  Grants
+ * come through the shared memory, not the socket; the connection's reader
+ * only records freeze notices under the connection lock
+ * (client_work_freeze()) and leaves kicking the pools, which takes the work
+ * lock, to the manager thread.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -406,7 +408,7 @@ static struct work_thread *thread_new(struct client_work *cw, struct work_pool *
 
 /* Items of @wq running on threads of @p (a bound queue's items on one CPU
  * all go to one pool: its priority's). */
-static unsigned pool_active_of(const struct work_pool *p, const struct cmwq_workqueue *wq) {
+static unsigned work_pool_active_of(const struct work_pool *p, const struct cmwq_workqueue *wq) {
         unsigned n = 0;
 
         for (const struct work_thread *t = p->threads; t; t = t->next)
@@ -423,7 +425,7 @@ static unsigned pool_active_of(const struct work_pool *p, const struct cmwq_work
  * only limits that client's own items -- what protects the other clients
  * (the CPU's concurrency level) is the daemon's grants, which this does not
  * touch. */
-static struct cmwq_work *pool_next(struct work_pool *p) {
+static struct cmwq_work *work_pool_next(struct work_pool *p) {
         for (struct cmwq_work *w = p->pending._next; w != &p->pending; w = w->_next) {
                 struct cmwq_workqueue *wq = w->_wq;
 
@@ -433,7 +435,7 @@ static struct cmwq_work *pool_next(struct work_pool *p) {
                         continue;
                 if (p->cpu < 0 && wq->cb_active >= max)
                         continue;
-                if (p->cpu >= 0 && pool_active_of(p, wq) >= max)
+                if (p->cpu >= 0 && work_pool_active_of(p, wq) >= max)
                         continue;
                 return w;
         }
@@ -441,10 +443,10 @@ static struct cmwq_work *pool_next(struct work_pool *p) {
 }
 
 /* Starts or asks for workers while @p has work.  Work lock held. */
-static void pool_kick(struct client_work *cw, struct work_pool *p) {
+static void work_pool_kick(struct client_work *cw, struct work_pool *p) {
         struct work_thread *t;
 
-        if (cw->stopping || cw->dead || !pool_next(p))
+        if (cw->stopping || cw->dead || !work_pool_next(p))
                 return;
 
         if (p->cpu < 0) {
@@ -554,7 +556,7 @@ static struct cmwq_work *thread_take(struct work_thread *t) {
                         wlist_del(w);
                         return w;
                 }
-                w = pool_next(t->pool);
+                w = work_pool_next(t->pool);
                 if (!w)
                         return NULL;
                 wlist_del(w);
@@ -572,7 +574,7 @@ static bool thread_stopped(struct work_thread *t) {
 
 /* Too many idle threads in @p for what it runs (the kernel's
  * too_many_workers()).  Work lock held. */
-static bool pool_too_many_idle(const struct work_pool *p) {
+static bool work_pool_too_many_idle(const struct work_pool *p) {
         unsigned idle = 0, busy = 0;
 
         for (const struct work_thread *t = p->threads; t; t = t->next)
@@ -651,10 +653,6 @@ static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_th
 static int thread_unregister(struct client_work *cw, struct work_thread *t);
 static void timer_wake_locked(struct client_work *cw);
 
-/* Ends @t, idle past the idle timeout: out of its pool now (nothing will
- * pick it), its slot given back to the daemon, then joined and freed by
- * the next thread_new() or at disconnect.  Work lock held; returns without
- * it, and the thread must then return. */
 /* Takes @t out of its pool onto the list of threads to join.  Work lock held. */
 static void thread_retire(struct client_work *cw, struct work_thread *t) {
         struct work_pool *p = t->pool;
@@ -672,6 +670,10 @@ static void thread_retire(struct client_work *cw, struct work_thread *t) {
         cw->exited = t;
 }
 
+/* Ends @t, idle past the idle timeout: out of its pool now (nothing will
+ * pick it), its slot given back to the daemon, then joined and freed by
+ * the next thread_new() or at disconnect.  Work lock held; returns without
+ * it, and the thread must then return. */
 static void thread_reap(struct client_work *cw, struct work_thread *t) {
         struct work_pool *p = t->pool;
 
@@ -782,7 +784,7 @@ static void *work_thread_main(void *userdata) {
         p->demanding = false;
         if (bound) {
                 t->state = THREAD_IDLE;
-                pool_kick(cw, p);       /* this thread demands if work waits */
+                work_pool_kick(cw, p);       /* this thread demands if work waits */
         } else {
                 /* Started for work: take it at once. */
                 t->state = THREAD_GRANTED;
@@ -798,7 +800,7 @@ static void *work_thread_main(void *userdata) {
                 if (waited == THREAD_WAIT_STOPPED || cw->stopping)
                         break;
                 if (waited == THREAD_WAIT_TIMED_OUT) {
-                        if (t->state == THREAD_IDLE && pool_too_many_idle(p)) {
+                        if (t->state == THREAD_IDLE && work_pool_too_many_idle(p)) {
                                 thread_reap(cw, t);
                                 return NULL;
                         }
@@ -824,7 +826,7 @@ static void *work_thread_main(void *userdata) {
                         if (!w)
                                 break;
                         /* Keep one demand out while more waits. */
-                        pool_kick(cw, p);
+                        work_pool_kick(cw, p);
                         if (bound && (w->_wq->flags & CMWQ_WQ_CPU_INTENSIVE)) {
                                 /* It must not hold back the CPU's other
                                  * work: the daemon stops counting this
@@ -846,7 +848,7 @@ static void *work_thread_main(void *userdata) {
                         ring_push(cw, CMWQ_SHM_OP_IDLE, t->slot, t);
                 else
                         p->nr_idle++;
-                pool_kick(cw, p);
+                work_pool_kick(cw, p);
         }
         t->state = THREAD_DEAD;
         pthread_mutex_unlock(&cw->lock);
@@ -937,7 +939,7 @@ static void *timer_main(void *userdata) {
                                 continue;
                         if (p->retry_usec <= now) {
                                 p->retry_usec = 0;
-                                pool_kick(cw, p);
+                                work_pool_kick(cw, p);
                         } else if (p->retry_usec < next)
                                 next = p->retry_usec;
                 }
@@ -1181,7 +1183,7 @@ void client_work_stop(struct cmwq *c) {
 
 /* ---- the API -------------------------------------------------------------- */
 
-static struct work_pool *pool_for(struct client_work *cw, struct cmwq_workqueue *wq, int cpu) {
+static struct work_pool *work_pool_for(struct client_work *cw, struct cmwq_workqueue *wq, int cpu) {
         if (wq->flags & CMWQ_WQ_UNBOUND)
                 return &cw->unbound;
         return &cw->pools[cpu * 2 + ((wq->flags & CMWQ_WQ_HIGHPRI) ? 1 : 0)];
@@ -1195,7 +1197,7 @@ static void queue_locked(struct client_work *cw, struct cmwq_workqueue *wq, stru
         if (cpu < 0 || (unsigned) cpu >= cw->nr_cpus)
                 cpu = 0;
         cpu = (int) cw->cpu_map[cpu];
-        p = pool_for(cw, wq, cpu);
+        p = work_pool_for(cw, wq, cpu);
 
         w->_state |= WORK_PENDING;
         w->_wq = wq;
@@ -1209,7 +1211,7 @@ static void queue_locked(struct client_work *cw, struct cmwq_workqueue *wq, stru
                 wlist_add_tail(w, &((struct work_thread *) w->_running)->scheduled);
         else
                 wlist_add_tail(w, &p->pending);
-        pool_kick(cw, p);
+        work_pool_kick(cw, p);
 }
 
 /* Whether the caller may queue on @wq now (draining lets only its own
@@ -1524,8 +1526,8 @@ void client_work_kick(struct cmwq *c) {
         pthread_mutex_lock(&cw->lock);
         freeze_answer_locked(cw);
         for (unsigned i = 0; i < cw->nr_cpus * 2; i++)
-                pool_kick(cw, &cw->pools[i]);
-        pool_kick(cw, &cw->unbound);
+                work_pool_kick(cw, &cw->pools[i]);
+        work_pool_kick(cw, &cw->unbound);
         pthread_cond_broadcast(&cw->done);
         pthread_mutex_unlock(&cw->lock);
 }

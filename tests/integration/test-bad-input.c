@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * Every input from a client is untrusted (DESIGN §4): a raw socket client
- * sends garbage, oversized and out-of-order frames, malformed messages and
- * requests over every limit.  Each must end that client's connection with an
- * error (or be refused with one, the connection staying usable), never the
- * daemon; after each case the daemon is alive and serves cmwqctl on another
- * connection.  Also cmwqctl's own bad command lines.
+ * Every input from a client is untrusted (doc/design.md §3.10, §5): a raw
+ * socket client sends garbage, oversized and out-of-order frames, malformed
+ * messages and requests over every limit.  Each must end that client's
+ * connection with an error (or be refused with one, the connection staying
+ * usable), never the daemon; after each case the daemon is alive and serves
+ * cmwqctl on another connection.  Also cmwqctl's own bad command lines.
  */
 #include <check.h>
 #include <dirent.h>

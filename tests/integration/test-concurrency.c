@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Concurrency management, the workqueue flags and max_active, observed
- * through the CLOCK_MONOTONIC timestamps the probe items write (DESIGN §3).
+ * through the CLOCK_MONOTONIC timestamps the probe items write
+ * (doc/design.md §3.1 to §3.4).
  *
  * Every test runs twice, once per sleep detector (TCase "perf" and TCase
  * "proc"), each with a fresh daemon.  The tests assert properties -- how many

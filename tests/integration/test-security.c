@@ -3,7 +3,7 @@
  * Privilege and ownership: cmwqd runs as root, and every exec item must run
  * as its submitter with exactly the submitter's credentials, never with the
  * daemon's; one user can neither see nor touch another user's queues and
- * items (DESIGN §2 and §3 "Ownership").
+ * items (doc/design.md §2.1 and §3.10).
  */
 #include <check.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * Suspend (DESIGN §1, §3 "Freeze"): a real cmwqd --user against a logind on
+ * Suspend (doc/design.md §3.8): a real cmwqd --user against a logind on
  * a private system bus — a dbus-daemon of the test's own, running
  * python3-dbusmock's logind template, which hands out inhibitor fds and
  * lists the inhibitors whose fd is still open (ListInhibitors), and whose

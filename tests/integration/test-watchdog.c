@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * The watchdog (DESIGN §3): a pool with work waiting and no progress for
- * --watchdog-threshold is logged once, naming the item that holds it, and
- * counted in "cmwqctl stats".  Stalls are made as a user would make them:
- * an ordered queue whose head hangs, a CPU-intensive queue at max_active.
+ * The watchdog (doc/design.md §3.9): a pool with work waiting and no
+ * progress for --watchdog-threshold is logged once, naming the item that
+ * holds it, and counted in "cmwqctl stats".  Stalls are made as a user
+ * would make them: an ordered queue whose head hangs, a CPU-intensive queue
+ * at max_active.
  * A blocked item alone is no stall: concurrency management starts the next.
  * The threshold is 1 s; every wait for the daemon is given 20 s.
  */

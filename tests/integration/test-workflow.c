@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * What a shell user checks of the workqueue semantics (DESIGN §3, "Flush and
- * cancel", "Freeze"): flush, drain, cancel, delayed items, work keys,
+ * What a shell user checks of the workqueue semantics (doc/design.md §3.7,
+ * §3.8): flush, drain, cancel, delayed items, work keys,
  * EX_TEMPFAIL requeues, --timeout, output capture, freeze/thaw, destroy and
  * refused values.  Every race is given seconds on its long side, so that a
  * busy two-CPU machine does not make these flaky.
