@@ -1204,11 +1204,13 @@ static void queue_locked(struct client_work *cw, struct cmwq_workqueue *wq, stru
         w->_queued_seq = ++wq->cb_seq;
         w->_nr_queued++;
         inflight_add(wq, w);
-        if (w->_running)
-                /* Running: it runs next on that thread, never beside itself. */
-                wlist_add_tail(w, &((struct work_thread *) w->_running)->scheduled);
-        else
-                wlist_add_tail(w, &p->pending);
+        /* Behind what was queued before, even when it runs now: the
+         * kernel's __queue_work() puts a running item at the tail of the
+         * worklist too, and an ordered queue runs A, B, A for "A, B, A
+         * queued while A runs".  Non-reentrancy is thread_take()'s: a
+         * thread that takes it while it still runs parks it behind the
+         * thread running it (the kernel's assign_work()). */
+        wlist_add_tail(w, &p->pending);
         pool_kick(cw, p);
 }
 

@@ -1222,6 +1222,77 @@ START_TEST(test_a_single_block_lets_the_next_item_run) {
 }
 END_TEST
 
+/* ---- order, priority and destroy, as the kernel's ------------------------ */
+
+/* An item of an ordered queue queued again while it runs goes behind what
+ * was queued before: A, B, then A again while A runs, runs A, B, A
+ * ("in the queued order"), never A, A, B.  Likewise on an unbound queue
+ * with max_active 1. */
+struct order_log {
+        atomic_int n;
+        atomic_int order[8];
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool open;
+        atomic_int a_started;
+};
+
+struct order_item {
+        struct cmwq_work work;
+        struct order_log *log;
+        int name;
+};
+
+static void order_fn(struct cmwq_work *w) {
+        struct order_item *it = cmwq_container_of(w, struct order_item, work);
+        struct order_log *l = it->log;
+        int k = atomic_fetch_add(&l->n, 1);
+
+        if (k < 8)
+                atomic_store(&l->order[k], it->name);
+        if (it->name != 'A' || atomic_fetch_add(&l->a_started, 1) > 0)
+                return;
+        /* The first run of A waits until the test queued B and A again. */
+        pthread_mutex_lock(&l->lock);
+        while (!l->open)
+                pthread_cond_wait(&l->cond, &l->lock);
+        pthread_mutex_unlock(&l->lock);
+}
+
+START_TEST(test_ordered_queue_runs_a_requeued_item_in_queue_order) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *queues[2];
+
+        queues[0] = cmwq_alloc_ordered_workqueue(c, "ordered-requeue", 0);
+        queues[1] = cmwq_alloc_workqueue(c, "unbound-one", CMWQ_WQ_UNBOUND, 1);
+        ck_assert_msg(queues[0] && queues[1], "alloc: %s", cmwq_last_error());
+        for (int q = 0; q < 2; q++) {
+                struct order_log l = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+                struct order_item a = { .log = &l, .name = 'A' }, b = { .log = &l, .name = 'B' };
+
+                CMWQ_WORK_INIT(&a.work, order_fn);
+                CMWQ_WORK_INIT(&b.work, order_fn);
+                ck_assert(cmwq_queue_work(queues[q], &a.work));
+                wait_until(&l.a_started, 1);
+                ck_assert(cmwq_queue_work(queues[q], &b.work));
+                ck_assert(cmwq_queue_work(queues[q], &a.work));
+                pthread_mutex_lock(&l.lock);
+                l.open = true;
+                pthread_cond_broadcast(&l.cond);
+                pthread_mutex_unlock(&l.lock);
+                ck_assert_int_eq(cmwq_flush_workqueue(queues[q]), 0);
+                ck_assert_int_eq(atomic_load(&l.n), 3);
+                ck_assert_msg(atomic_load(&l.order[0]) == 'A' && atomic_load(&l.order[1]) == 'B' &&
+                                      atomic_load(&l.order[2]) == 'A',
+                              "%s ran %c, %c, %c; queued A, B, A", cmwq_workqueue_name(queues[q]),
+                              atomic_load(&l.order[0]), atomic_load(&l.order[1]), atomic_load(&l.order[2]));
+        }
+        ck_assert_int_eq(cmwq_destroy_workqueue(queues[0]), 0);
+        ck_assert_int_eq(cmwq_destroy_workqueue(queues[1]), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("client-work");
         TCase *tc = tcase_create("client-work");
@@ -1249,6 +1320,7 @@ int main(void) {
         tcase_add_test(tc, test_cpu_intensive_callbacks_do_not_hold_back_their_cpu);
         tcase_add_test(tc, test_freeze_stops_callbacks_of_a_freezable_queue);
         tcase_add_test(tc, test_a_single_block_lets_the_next_item_run);
+        tcase_add_test(tc, test_ordered_queue_runs_a_requeued_item_in_queue_order);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);

@@ -134,9 +134,11 @@ struct cmwq_workqueue *cmwq_alloc_workqueue(struct cmwq *c, const char *name, un
 
 /*
  * Create an ordered workqueue: unbound with max_active 1, so its items run
- * one at a time in the order they were queued.  @flags may add
- * CMWQ_WQ_FREEZABLE, CMWQ_WQ_MEM_RECLAIM, CMWQ_WQ_HIGHPRI.  As
- * cmwq_alloc_workqueue() otherwise.
+ * one at a time in the order they were queued.  An item queued again while
+ * it runs goes behind the items queued before that: A, B, then A again
+ * while A runs, runs A, B, A (as an unbound queue with max_active 1 does).
+ * @flags may add CMWQ_WQ_FREEZABLE, CMWQ_WQ_MEM_RECLAIM, CMWQ_WQ_HIGHPRI.
+ * As cmwq_alloc_workqueue() otherwise.
  */
 struct cmwq_workqueue *cmwq_alloc_ordered_workqueue(struct cmwq *c, const char *name, unsigned flags);
 
