@@ -21,8 +21,8 @@
  * concurrency-management wake-up) and a second thread takes the next item.
  *
  * Unbound queues are not concurrency managed (in the kernel neither): their
- * items run on a local pool of threads without asking the daemon, at most
- * max_active of one queue at once.
+ * items run on local pools of threads (normal and high priority) without
+ * asking the daemon, at most max_active of one queue at once.
  *
  * What concerns only this client's own items is kept here, where the items
  * are: max_active (per CPU for bound queues) and freezing (the daemon says
@@ -121,8 +121,12 @@ struct client_work {
         pthread_mutex_t lock;
         pthread_cond_t done;            /* an item finished or was cancelled */
         unsigned nr_cpus;
-        struct work_pool *pools;        /* [cpu * 2 + highpri] */
-        struct work_pool unbound;
+        /* [cpu * 2 + highpri] for the bound pools, then the unbound ones
+         * ([nr_cpus * 2 + highpri]): a high-priority queue's items run on
+         * threads at the raised priority whether it is bound or not, as the
+         * kernel's high-priority unbound pools. */
+        struct work_pool *pools;
+        unsigned nr_pools;
         struct work_thread *threads[WORK_THREADS_MAX];  /* by slot; NULL: free */
         unsigned nr_slots;              /* the table's high-water mark */
         unsigned nr_live;               /* threads made and not yet collected */
@@ -859,11 +863,9 @@ static void *work_thread_main(void *userdata) {
 static void work_connection_lost(struct client_work *cw, int error) {
         pthread_mutex_lock(&cw->lock);
         cw->dead = error;
-        for (unsigned i = 0; i <= cw->nr_cpus * 2; i++) {
-                struct work_pool *p = i < cw->nr_cpus * 2 ? &cw->pools[i] : &cw->unbound;
+        for (unsigned i = 0; i < cw->nr_pools; i++) {
+                struct work_pool *p = &cw->pools[i];
 
-                if (p->cpu < 0 && i < cw->nr_cpus * 2)
-                        continue;
                 while (!wlist_empty(&p->pending)) {
                         struct cmwq_work *w = p->pending._next;
 
@@ -1075,19 +1077,18 @@ static int work_get(struct cmwq *c, struct client_work **ret) {
         }
         cw->c = c;
         cw->nr_cpus = (unsigned) n;
-        cw->pools = calloc(cw->nr_cpus * 2, sizeof(*cw->pools));
+        cw->nr_pools = cw->nr_cpus * 2 + 2;
+        cw->pools = calloc(cw->nr_pools, sizeof(*cw->pools));
         if (!cw->pools) {
                 free(cw);
                 r = client_error(-ENOMEM, "out of memory");
                 goto done;
         }
-        for (unsigned i = 0; i < cw->nr_cpus * 2; i++) {
-                cw->pools[i].cpu = (int) (i / 2);
+        for (unsigned i = 0; i < cw->nr_pools; i++) {
+                cw->pools[i].cpu = i < cw->nr_cpus * 2 ? (int) (i / 2) : -1;
                 cw->pools[i].highpri = i % 2;
                 wlist_init(&cw->pools[i].pending);
         }
-        cw->unbound.cpu = -1;
-        wlist_init(&cw->unbound.pending);
         cw->timers._tnext = cw->timers._tprev = &cw->timers;
         pthread_mutex_init(&cw->lock, NULL);
         pthread_cond_init(&cw->done, NULL);
@@ -1142,8 +1143,8 @@ void client_work_stop(struct cmwq *c) {
         cw->exited = NULL;
 
         /* Threads created but not yet in the table are on their pool's list. */
-        for (unsigned i = 0; i <= cw->nr_cpus * 2; i++) {
-                struct work_pool *p = i < cw->nr_cpus * 2 ? &cw->pools[i] : &cw->unbound;
+        for (unsigned i = 0; i < cw->nr_pools; i++) {
+                struct work_pool *p = &cw->pools[i];
 
                 for (struct work_thread *t = p->threads, *n; t; t = n) {
                         n = t->next;
@@ -1182,9 +1183,11 @@ void client_work_stop(struct cmwq *c) {
 /* ---- the API -------------------------------------------------------------- */
 
 static struct work_pool *pool_for(struct client_work *cw, struct cmwq_workqueue *wq, int cpu) {
+        unsigned highpri = (wq->flags & CMWQ_WQ_HIGHPRI) ? 1 : 0;
+
         if (wq->flags & CMWQ_WQ_UNBOUND)
-                return &cw->unbound;
-        return &cw->pools[cpu * 2 + ((wq->flags & CMWQ_WQ_HIGHPRI) ? 1 : 0)];
+                return &cw->pools[cw->nr_cpus * 2 + highpri];
+        return &cw->pools[cpu * 2 + highpri];
 }
 
 static void queue_locked(struct client_work *cw, struct cmwq_workqueue *wq, struct cmwq_work *w, int cpu) {
@@ -1525,9 +1528,8 @@ void client_work_kick(struct cmwq *c) {
                 return;
         pthread_mutex_lock(&cw->lock);
         freeze_answer_locked(cw);
-        for (unsigned i = 0; i < cw->nr_cpus * 2; i++)
+        for (unsigned i = 0; i < cw->nr_pools; i++)
                 pool_kick(cw, &cw->pools[i]);
-        pool_kick(cw, &cw->unbound);
         pthread_cond_broadcast(&cw->done);
         pthread_mutex_unlock(&cw->lock);
 }

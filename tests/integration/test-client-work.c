@@ -1293,6 +1293,49 @@ START_TEST(test_ordered_queue_runs_a_requeued_item_in_queue_order) {
 }
 END_TEST
 
+/* CMWQ_WQ_HIGHPRI raises the priority of unbound and ordered queues'
+ * callbacks too, as the kernel's high-priority unbound pools; a normal
+ * unbound queue's stay at the process's. */
+START_TEST(test_highpri_unbound_and_ordered_callbacks_run_at_raised_priority) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *hi_unbound = cmwq_alloc_workqueue(c, "hi-unbound", CMWQ_WQ_UNBOUND | CMWQ_WQ_HIGHPRI, 0);
+        struct cmwq_workqueue *hi_ordered = cmwq_alloc_ordered_workqueue(c, "hi-ordered", CMWQ_WQ_HIGHPRI);
+        struct cmwq_workqueue *unbound = cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND);
+        int own = getpriority(PRIO_PROCESS, 0), expected = own;
+        struct probe_work p = {};
+        struct rlimit rl;
+
+        ck_assert_msg(hi_unbound && hi_ordered, "alloc: %s", cmwq_last_error());
+        if (geteuid() == 0)
+                expected = -20;
+        else {
+                ck_assert_int_eq(getrlimit(RLIMIT_NICE, &rl), 0);
+                if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur > 20)
+                        expected = 20 - (int) (rl.rlim_cur > 40 ? 40 : rl.rlim_cur);
+        }
+        CMWQ_WORK_INIT(&p.work, probe_fn);
+        for (int round = 0; round < 2; round++) {
+                /* Round 2: the same threads again, after the other queue's. */
+                ck_assert(cmwq_queue_work(unbound, &p.work));
+                ck_assert_int_ge(cmwq_flush_work(&p.work), 0);
+                ck_assert_int_eq(atomic_load(&p.nice), own);
+                ck_assert(cmwq_queue_work(hi_unbound, &p.work));
+                ck_assert_int_ge(cmwq_flush_work(&p.work), 0);
+                ck_assert_msg(atomic_load(&p.nice) == expected, "a HIGHPRI unbound callback ran at nice %d, not %d",
+                              atomic_load(&p.nice), expected);
+                ck_assert(cmwq_queue_work(hi_ordered, &p.work));
+                ck_assert_int_ge(cmwq_flush_work(&p.work), 0);
+                ck_assert_msg(atomic_load(&p.nice) == expected, "a HIGHPRI ordered callback ran at nice %d, not %d",
+                              atomic_load(&p.nice), expected);
+        }
+        ck_assert_int_eq(atomic_load(&p.runs), 6);
+        ck_assert_int_eq(getpriority(PRIO_PROCESS, 0), own);
+        ck_assert_int_eq(cmwq_destroy_workqueue(hi_unbound), 0);
+        ck_assert_int_eq(cmwq_destroy_workqueue(hi_ordered), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("client-work");
         TCase *tc = tcase_create("client-work");
@@ -1321,6 +1364,7 @@ int main(void) {
         tcase_add_test(tc, test_freeze_stops_callbacks_of_a_freezable_queue);
         tcase_add_test(tc, test_a_single_block_lets_the_next_item_run);
         tcase_add_test(tc, test_ordered_queue_runs_a_requeued_item_in_queue_order);
+        tcase_add_test(tc, test_highpri_unbound_and_ordered_callbacks_run_at_raised_priority);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);

@@ -102,7 +102,9 @@ enum {
         CMWQ_WQ_MEM_RECLAIM = 1 << 2,   /* a rescuer guarantees forward progress */
         CMWQ_WQ_HIGHPRI = 1 << 4,       /* high-priority pools: items at the
                                          * head; callback threads at nice -20,
-                                         * or the lowest RLIMIT_NICE allows */
+                                         * or the lowest RLIMIT_NICE allows,
+                                         * for bound, unbound and ordered
+                                         * queues alike */
         CMWQ_WQ_CPU_INTENSIVE = 1 << 5, /* does not count toward concurrency */
 };
 
