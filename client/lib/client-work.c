@@ -1217,12 +1217,13 @@ static void queue_locked(struct client_work *cw, struct cmwq_workqueue *wq, stru
         pool_kick(cw, p);
 }
 
-/* Whether the caller may queue on @wq now (draining lets only its own
- * items queue, as the kernel's chained work). */
+/* Whether the caller may queue on @wq now (draining, and destroying, let
+ * only its own items queue, as the kernel's chained work). */
 static bool may_queue(struct cmwq_workqueue *wq, struct cmwq_work *w) {
         if (w->_state & (WORK_PENDING | WORK_TIMER | WORK_CANCELING))
                 return false;
-        if (wq->cb_draining && !(work_self && work_self->current && work_self->current->_wq == wq))
+        if ((wq->cb_draining || wq->cb_destroyed) &&
+            !(work_self && work_self->current && work_self->current->_wq == wq))
                 return false;
         return true;
 }
@@ -1283,7 +1284,11 @@ static bool queue_delayed_locked(struct client_work *cw, struct cmwq_workqueue *
                                  uint64_t delay_usec) {
         if (work_conn_dead(cw) || cw->stopping || !may_queue(wq, &dw->work))
                 return false;
-        if (delay_usec == 0)
+        /* Its own items queue delayed work on a queue being destroyed: no
+         * timer may outlive the queue, so it runs now, as the destroy
+         * does with the delayed work it found (see
+         * client_workqueue_destroy_callbacks()). */
+        if (delay_usec == 0 || wq->cb_destroyed)
                 queue_locked(cw, wq, &dw->work, -1);
         else
                 timer_add_locked(cw, wq, dw, delay_usec);
@@ -1498,6 +1503,54 @@ int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain) {
         }
         /* Running items finish even on a lost connection; wait for them. */
         cw->nr_done_waiters++;
+        while (cw->dead && wq->cb_active > 0)
+                pthread_cond_wait(&cw->done, &cw->lock);
+        cw->nr_done_waiters--;
+        if (cw->dead)
+                r = client_lost_error(cw->c, cw->dead);
+        pthread_mutex_unlock(&cw->lock);
+        return r;
+}
+
+/* Delayed work of @wq waiting for its timer is queued now, as by
+ * cmwq_flush_delayed_work(), or dropped (counted as done, like a cancel)
+ * when the connection is lost.  Work lock held. */
+static void fire_timers_of(struct client_work *cw, struct cmwq_workqueue *wq) {
+        struct cmwq_delayed_work *dw, *next;
+
+        for (dw = cw->timers._tnext; dw != &cw->timers; dw = next) {
+                next = dw->_tnext;
+                if (dw->_twq != wq)
+                        continue;
+                if (cw->dead)
+                        (void) cancel_locked(cw, &dw->work);
+                else {
+                        timers_del(dw);
+                        queue_locked(cw, wq, &dw->work, dw->_tcpu);
+                }
+        }
+}
+
+/* The library's part of destroying @wq, before its handle is freed: as the
+ * kernel's destroy_workqueue() it drains, and delayed work waiting for its
+ * timer runs now (as if flushed) rather than later through a freed handle;
+ * delayed work the queue's own items queue on it meanwhile runs at once
+ * too (queue_delayed_locked()).  Afterwards nothing can be queued on it,
+ * and neither the timer list nor a pending list holds one of its items. */
+int client_workqueue_destroy_callbacks(struct cmwq_workqueue *wq) {
+        struct client_work *cw = __atomic_load_n(&wq->c->work, __ATOMIC_ACQUIRE);
+        int r = 0;
+
+        if (!cw)
+                return 0;       /* no callback was ever queued */
+        pthread_mutex_lock(&cw->lock);
+        wq->cb_destroyed = true;
+        fire_timers_of(cw, wq);
+        cw->nr_done_waiters++;
+        while (wq->inflight._inext != &wq->inflight && !cw->dead)
+                pthread_cond_wait(&cw->done, &cw->lock);
+        /* Running items finish even on a lost connection; wait for them.
+         * What is still pending was dropped with the connection. */
         while (cw->dead && wq->cb_active > 0)
                 pthread_cond_wait(&cw->done, &cw->lock);
         cw->nr_done_waiters--;

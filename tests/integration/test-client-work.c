@@ -1336,6 +1336,63 @@ START_TEST(test_highpri_unbound_and_ordered_callbacks_run_at_raised_priority) {
 }
 END_TEST
 
+/* Destroying a queue with delayed work waiting for its timers runs that
+ * work before it returns (as if flushed), also delayed work its items queue
+ * on it meanwhile, and leaves none of it pending on the freed queue. */
+#define DESTROY_TIMED 200
+
+struct doomed_timed {
+        struct cmwq_delayed_work dwork;
+        struct cmwq_workqueue *wq;
+        struct doomed_timed *chain;     /* queued (delayed) on wq by this one's function */
+        atomic_int *runs;
+        atomic_int chained;
+};
+
+static void doomed_timed_fn(struct cmwq_work *w) {
+        struct doomed_timed *t = cmwq_container_of(cmwq_to_delayed_work(w), struct doomed_timed, dwork);
+
+        atomic_fetch_add(t->runs, 1);
+        if (t->chain)
+                atomic_store(&t->chained, cmwq_queue_delayed_work(t->wq, &t->chain->dwork, 3600 * 1000000ULL));
+}
+
+START_TEST(test_destroy_runs_delayed_work_waiting_for_its_timer) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *wq = cmwq_alloc_workqueue(c, "timed-doomed", 0, 0);
+        struct doomed_timed *t = calloc(DESTROY_TIMED + 1, sizeof(*t));
+        atomic_int runs = 0;
+
+        ck_assert_msg(wq, "alloc: %s", cmwq_last_error());
+        ck_assert_ptr_nonnull(t);
+        for (int i = 0; i <= DESTROY_TIMED; i++) {
+                CMWQ_DELAYED_WORK_INIT(&t[i].dwork, doomed_timed_fn);
+                t[i].wq = wq;
+                t[i].runs = &runs;
+        }
+        t[0].chain = &t[DESTROY_TIMED];
+        /* An hour away: only the destroy can make them run during the test. */
+        for (int i = 0; i < DESTROY_TIMED; i++)
+                ck_assert(cmwq_queue_delayed_work(wq, &t[i].dwork, 3600 * 1000000ULL));
+        ck_assert(cmwq_delayed_work_pending(&t[0].dwork));
+
+        ck_assert_int_eq(cmwq_destroy_workqueue(wq), 0);
+        ck_assert_msg(atomic_load(&runs) == DESTROY_TIMED + 1, "%d of %d delayed items ran before destroy returned",
+                      atomic_load(&runs), DESTROY_TIMED + 1);
+        ck_assert(atomic_load(&t[0].chained));
+        for (int i = 0; i <= DESTROY_TIMED; i++) {
+                ck_assert(!cmwq_delayed_work_pending(&t[i].dwork));
+                ck_assert_int_eq(cmwq_flush_delayed_work(&t[i].dwork), 0);
+                ck_assert(!cmwq_cancel_delayed_work(&t[i].dwork));
+        }
+        /* The memory is reused at once: nothing may reach it through the
+         * freed queue any more (ASan builds would see it). */
+        memset(t, 0xa5, (DESTROY_TIMED + 1) * sizeof(*t));
+        free(t);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("client-work");
         TCase *tc = tcase_create("client-work");
@@ -1365,6 +1422,7 @@ int main(void) {
         tcase_add_test(tc, test_a_single_block_lets_the_next_item_run);
         tcase_add_test(tc, test_ordered_queue_runs_a_requeued_item_in_queue_order);
         tcase_add_test(tc, test_highpri_unbound_and_ordered_callbacks_run_at_raised_priority);
+        tcase_add_test(tc, test_destroy_runs_delayed_work_waiting_for_its_timer);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);

@@ -56,7 +56,10 @@ struct cmwq *cmwq_connect(const char *socket_path);
 /*
  * Close the connection and free it with every workqueue handle made from it.
  * Callback work items that are running finish first (this waits for them);
- * pending ones are dropped, and the library's threads end.  Completions not
+ * pending ones, delayed ones waiting for their timer included, are dropped
+ * (never run), and the library's threads end.  The connection's work items
+ * must not be passed to this library afterwards until CMWQ_WORK_INIT() (or
+ * CMWQ_DELAYED_WORK_INIT()) made them new.  Completions not
  * yet delivered are dropped without their callbacks being called.
  * Workqueues allocated on the connection (cmwq_alloc_workqueue()) are
  * destroyed by the daemon as the connection closes: their exec items
@@ -174,9 +177,15 @@ const char *cmwq_workqueue_name(const struct cmwq_workqueue *wq);
 /*
  * Destroy the workqueue: new queueing is refused at once, everything queued
  * on it runs to the end (as cmwq_drain_workqueue()), then it is removed.
- * Blocks until then.  The handle is freed whatever the result.  Returns 0,
- * -EPERM (a built-in queue, or not the caller's), -ENOENT (already gone),
- * -ECONNRESET.
+ * Blocks until then.  Delayed callback work waiting for its timer counts as
+ * queued: it is queued at once and runs before this returns (as
+ * cmwq_flush_delayed_work() would), and so does delayed work that the
+ * queue's own items queue on it meanwhile; none of it runs later.  Exec
+ * items queued with a delay_usec run at their time, and this waits for
+ * them.  The handle is freed whatever the result: pass it to nothing after.
+ * Must not race with other queueing on @wq.  Returns 0, -EPERM (a built-in
+ * queue, or not the caller's), -ENOENT (already gone), -ECONNRESET (then
+ * pending callbacks were dropped, not run).
  */
 int cmwq_destroy_workqueue(struct cmwq_workqueue *wq);
 
