@@ -91,6 +91,10 @@ struct work_thread {
         bool has_slot;                  /* in the table (atomic) */
         bool exited;                    /* reaped: its function has returned (atomic) */
         uint32_t seen_grant;            /* the last grant it took (bound) */
+        /* Bound: its CPU time (ns) when it took its current grant, and
+         * CLOCK_MONOTONIC when it last reported its CPU time in its slot. */
+        uint64_t grant_cpu_ns;
+        uint64_t cpu_read_usec;
         enum thread_state state;        /* work lock */
         struct cmwq_work scheduled;     /* sentinel: parked behind current */
         struct cmwq_work *current;
@@ -155,6 +159,16 @@ static __thread struct work_thread *work_self;
 
 static uint64_t mono_usec(void) {
         return now_usec(CLOCK_MONOTONIC);
+}
+
+/* The calling thread's CPU time (ns); only differences of it reach cmwqd,
+ * whose clock of it has another origin. */
+static uint64_t thread_cpu_ns(void) {
+        struct timespec ts;
+
+        if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) < 0)
+                return 0;       /* "none reported": counted from the grant */
+        return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
 }
 
 /* ---- lists of work items (circular, through a sentinel) ------------------ */
@@ -499,6 +513,42 @@ static void pool_kick(struct client_work *cw, struct work_pool *p) {
                 p->demanding = false;
 }
 
+/* The thread's CPU clock is read at most once per this much wall time. */
+#define WORK_CPU_READ_PERIOD_USEC 1000u
+
+/* @t took a new grant: its callbacks' starts are reported relative to
+ * now (proto/shm.h, run_cpu_ns), and nothing reported under the last
+ * grant stands.  One CPU clock read per grant. */
+static void thread_report_grant(struct client_work *cw, struct work_thread *t) {
+        t->grant_cpu_ns = thread_cpu_ns();
+        t->cpu_read_usec = mono_usec();
+        __atomic_store_n(&cw->shm->slots[t->slot].run_cpu_ns, 0, __ATOMIC_RELAXED);
+}
+
+/* Tells cmwqd where the callback @t starts now counts its CPU time from:
+ * the CPU time @t used under its grant so far.  The CPU-intensive
+ * threshold is per callback, measured from its start (the kernel's
+ * process_one_work() sets current_at), not from the grant, so that short
+ * callbacks never add up to it however many of them one grant runs.
+ * Reading the thread's CPU clock is a system call (about 1.4 us on a VM),
+ * too dear for every callback: it is read again only once
+ * WORK_CPU_READ_PERIOD_USEC have passed since the last read (a vDSO clock
+ * read, tens of ns, decides).  The reported start is then at most 1 ms of
+ * this thread's CPU time before the real one: a callback is marked at no
+ * less than 9 ms of its own CPU time, and callbacks well short of 10 ms
+ * never are.  The daemon reads it only when its threshold timer fires.
+ * Outside the work lock: the slot is this thread's. */
+static void thread_report_run_start(struct client_work *cw, struct work_thread *t) {
+        uint64_t now = mono_usec(), cpu;
+
+        if (now - t->cpu_read_usec < WORK_CPU_READ_PERIOD_USEC)
+                return;         /* the last report stands: at most 1 ms old */
+        t->cpu_read_usec = now;
+        cpu = thread_cpu_ns();
+        __atomic_store_n(&cw->shm->slots[t->slot].run_cpu_ns, cpu > t->grant_cpu_ns ? cpu - t->grant_cpu_ns : 0,
+                         __ATOMIC_RELAXED);
+}
+
 /* Runs @w on @t.  Work lock held; dropped around the function. */
 static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_work *w) {
         struct cmwq_workqueue *wq = w->_wq;
@@ -510,11 +560,13 @@ static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_w
         w->_nr_started++;
         wq->cb_active++;
         t->current = w;
-        /* The completion records cmwqd reads: this thread's alone. */
-        if (t->pool->cpu >= 0)
-                __atomic_add_fetch(&cw->shm->slots[t->slot].started, 1, __ATOMIC_RELAXED);
-
         pthread_mutex_unlock(&cw->lock);
+
+        /* The completion records cmwqd reads: this thread's alone. */
+        if (t->pool->cpu >= 0) {
+                thread_report_run_start(cw, t);
+                __atomic_add_fetch(&cw->shm->slots[t->slot].started, 1, __ATOMIC_RELEASE);
+        }
         w->func(w);
         pthread_mutex_lock(&cw->lock);
 
@@ -617,6 +669,7 @@ static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_th
                                 break;
                         if (g != t->seen_grant) {
                                 t->seen_grant = g;
+                                thread_report_grant(cw, t);
                                 break;
                         }
                         if (!timed) {
@@ -819,11 +872,21 @@ static void *work_thread_main(void *userdata) {
                                 break;
                         thread_unpark(t, false);
                         w = NULL;
-                        if (!wlist_empty(&t->scheduled)) {
+                        if (bound && thread_yield_asked(cw, t))
+                                /* Other work waits for the CPU, or cmwqd
+                                 * stopped counting this grant (a callback
+                                 * past the CPU-intensive threshold): no
+                                 * further item may run on it, not even one
+                                 * parked behind the last (it waits at the
+                                 * head of the pool, its twin has ended), so
+                                 * that the next counts again, from its own
+                                 * start, under a new grant. */
+                                thread_unpark(t, true);
+                        else if (!wlist_empty(&t->scheduled)) {
                                 /* Parked behind our last item: ours to run. */
                                 w = t->scheduled._next;
                                 wlist_del(w);
-                        } else if (!(bound && thread_yield_asked(cw, t)))
+                        } else
                                 w = thread_take(t);
                         if (!w)
                                 break;

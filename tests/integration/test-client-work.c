@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1393,6 +1394,201 @@ START_TEST(test_destroy_runs_delayed_work_waiting_for_its_timer) {
 }
 END_TEST
 
+/* ---- the CPU-intensive threshold is per callback ---------------------------- */
+
+/* Short CPU-bound callbacks on one CPU, run back to back by one thread. */
+struct turns {
+        atomic_int inside;
+        atomic_int max_inside;
+        atomic_int started;
+        atomic_int done;
+        int n;
+        int64_t spin_ns;
+        sem_t all_done;
+};
+
+struct turn_item {
+        struct cmwq_work work;
+        struct turns *t;
+};
+
+static void turn_fn(struct cmwq_work *w) {
+        struct turns *t = cmwq_container_of(w, struct turn_item, work)->t;
+        int in = atomic_fetch_add(&t->inside, 1) + 1;
+
+        for (int m = atomic_load(&t->max_inside); in > m && !atomic_compare_exchange_weak(&t->max_inside, &m, in);)
+                ;
+        atomic_fetch_add(&t->started, 1);
+        spin_cpu_ns(t->spin_ns);
+        atomic_fetch_sub(&t->inside, 1);
+        if (atomic_fetch_add(&t->done, 1) + 1 == t->n)
+                sem_post(&t->all_done);
+}
+
+/* Spins until two of the short items started beside it (it stopped
+ * counting, as a callback past 10 ms of CPU time must), or for at most 1 s
+ * of its CPU time. */
+struct long_item {
+        struct cmwq_work work;
+        struct turns *t;
+        atomic_int saw_others;
+        sem_t done;
+};
+
+static void long_fn(struct cmwq_work *w) {
+        struct long_item *l = cmwq_container_of(w, struct long_item, work);
+        struct timespec a, b;
+
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        do {
+                if (atomic_load(&l->t->started) >= 2) {
+                        atomic_store(&l->saw_others, 1);
+                        break;
+                }
+                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        } while ((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec) < 1000000000LL);
+        sem_post(&l->done);
+}
+
+/* Queues everything from a callback of CPU 0, so that the test's own
+ * thread touches nothing of the library while they run: the items run on
+ * the thread that runs this one, back to back, and nothing blocks. */
+struct queuer {
+        struct cmwq_work work;
+        struct cmwq_workqueue *wq;
+        struct long_item *first;        /* or NULL */
+        struct turn_item *items;
+        int n;
+        atomic_int queued;
+};
+
+static void queuer_fn(struct cmwq_work *w) {
+        struct queuer *q = cmwq_container_of(w, struct queuer, work);
+
+        if (q->first && cmwq_queue_work_on(0, q->wq, &q->first->work))
+                atomic_fetch_add(&q->queued, 1);
+        for (int i = 0; i < q->n; i++)
+                if (cmwq_queue_work_on(0, q->wq, &q->items[i].work))
+                        atomic_fetch_add(&q->queued, 1);
+}
+
+static void sem_wait_ok(sem_t *s) {
+        struct timespec until;
+
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 60;
+        ck_assert_msg(sem_timedwait(s, &until) == 0, "the callbacks did not end within 60 s");
+}
+
+/* Two registered threads for CPU 0's normal pool, idle: a second is there
+ * to take work the moment the daemon lets it. */
+static void two_threads_on_cpu0(struct cmwq *c) {
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct shared_gate g;
+        struct gate_item warm[2];
+        cpu_set_t set;
+
+        /* The test itself keeps off CPU 0 where it can. */
+        if (nr_cpus() > 1) {
+                CPU_ZERO(&set);
+                CPU_SET(nr_cpus() - 1, &set);
+                ck_assert_int_eq(sched_setaffinity(0, sizeof(set), &set), 0);
+        }
+        shared_gate_init(&g);
+        for (int i = 0; i < 2; i++) {
+                CMWQ_WORK_INIT(&warm[i].work, gate_item_fn);
+                warm[i].gate = &g;
+                ck_assert(cmwq_queue_work_on(0, wq, &warm[i].work));
+        }
+        wait_until(&g.started, 2);
+        shared_gate_open(&g);
+        ck_assert_int_eq(cmwq_flush_workqueue(wq), 0);
+}
+
+#define TURN_ITEMS 10
+
+START_TEST(test_short_cpu_bound_callbacks_take_turns) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct turns t = { .n = TURN_ITEMS, .spin_ns = 3000000 };
+        struct turn_item items[TURN_ITEMS];
+        struct queuer q = { .wq = wq, .items = items, .n = TURN_ITEMS };
+
+        two_threads_on_cpu0(c);
+        ck_assert_int_eq(sem_init(&t.all_done, 0, 0), 0);
+        for (int i = 0; i < TURN_ITEMS; i++) {
+                CMWQ_WORK_INIT(&items[i].work, turn_fn);
+                items[i].t = &t;
+        }
+        CMWQ_WORK_INIT(&q.work, queuer_fn);
+        /* 10 x 3 ms of CPU, 30 ms on one thread's grant: none of them
+         * reaches the 10 ms threshold, so while one runs (never blocking)
+         * none other starts on CPU 0. */
+        ck_assert(cmwq_queue_work_on(0, wq, &q.work));
+        sem_wait_ok(&t.all_done);
+        ck_assert_int_ge(cmwq_flush_work(&q.work), 0);
+        for (int i = 0; i < TURN_ITEMS; i++)
+                ck_assert_int_ge(cmwq_flush_work(&items[i].work), 0);
+        ck_assert_int_eq(atomic_load(&q.queued), TURN_ITEMS);
+        ck_assert_int_eq(atomic_load(&t.done), TURN_ITEMS);
+        ck_assert_msg(atomic_load(&t.max_inside) == 1,
+                      "%d callbacks of 3 ms of CPU each ran at once on CPU 0: the 10 ms threshold counted more "
+                      "than one callback", atomic_load(&t.max_inside));
+        sem_destroy(&t.all_done);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+#define AFTER_LONG_ITEMS 12
+
+/* A callback past the threshold stops counting and others start beside it;
+ * the items its thread runs after it count again from their own start, so
+ * the short ones after it take turns again.  Each try decides by ordering
+ * alone; a few tries, in case one thread blocks on the library's lock while
+ * the other holds it (a real block, which lets another start). */
+START_TEST(test_items_after_a_cpu_intensive_one_count_again) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        int max_inside = 0;
+
+        two_threads_on_cpu0(c);
+        for (int try = 0; try < 3; try++) {
+                struct turns t = { .n = AFTER_LONG_ITEMS, .spin_ns = 3000000 };
+                struct turn_item items[AFTER_LONG_ITEMS];
+                struct long_item l = { .t = &t };
+                struct queuer q = { .wq = wq, .first = &l, .items = items, .n = AFTER_LONG_ITEMS };
+
+                ck_assert_int_eq(sem_init(&t.all_done, 0, 0), 0);
+                ck_assert_int_eq(sem_init(&l.done, 0, 0), 0);
+                for (int i = 0; i < AFTER_LONG_ITEMS; i++) {
+                        CMWQ_WORK_INIT(&items[i].work, turn_fn);
+                        items[i].t = &t;
+                }
+                CMWQ_WORK_INIT(&l.work, long_fn);
+                CMWQ_WORK_INIT(&q.work, queuer_fn);
+                ck_assert(cmwq_queue_work_on(0, wq, &q.work));
+                sem_wait_ok(&l.done);
+                sem_wait_ok(&t.all_done);
+                ck_assert_int_ge(cmwq_flush_work(&q.work), 0);
+                ck_assert_int_ge(cmwq_flush_work(&l.work), 0);
+                for (int i = 0; i < AFTER_LONG_ITEMS; i++)
+                        ck_assert_int_ge(cmwq_flush_work(&items[i].work), 0);
+                ck_assert_int_eq(atomic_load(&q.queued), AFTER_LONG_ITEMS + 1);
+                ck_assert_msg(atomic_load(&l.saw_others),
+                              "a callback that ran 1 s of CPU time on CPU 0 never stopped counting there");
+                max_inside = atomic_load(&t.max_inside);
+                sem_destroy(&t.all_done);
+                sem_destroy(&l.done);
+                if (max_inside == 1)
+                        break;
+        }
+        ck_assert_msg(max_inside == 1,
+                      "%d short callbacks ran at once on CPU 0 after a CPU-intensive one: its thread ran "
+                      "them uncounted", max_inside);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("client-work");
         TCase *tc = tcase_create("client-work");
@@ -1423,6 +1619,8 @@ int main(void) {
         tcase_add_test(tc, test_ordered_queue_runs_a_requeued_item_in_queue_order);
         tcase_add_test(tc, test_highpri_unbound_and_ordered_callbacks_run_at_raised_priority);
         tcase_add_test(tc, test_destroy_runs_delayed_work_waiting_for_its_timer);
+        tcase_add_test(tc, test_short_cpu_bound_callbacks_take_turns);
+        tcase_add_test(tc, test_items_after_a_cpu_intensive_one_count_again);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);

@@ -274,11 +274,19 @@ struct cmwq_delayed_work {
  * Guarantees, as the kernel's: once queued, @work runs at least once after
  * this call; it never runs on two threads at once, whatever the number of
  * threads queueing it; a work item may queue itself again from its own
- * function (it is no longer pending once its function has started).  Items
- * of a bound queue run on a worker pinned to their CPU, which counts toward
- * that CPU's concurrency level in cmwqd together with the exec items and the
- * callbacks of every other client there: while one runs without blocking,
- * nothing else of that CPU's pool starts.  Never blocks on the daemon.
+ * function (it is no longer pending once its function has started), and
+ * then goes behind the items queued on that CPU's pool (or the queue, if
+ * unbound) before it.  Items of a bound queue run on a worker pinned to
+ * their CPU, which counts toward that CPU's concurrency level in cmwqd
+ * together with the exec items and the callbacks of every other client
+ * there: while one runs without blocking, nothing else of that CPU's pool
+ * starts -- until that callback has used 10 ms of CPU time, counted for
+ * each callback from its own start (or its last wake-up from a block), as
+ * the kernel counts per work item; then it stops counting (it is
+ * "CPU-intensive") and others start beside it.  Short callbacks never add
+ * up to the threshold, however many of them one thread runs back to back,
+ * and the callback after a CPU-intensive one counts again.  Never blocks on
+ * the daemon.
  */
 bool cmwq_queue_work(struct cmwq_workqueue *wq, struct cmwq_work *work);
 
