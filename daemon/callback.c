@@ -58,16 +58,22 @@ struct callback_worker {
         struct event *yield_timer;      /* asked to yield: how long it may take */
         uint64_t yield_asked_usec;      /* CLOCK_MONOTONIC, when it was asked to yield */
         uint64_t yield_cpu_usec;        /* its CPU time then */
+        uint64_t granted_cpu_usec;      /* its CPU time (our clock) at the grant, or POOL_CPU_UNKNOWN */
+        uint64_t yield_item_start_usec; /* its reported callback start then (callback_item_start_cpu_usec()) */
 };
 
 static int callback_execute(struct worker *pw, struct pool_work *work);
 static uint64_t callback_cpu_usec(struct worker *pw);
+static uint64_t callback_item_start_cpu_usec(struct worker *pw);
+static void callback_cpu_intensive(struct worker *pw);
 static void callback_describe(struct worker *pw, char *buf, size_t size);
 static void callback_sync(struct worker *pw);
 
 static const struct pool_work_ops callback_ops = {
         .execute = callback_execute,
         .cpu_usec = callback_cpu_usec,
+        .item_start_cpu_usec = callback_item_start_cpu_usec,
+        .cpu_intensive = callback_cpu_intensive,
         .describe = callback_describe,
         .sync = callback_sync,
 };
@@ -95,9 +101,11 @@ static int callback_execute(struct worker *pw, struct pool_work *work) {
         w->granted_usec = now_usec(CLOCK_MONOTONIC);
         callback_shm_records(w->client->shm, w->slot, &(uint64_t) { 0 }, &w->granted_finished);
         /* The pool took its CPU-time baseline before it knew the thread:
-         * take it now, so that the CPU-intensive threshold counts this
-         * grant's CPU time, not the wall time. */
+         * take it now, so that the CPU-intensive threshold counts CPU time,
+         * not the wall time.  Each callback the grant runs counts from its
+         * own start (callback_item_start_cpu_usec()). */
         pw->cpu_baseline_usec = callback_cpu_usec(pw);
+        w->granted_cpu_usec = pw->cpu_baseline_usec;
         /* It waits for this grant asleep; from now on it runs. */
         sleepwatch_target_assume_running(w->target);
         log_debug("callback: thread %d (PID %d) granted CPU %d", (int) w->tid, (int) w->client->pid, w->pool->cpu);
@@ -124,13 +132,55 @@ static void callback_describe(struct worker *pw, char *buf, size_t size) {
                  started == finished + 1 ? "one running now" : "none running now");
 }
 
-/* CPU time of the thread (not of one item: a grant runs many), from the
- * sleep detector, which watches the thread anyway: with perf, one read()
- * of a task-clock counter. */
+/* CPU time of the thread (not of one item: a grant runs many; see
+ * callback_item_start_cpu_usec()), from the sleep detector, which watches
+ * the thread anyway: with perf, one read() of a task-clock counter. */
 static uint64_t callback_cpu_usec(struct worker *pw) {
         struct callback_worker *w = pw->userdata;
 
         return w ? sleepwatch_target_cpu_usec(w->target) : POOL_CPU_UNKNOWN;
+}
+
+/* The thread's CPU time when its current callback started, on our clock:
+ * its time at the grant plus what its client reports it used under the
+ * grant before that callback (proto/shm.h; 0 from a client that reports
+ * nothing: the grant).  The pool counts the CPU-intensive threshold from
+ * there, per callback, as the kernel per work item.  A memory read, only
+ * when the pool's threshold timer fires; pool.c bounds it by the grant's
+ * (or the last wake-up's) baseline and by the CPU time now, so a client
+ * can only make its own thread count sooner or later within that. */
+static uint64_t callback_reported_start_usec(struct callback_worker *w) {
+        uint64_t ns = callback_shm_run_cpu_ns(w->client->shm, w->slot);
+
+        if (w->granted_cpu_usec == POOL_CPU_UNKNOWN)
+                return POOL_CPU_UNKNOWN;
+        return w->granted_cpu_usec + ns / 1000;        /* no overflow: ns / 1000 < 2^54 */
+}
+
+/* Once the thread was asked to yield, what it reported then: an honest
+ * thread starts no callback after the request, and one that will not
+ * yield cannot stay counted by claiming fresh starts while others wait. */
+static uint64_t callback_item_start_cpu_usec(struct worker *pw) {
+        struct callback_worker *w = pw->userdata;
+
+        if (!w)
+                return POOL_CPU_UNKNOWN;
+        return w->yield_sent ? w->yield_item_start_usec : callback_reported_start_usec(w);
+}
+
+static void callback_worker_ask_yield(struct callback_worker *w);
+
+/* The pool stopped counting the thread (a callback past the threshold, its
+ * queue's CPU_INTENSIVE flag, or starved while asked to yield): it gives
+ * the grant back after its current callback, so that the next one counts
+ * again under a new grant -- the kernel clears WORKER_CPU_INTENSIVE after
+ * each item -- instead of running uncounted beside the workers started
+ * meanwhile. */
+static void callback_cpu_intensive(struct worker *pw) {
+        struct callback_worker *w = pw->userdata;
+
+        if (w && w->granted == pw && !w->yield_sent)
+                callback_worker_ask_yield(w);
 }
 
 /* A granted thread asked to yield that keeps its grant, and got less than
@@ -180,6 +230,7 @@ static void callback_worker_ask_yield(struct callback_worker *w) {
         callback_shm_yield(w->client->shm, w->slot, w->grant_seq);
         w->yield_asked_usec = now_usec(CLOCK_MONOTONIC);
         w->yield_cpu_usec = callback_cpu_usec(w->granted);
+        w->yield_item_start_usec = callback_reported_start_usec(w);
         callback_yield_timer_arm(w);
 }
 

@@ -15,8 +15,12 @@
  * ("idle").  While granted it runs the client's items back to back without
  * asking again.  Its blocking and waking are seen with the sleepwatch on its
  * thread id, exactly as for exec items, and the pool's CPU-intensive timer
- * applies to it; a thread that starts an item of a CPU_INTENSIVE queue says
- * so and stops counting at once (and gives the grant back after that item).
+ * applies to each of its callbacks, from that callback's start (which the
+ * client reports in its slot) or the thread's last wake-up, not to the
+ * grant; a thread marked CPU-intensive is asked to yield, so that its next
+ * callback counts again under a new grant.  A thread that starts an item of
+ * a CPU_INTENSIVE queue says so and stops counting at once (and gives the
+ * grant back after that item).
  * When other work waits for a pool while a client thread holds it, that
  * thread is told (its slot's yield word) to yield after its current item.
  *

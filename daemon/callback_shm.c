@@ -159,6 +159,10 @@ void callback_shm_records(struct callback_shm *s, unsigned slot, uint64_t *start
         *finished = __atomic_load_n(&s->shm->slots[slot].finished, __ATOMIC_RELAXED);
 }
 
+uint64_t callback_shm_run_cpu_ns(struct callback_shm *s, unsigned slot) {
+        return __atomic_load_n(&s->shm->slots[slot].run_cpu_ns, __ATOMIC_RELAXED);
+}
+
 int callback_shm_new(struct event_base *base, callback_shm_op_fn op, callback_shm_broken_fn broken,
                      void *userdata, struct callback_shm **ret, int *ret_memfd, int *ret_eventfd,
                      struct core_error *e) {

@@ -62,3 +62,7 @@ void callback_shm_yield(struct callback_shm *s, unsigned slot, uint32_t seq);
 /* The client's completion records of @slot, as it wrote them: for display
  * and for telling progress from a stall, never for a decision about others. */
 void callback_shm_records(struct callback_shm *s, unsigned slot, uint64_t *started, uint64_t *finished);
+/* The CPU time (ns) the thread had used under its grant when its current
+ * callback started, as the client wrote it; 0 if it wrote none.  Believed
+ * only within what the thread's CPU time itself bounds (pool.c). */
+uint64_t callback_shm_run_cpu_ns(struct callback_shm *s, unsigned slot);

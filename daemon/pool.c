@@ -355,9 +355,23 @@ void pool_worker_running(struct worker *w) {
                 worker_start_counting(w);
 }
 
+/* Where the threshold counts from: the worker's last start or wake-up, or
+ * the start of the item it runs now if that came later (an execution
+ * running several items).  Never later than @cpu, the CPU time now. */
+static uint64_t worker_item_baseline(struct worker *w, uint64_t cpu) {
+        uint64_t base = w->cpu_baseline_usec, item;
+
+        if (base == POOL_CPU_UNKNOWN || !w->current->ops->item_start_cpu_usec)
+                return base;
+        item = w->current->ops->item_start_cpu_usec(w);
+        if (item != POOL_CPU_UNKNOWN && item > base)
+                base = item;
+        return base < cpu ? base : cpu;
+}
+
 static void worker_intensive_timer_fired(evutil_socket_t fd, short what, void *userdata) {
         struct worker *w = userdata;
-        uint64_t cpu;
+        uint64_t cpu, base;
 
         if (w->current && w->current->ops->sync)
                 w->current->ops->sync(w);
@@ -365,12 +379,15 @@ static void worker_intensive_timer_fired(evutil_socket_t fd, short what, void *u
                 return;
 
         cpu = worker_cpu_usec(w);
-        if (cpu != POOL_CPU_UNKNOWN && w->cpu_baseline_usec != POOL_CPU_UNKNOWN &&
-            cpu - w->cpu_baseline_usec < pool_cpu_intensive_thresh_usec) {
-                /* Runnable but not on the CPU all that time: look again when
-                 * it could have used up the threshold. */
-                arm_timer(w->intensive_timer, pool_cpu_intensive_thresh_usec - (cpu - w->cpu_baseline_usec));
-                return;
+        if (cpu != POOL_CPU_UNKNOWN && w->cpu_baseline_usec != POOL_CPU_UNKNOWN) {
+                base = worker_item_baseline(w, cpu);
+                if (cpu - base < pool_cpu_intensive_thresh_usec) {
+                        /* Runnable but not on the CPU all that time, or a
+                         * later item started meanwhile: look again when
+                         * the item could have used up the threshold. */
+                        arm_timer(w->intensive_timer, pool_cpu_intensive_thresh_usec - (cpu - base));
+                        return;
+                }
         }
 
         pool_worker_cpu_intensive(w);
@@ -384,6 +401,11 @@ void pool_worker_cpu_intensive(struct worker *w) {
         worker_stop_counting(w);
         w->flags |= WORKER_CPU_INTENSIVE;
         w->current->stats->cpu_intensive++;
+        /* Before the pool starts more: an executor of several items ends
+         * its run after this one, and must know before the next worker
+         * starts beside it. */
+        if (w->current->ops->cpu_intensive)
+                w->current->ops->cpu_intensive(w);
         if (need_more_worker(p)) {
                 w->current->stats->cm_wakeups++;
                 pool_kick(p);

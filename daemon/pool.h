@@ -16,9 +16,10 @@
  *    concurrency-management wake-up).  A worker whose blocked item wakes up
  *    counts again, and a worker that finishes while others run goes idle
  *    instead of taking more (no excess concurrency).
- *  - CPU-intensive work does not count; work that uses
- *    pool_cpu_intensive_thresh_usec of CPU time without blocking is marked
- *    CPU-intensive on the fly.
+ *  - CPU-intensive work does not count; a work item that uses
+ *    pool_cpu_intensive_thresh_usec of CPU time without blocking (counted
+ *    from its start or its last wake-up) is marked CPU-intensive on the
+ *    fly.
  *  - Unbound pools are not concurrency managed: they start whatever is on
  *    their worklist (max_active is enforced before work gets there).
  *  - A work item never runs on two workers at once: work whose identity is
@@ -59,6 +60,20 @@ struct pool_work_ops {
          * far, or POOL_CPU_UNKNOWN.  Without it, CPU-intensive marking goes by
          * the time the worker has been running (not blocked). */
         uint64_t (*cpu_usec)(struct worker *worker);
+        /* Optional, for an execution that runs several work items in turn
+         * (a client's callback thread under one grant): the value cpu_usec()
+         * had when the item running now started, or POOL_CPU_UNKNOWN.  The
+         * CPU-intensive threshold is per work item: it counts from the later
+         * of this and the worker's last start or wake-up (the kernel's
+         * current_at, set by process_one_work() and on wake-up).  Read only
+         * when the threshold timer fires. */
+        uint64_t (*item_start_cpu_usec)(struct worker *worker);
+        /* Optional: @worker stops counting toward its pool's concurrency
+         * (the threshold, or its queue's CPU_INTENSIVE flag), before the
+         * pool starts more work.  An execution of several items must end
+         * after the current one, so that the next item counts again (the
+         * kernel clears WORKER_CPU_INTENSIVE after each item). */
+        void (*cpu_intensive)(struct worker *worker);
         /* Optional: make @work quick to start later, e.g. create its process
          * now and let it wait (the kernel keeps an idle worker ready for
          * the same reason).  Called for the first work on a bound pool's
@@ -107,7 +122,8 @@ struct worker {
         unsigned flags;
         uint64_t last_active_usec;      /* CLOCK_MONOTONIC, when it went idle */
         struct event *intensive_timer;
-        uint64_t cpu_baseline_usec;     /* worker_cpu_usec() when it last started counting */
+        uint64_t cpu_baseline_usec;     /* worker_cpu_usec() when it last started counting
+                                         * (see also item_start_cpu_usec) */
         void *userdata;                 /* the executor's state for current */
 };
 

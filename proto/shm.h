@@ -31,7 +31,13 @@
  *     round trip while a thread holds its CPU;
  *   - the slot's completion records (items started and finished on that
  *     thread) are the client's account of its work, which the daemon reads
- *     for its statistics and its watchdog.
+ *     for its statistics and its watchdog; and the CPU time the thread
+ *     had used under its grant when its current callback started
+ *     (run_cpu_ns), from which the daemon
+ *     measures the CPU-intensive threshold per callback, as the kernel
+ *     measures it per work item from the item's start, not per grant.  A
+ *     thread the daemon marks CPU-intensive is asked to yield (the yield
+ *     word) so that its next callback, under a new grant, counts again.
  *
  * The daemon trusts nothing it reads here: every index is bounded, every
  * op checked, the ring's fill level checked against its size, and every
@@ -39,7 +45,12 @@
  * scribbles on the region harms only itself: the daemon ends its
  * connection.  The daemon never writes anything the client's correctness
  * depends on except the grant, yield and lazy_doorbell words, sq_head and
- * need_wakeup.
+ * need_wakeup.  run_cpu_ns is believed only as far as it cannot hurt
+ * others: it can move the start of the measurement no earlier than the
+ * grant or the thread's last wake-up, nor later than the thread's CPU time
+ * now, and once the thread has been asked to yield (other work waits), no
+ * later than what it said then (callback.c): claiming a fresh start again
+ * and again does not keep a thread that will not yield counted.
  *
  * doc/design.md §6 walks through the protocol with the functions on both
  * sides.
@@ -91,7 +102,16 @@ struct cmwq_shm_slot {
         /* Written by the client: its completion records. */
         uint64_t started;       /* callbacks started on this thread */
         uint64_t finished;      /* callbacks that returned */
-        uint8_t reserved1[32];
+        /* The CPU time (ns) the thread had used under its current grant
+         * when its current or last callback started, written before it
+         * starts and set to 0 when the thread takes a grant: 0 counts from
+         * the grant.  Relative to the grant because cmwqd's clock of the
+         * thread's CPU time (a perf task-clock counter, or /proc) has
+         * another origin than the thread's CLOCK_THREAD_CPUTIME_ID.  Was
+         * reserved (zero) in version 1 as first released: either end may be
+         * older than the other. */
+        uint64_t run_cpu_ns;
+        uint8_t reserved1[24];
 } __attribute__((aligned(64)));
 
 struct cmwq_shm {

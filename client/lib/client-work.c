@@ -21,8 +21,8 @@
  * concurrency-management wake-up) and a second thread takes the next item.
  *
  * Unbound queues are not concurrency managed (in the kernel neither): their
- * items run on a local pool of threads without asking the daemon, at most
- * max_active of one queue at once.
+ * items run on local pools of threads (normal and high priority) without
+ * asking the daemon, at most max_active of one queue at once.
  *
  * What concerns only this client's own items is kept here, where the items
  * are: max_active (per CPU for bound queues) and freezing (the daemon says
@@ -93,6 +93,10 @@ struct work_thread {
         bool has_slot;                  /* in the table (atomic) */
         bool exited;                    /* reaped: its function has returned (atomic) */
         uint32_t seen_grant;            /* the last grant it took (bound) */
+        /* Bound: its CPU time (ns) when it took its current grant, and
+         * CLOCK_MONOTONIC when it last reported its CPU time in its slot. */
+        uint64_t grant_cpu_ns;
+        uint64_t cpu_read_usec;
         enum thread_state state;        /* work lock */
         struct cmwq_work scheduled;     /* sentinel: parked behind current */
         struct cmwq_work *current;
@@ -123,8 +127,12 @@ struct client_work {
         pthread_mutex_t lock;
         pthread_cond_t done;            /* an item finished or was cancelled */
         unsigned nr_cpus;
-        struct work_pool *pools;        /* [cpu * 2 + highpri] */
-        struct work_pool unbound;
+        /* [cpu * 2 + highpri] for the bound pools, then the unbound ones
+         * ([nr_cpus * 2 + highpri]): a high-priority queue's items run on
+         * threads at the raised priority whether it is bound or not, as the
+         * kernel's high-priority unbound pools. */
+        struct work_pool *pools;
+        unsigned nr_pools;
         struct work_thread *threads[WORK_THREADS_MAX];  /* by slot; NULL: free */
         unsigned nr_slots;              /* the table's high-water mark */
         unsigned nr_live;               /* threads made and not yet collected */
@@ -153,6 +161,16 @@ static __thread struct work_thread *work_self;
 
 static uint64_t mono_usec(void) {
         return now_usec(CLOCK_MONOTONIC);
+}
+
+/* The calling thread's CPU time (ns); only differences of it reach cmwqd,
+ * whose clock of it has another origin. */
+static uint64_t thread_cpu_ns(void) {
+        struct timespec ts;
+
+        if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) < 0)
+                return 0;       /* "none reported": counted from the grant */
+        return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
 }
 
 /* ---- lists of work items (circular, through a sentinel) ------------------ */
@@ -497,6 +515,42 @@ static void work_pool_kick(struct client_work *cw, struct work_pool *p) {
                 p->demanding = false;
 }
 
+/* The thread's CPU clock is read at most once per this much wall time. */
+#define WORK_CPU_READ_PERIOD_USEC 1000u
+
+/* @t took a new grant: its callbacks' starts are reported relative to
+ * now (proto/shm.h, run_cpu_ns), and nothing reported under the last
+ * grant stands.  One CPU clock read per grant. */
+static void thread_report_grant(struct client_work *cw, struct work_thread *t) {
+        t->grant_cpu_ns = thread_cpu_ns();
+        t->cpu_read_usec = mono_usec();
+        __atomic_store_n(&cw->shm->slots[t->slot].run_cpu_ns, 0, __ATOMIC_RELAXED);
+}
+
+/* Tells cmwqd where the callback @t starts now counts its CPU time from:
+ * the CPU time @t used under its grant so far.  The CPU-intensive
+ * threshold is per callback, measured from its start (the kernel's
+ * process_one_work() sets current_at), not from the grant, so that short
+ * callbacks never add up to it however many of them one grant runs.
+ * Reading the thread's CPU clock is a system call (about 1.4 us on a VM),
+ * too dear for every callback: it is read again only once
+ * WORK_CPU_READ_PERIOD_USEC have passed since the last read (a vDSO clock
+ * read, tens of ns, decides).  The reported start is then at most 1 ms of
+ * this thread's CPU time before the real one: a callback is marked at no
+ * less than 9 ms of its own CPU time, and callbacks well short of 10 ms
+ * never are.  The daemon reads it only when its threshold timer fires.
+ * Outside the work lock: the slot is this thread's. */
+static void thread_report_run_start(struct client_work *cw, struct work_thread *t) {
+        uint64_t now = mono_usec(), cpu;
+
+        if (now - t->cpu_read_usec < WORK_CPU_READ_PERIOD_USEC)
+                return;         /* the last report stands: at most 1 ms old */
+        t->cpu_read_usec = now;
+        cpu = thread_cpu_ns();
+        __atomic_store_n(&cw->shm->slots[t->slot].run_cpu_ns, cpu > t->grant_cpu_ns ? cpu - t->grant_cpu_ns : 0,
+                         __ATOMIC_RELAXED);
+}
+
 /* Runs @w on @t.  Work lock held; dropped around the function. */
 static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_work *w) {
         struct cmwq_workqueue *wq = w->_wq;
@@ -508,11 +562,13 @@ static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_w
         w->_nr_started++;
         wq->cb_active++;
         t->current = w;
-        /* The completion records cmwqd reads: this thread's alone. */
-        if (t->pool->cpu >= 0)
-                __atomic_add_fetch(&cw->shm->slots[t->slot].started, 1, __ATOMIC_RELAXED);
-
         pthread_mutex_unlock(&cw->lock);
+
+        /* The completion records cmwqd reads: this thread's alone. */
+        if (t->pool->cpu >= 0) {
+                thread_report_run_start(cw, t);
+                __atomic_add_fetch(&cw->shm->slots[t->slot].started, 1, __ATOMIC_RELEASE);
+        }
         w->func(w);
         pthread_mutex_lock(&cw->lock);
 
@@ -615,6 +671,7 @@ static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_th
                                 break;
                         if (g != t->seen_grant) {
                                 t->seen_grant = g;
+                                thread_report_grant(cw, t);
                                 break;
                         }
                         if (!timed) {
@@ -817,11 +874,21 @@ static void *work_thread_main(void *userdata) {
                                 break;
                         thread_unpark(t, false);
                         w = NULL;
-                        if (!wlist_empty(&t->scheduled)) {
+                        if (bound && thread_yield_asked(cw, t))
+                                /* Other work waits for the CPU, or cmwqd
+                                 * stopped counting this grant (a callback
+                                 * past the CPU-intensive threshold): no
+                                 * further item may run on it, not even one
+                                 * parked behind the last (it waits at the
+                                 * head of the pool, its twin has ended), so
+                                 * that the next counts again, from its own
+                                 * start, under a new grant. */
+                                thread_unpark(t, true);
+                        else if (!wlist_empty(&t->scheduled)) {
                                 /* Parked behind our last item: ours to run. */
                                 w = t->scheduled._next;
                                 wlist_del(w);
-                        } else if (!(bound && thread_yield_asked(cw, t)))
+                        } else
                                 w = thread_take(t);
                         if (!w)
                                 break;
@@ -861,11 +928,9 @@ static void *work_thread_main(void *userdata) {
 static void work_connection_lost(struct client_work *cw, int error) {
         pthread_mutex_lock(&cw->lock);
         cw->dead = error;
-        for (unsigned i = 0; i <= cw->nr_cpus * 2; i++) {
-                struct work_pool *p = i < cw->nr_cpus * 2 ? &cw->pools[i] : &cw->unbound;
+        for (unsigned i = 0; i < cw->nr_pools; i++) {
+                struct work_pool *p = &cw->pools[i];
 
-                if (p->cpu < 0 && i < cw->nr_cpus * 2)
-                        continue;
                 while (!wlist_empty(&p->pending)) {
                         struct cmwq_work *w = p->pending._next;
 
@@ -1077,19 +1142,18 @@ static int work_get(struct cmwq *c, struct client_work **ret) {
         }
         cw->c = c;
         cw->nr_cpus = (unsigned) n;
-        cw->pools = calloc(cw->nr_cpus * 2, sizeof(*cw->pools));
+        cw->nr_pools = cw->nr_cpus * 2 + 2;
+        cw->pools = calloc(cw->nr_pools, sizeof(*cw->pools));
         if (!cw->pools) {
                 free(cw);
                 r = client_error(-ENOMEM, "out of memory");
                 goto done;
         }
-        for (unsigned i = 0; i < cw->nr_cpus * 2; i++) {
-                cw->pools[i].cpu = (int) (i / 2);
+        for (unsigned i = 0; i < cw->nr_pools; i++) {
+                cw->pools[i].cpu = i < cw->nr_cpus * 2 ? (int) (i / 2) : -1;
                 cw->pools[i].highpri = i % 2;
                 wlist_init(&cw->pools[i].pending);
         }
-        cw->unbound.cpu = -1;
-        wlist_init(&cw->unbound.pending);
         cw->timers._tnext = cw->timers._tprev = &cw->timers;
         pthread_mutex_init(&cw->lock, NULL);
         pthread_cond_init(&cw->done, NULL);
@@ -1144,8 +1208,8 @@ void client_work_stop(struct cmwq *c) {
         cw->exited = NULL;
 
         /* Threads created but not yet in the table are on their pool's list. */
-        for (unsigned i = 0; i <= cw->nr_cpus * 2; i++) {
-                struct work_pool *p = i < cw->nr_cpus * 2 ? &cw->pools[i] : &cw->unbound;
+        for (unsigned i = 0; i < cw->nr_pools; i++) {
+                struct work_pool *p = &cw->pools[i];
 
                 for (struct work_thread *t = p->threads, *n; t; t = n) {
                         n = t->next;
@@ -1184,9 +1248,11 @@ void client_work_stop(struct cmwq *c) {
 /* ---- the API -------------------------------------------------------------- */
 
 static struct work_pool *work_pool_for(struct client_work *cw, struct cmwq_workqueue *wq, int cpu) {
+        unsigned highpri = (wq->flags & CMWQ_WQ_HIGHPRI) ? 1 : 0;
+
         if (wq->flags & CMWQ_WQ_UNBOUND)
-                return &cw->unbound;
-        return &cw->pools[cpu * 2 + ((wq->flags & CMWQ_WQ_HIGHPRI) ? 1 : 0)];
+                return &cw->pools[cw->nr_cpus * 2 + highpri];
+        return &cw->pools[cpu * 2 + highpri];
 }
 
 static void queue_locked(struct client_work *cw, struct cmwq_workqueue *wq, struct cmwq_work *w, int cpu) {
@@ -1206,20 +1272,23 @@ static void queue_locked(struct client_work *cw, struct cmwq_workqueue *wq, stru
         w->_queued_seq = ++wq->cb_seq;
         w->_nr_queued++;
         inflight_add(wq, w);
-        if (w->_running)
-                /* Running: it runs next on that thread, never beside itself. */
-                wlist_add_tail(w, &((struct work_thread *) w->_running)->scheduled);
-        else
-                wlist_add_tail(w, &p->pending);
+        /* Behind what was queued before, even when it runs now: the
+         * kernel's __queue_work() puts a running item at the tail of the
+         * worklist too, and an ordered queue runs A, B, A for "A, B, A
+         * queued while A runs".  Non-reentrancy is thread_take()'s: a
+         * thread that takes it while it still runs parks it behind the
+         * thread running it (the kernel's assign_work()). */
+        wlist_add_tail(w, &p->pending);
         work_pool_kick(cw, p);
 }
 
-/* Whether the caller may queue on @wq now (draining lets only its own
- * items queue, as the kernel's chained work). */
+/* Whether the caller may queue on @wq now (draining, and destroying, let
+ * only its own items queue, as the kernel's chained work). */
 static bool may_queue(struct cmwq_workqueue *wq, struct cmwq_work *w) {
         if (w->_state & (WORK_PENDING | WORK_TIMER | WORK_CANCELING))
                 return false;
-        if (wq->cb_draining && !(work_self && work_self->current && work_self->current->_wq == wq))
+        if ((wq->cb_draining || wq->cb_destroyed) &&
+            !(work_self && work_self->current && work_self->current->_wq == wq))
                 return false;
         return true;
 }
@@ -1280,7 +1349,11 @@ static bool queue_delayed_locked(struct client_work *cw, struct cmwq_workqueue *
                                  uint64_t delay_usec) {
         if (work_conn_dead(cw) || cw->stopping || !may_queue(wq, &dw->work))
                 return false;
-        if (delay_usec == 0)
+        /* Its own items queue delayed work on a queue being destroyed: no
+         * timer may outlive the queue, so it runs now, as the destroy
+         * does with the delayed work it found (see
+         * client_workqueue_destroy_callbacks()). */
+        if (delay_usec == 0 || wq->cb_destroyed)
                 queue_locked(cw, wq, &dw->work, -1);
         else
                 timer_add_locked(cw, wq, dw, delay_usec);
@@ -1504,6 +1577,54 @@ int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain) {
         return r;
 }
 
+/* Delayed work of @wq waiting for its timer is queued now, as by
+ * cmwq_flush_delayed_work(), or dropped (counted as done, like a cancel)
+ * when the connection is lost.  Work lock held. */
+static void fire_timers_of(struct client_work *cw, struct cmwq_workqueue *wq) {
+        struct cmwq_delayed_work *dw, *next;
+
+        for (dw = cw->timers._tnext; dw != &cw->timers; dw = next) {
+                next = dw->_tnext;
+                if (dw->_twq != wq)
+                        continue;
+                if (cw->dead)
+                        (void) cancel_locked(cw, &dw->work);
+                else {
+                        timers_del(dw);
+                        queue_locked(cw, wq, &dw->work, dw->_tcpu);
+                }
+        }
+}
+
+/* The library's part of destroying @wq, before its handle is freed: as the
+ * kernel's destroy_workqueue() it drains, and delayed work waiting for its
+ * timer runs now (as if flushed) rather than later through a freed handle;
+ * delayed work the queue's own items queue on it meanwhile runs at once
+ * too (queue_delayed_locked()).  Afterwards nothing can be queued on it,
+ * and neither the timer list nor a pending list holds one of its items. */
+int client_workqueue_destroy_callbacks(struct cmwq_workqueue *wq) {
+        struct client_work *cw = __atomic_load_n(&wq->c->work, __ATOMIC_ACQUIRE);
+        int r = 0;
+
+        if (!cw)
+                return 0;       /* no callback was ever queued */
+        pthread_mutex_lock(&cw->lock);
+        wq->cb_destroyed = true;
+        fire_timers_of(cw, wq);
+        cw->nr_done_waiters++;
+        while (wq->inflight._inext != &wq->inflight && !cw->dead)
+                pthread_cond_wait(&cw->done, &cw->lock);
+        /* Running items finish even on a lost connection; wait for them.
+         * What is still pending was dropped with the connection. */
+        while (cw->dead && wq->cb_active > 0)
+                pthread_cond_wait(&cw->done, &cw->lock);
+        cw->nr_done_waiters--;
+        if (cw->dead)
+                r = client_lost_error(cw->c, cw->dead);
+        pthread_mutex_unlock(&cw->lock);
+        return r;
+}
+
 void client_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active) {
         struct client_work *cw = __atomic_load_n(&wq->c->work, __ATOMIC_ACQUIRE);
 
@@ -1525,9 +1646,8 @@ void client_work_kick(struct cmwq *c) {
                 return;
         pthread_mutex_lock(&cw->lock);
         freeze_answer_locked(cw);
-        for (unsigned i = 0; i < cw->nr_cpus * 2; i++)
+        for (unsigned i = 0; i < cw->nr_pools; i++)
                 work_pool_kick(cw, &cw->pools[i]);
-        work_pool_kick(cw, &cw->unbound);
         pthread_cond_broadcast(&cw->done);
         pthread_mutex_unlock(&cw->lock);
 }

@@ -171,8 +171,9 @@ int cmwq_destroy_workqueue(struct cmwq_workqueue *wq) {
                 return client_error(-EINVAL, "no workqueue");
         if (wq->builtin)
                 return client_error(-EPERM, "%s is a built-in workqueue and cannot be destroyed", wq->name);
-        /* Like the kernel's destroy_workqueue(): drain first. */
-        (void) client_workqueue_flush_callbacks(wq, true);
+        /* Like the kernel's destroy_workqueue(): drain first, delayed work
+         * waiting for its timer included (it runs now). */
+        (void) client_workqueue_destroy_callbacks(wq);
         r = workqueue_call(wq, CMWQ__REQUEST__BODY_DESTROY, "cannot destroy the workqueue");
         workqueue_handle_free(wq);
         return r;

@@ -52,6 +52,9 @@ struct cmwq_workqueue {
         unsigned cb_active;             /* running now (unbound max_active) */
         struct client_flusher *cb_flushers;     /* threads in cmwq_flush_workqueue() */
         bool cb_draining;
+        /* cmwq_destroy_workqueue() has begun: only its own items may queue
+         * on it, and their delayed work is queued at once. */
+        bool cb_destroyed;
         /* Frozen by the daemon: none of its callbacks start.  Set by the
          * reader (connection lock), read under the work lock: atomic. */
         bool cb_frozen;
@@ -124,6 +127,9 @@ void client_work_kick(struct cmwq *c);
 void client_work_stop(struct cmwq *c);
 void client_workqueue_init(struct cmwq_workqueue *wq);
 int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain);
+/* Drains @wq's callbacks for cmwq_destroy_workqueue(): its delayed work
+ * runs now; nothing of it is left on a timer or pending list after. */
+int client_workqueue_destroy_callbacks(struct cmwq_workqueue *wq);
 void client_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active);
 
 /* client-exec.c: the exec result of an ItemInfo; takes @resp on success. */

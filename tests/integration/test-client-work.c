@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1222,6 +1223,372 @@ START_TEST(test_a_single_block_lets_the_next_item_run) {
 }
 END_TEST
 
+/* ---- order, priority and destroy, as the kernel's ------------------------ */
+
+/* An item of an ordered queue queued again while it runs goes behind what
+ * was queued before: A, B, then A again while A runs, runs A, B, A
+ * ("in the queued order"), never A, A, B.  Likewise on an unbound queue
+ * with max_active 1. */
+struct order_log {
+        atomic_int n;
+        atomic_int order[8];
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool open;
+        atomic_int a_started;
+};
+
+struct order_item {
+        struct cmwq_work work;
+        struct order_log *log;
+        int name;
+};
+
+static void order_fn(struct cmwq_work *w) {
+        struct order_item *it = cmwq_container_of(w, struct order_item, work);
+        struct order_log *l = it->log;
+        int k = atomic_fetch_add(&l->n, 1);
+
+        if (k < 8)
+                atomic_store(&l->order[k], it->name);
+        if (it->name != 'A' || atomic_fetch_add(&l->a_started, 1) > 0)
+                return;
+        /* The first run of A waits until the test queued B and A again. */
+        pthread_mutex_lock(&l->lock);
+        while (!l->open)
+                pthread_cond_wait(&l->cond, &l->lock);
+        pthread_mutex_unlock(&l->lock);
+}
+
+START_TEST(test_ordered_queue_runs_a_requeued_item_in_queue_order) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *queues[2];
+
+        queues[0] = cmwq_alloc_ordered_workqueue(c, "ordered-requeue", 0);
+        queues[1] = cmwq_alloc_workqueue(c, "unbound-one", CMWQ_WQ_UNBOUND, 1);
+        ck_assert_msg(queues[0] && queues[1], "alloc: %s", cmwq_last_error());
+        for (int q = 0; q < 2; q++) {
+                struct order_log l = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+                struct order_item a = { .log = &l, .name = 'A' }, b = { .log = &l, .name = 'B' };
+
+                CMWQ_WORK_INIT(&a.work, order_fn);
+                CMWQ_WORK_INIT(&b.work, order_fn);
+                ck_assert(cmwq_queue_work(queues[q], &a.work));
+                wait_until(&l.a_started, 1);
+                ck_assert(cmwq_queue_work(queues[q], &b.work));
+                ck_assert(cmwq_queue_work(queues[q], &a.work));
+                pthread_mutex_lock(&l.lock);
+                l.open = true;
+                pthread_cond_broadcast(&l.cond);
+                pthread_mutex_unlock(&l.lock);
+                ck_assert_int_eq(cmwq_flush_workqueue(queues[q]), 0);
+                ck_assert_int_eq(atomic_load(&l.n), 3);
+                ck_assert_msg(atomic_load(&l.order[0]) == 'A' && atomic_load(&l.order[1]) == 'B' &&
+                                      atomic_load(&l.order[2]) == 'A',
+                              "%s ran %c, %c, %c; queued A, B, A", cmwq_workqueue_name(queues[q]),
+                              atomic_load(&l.order[0]), atomic_load(&l.order[1]), atomic_load(&l.order[2]));
+        }
+        ck_assert_int_eq(cmwq_destroy_workqueue(queues[0]), 0);
+        ck_assert_int_eq(cmwq_destroy_workqueue(queues[1]), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+/* CMWQ_WQ_HIGHPRI raises the priority of unbound and ordered queues'
+ * callbacks too, as the kernel's high-priority unbound pools; a normal
+ * unbound queue's stay at the process's. */
+START_TEST(test_highpri_unbound_and_ordered_callbacks_run_at_raised_priority) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *hi_unbound = cmwq_alloc_workqueue(c, "hi-unbound", CMWQ_WQ_UNBOUND | CMWQ_WQ_HIGHPRI, 0);
+        struct cmwq_workqueue *hi_ordered = cmwq_alloc_ordered_workqueue(c, "hi-ordered", CMWQ_WQ_HIGHPRI);
+        struct cmwq_workqueue *unbound = cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND);
+        int own = getpriority(PRIO_PROCESS, 0), expected = own;
+        struct probe_work p = {};
+        struct rlimit rl;
+
+        ck_assert_msg(hi_unbound && hi_ordered, "alloc: %s", cmwq_last_error());
+        if (geteuid() == 0)
+                expected = -20;
+        else {
+                ck_assert_int_eq(getrlimit(RLIMIT_NICE, &rl), 0);
+                if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur > 20)
+                        expected = 20 - (int) (rl.rlim_cur > 40 ? 40 : rl.rlim_cur);
+        }
+        CMWQ_WORK_INIT(&p.work, probe_fn);
+        for (int round = 0; round < 2; round++) {
+                /* Round 2: the same threads again, after the other queue's. */
+                ck_assert(cmwq_queue_work(unbound, &p.work));
+                ck_assert_int_ge(cmwq_flush_work(&p.work), 0);
+                ck_assert_int_eq(atomic_load(&p.nice), own);
+                ck_assert(cmwq_queue_work(hi_unbound, &p.work));
+                ck_assert_int_ge(cmwq_flush_work(&p.work), 0);
+                ck_assert_msg(atomic_load(&p.nice) == expected, "a HIGHPRI unbound callback ran at nice %d, not %d",
+                              atomic_load(&p.nice), expected);
+                ck_assert(cmwq_queue_work(hi_ordered, &p.work));
+                ck_assert_int_ge(cmwq_flush_work(&p.work), 0);
+                ck_assert_msg(atomic_load(&p.nice) == expected, "a HIGHPRI ordered callback ran at nice %d, not %d",
+                              atomic_load(&p.nice), expected);
+        }
+        ck_assert_int_eq(atomic_load(&p.runs), 6);
+        ck_assert_int_eq(getpriority(PRIO_PROCESS, 0), own);
+        ck_assert_int_eq(cmwq_destroy_workqueue(hi_unbound), 0);
+        ck_assert_int_eq(cmwq_destroy_workqueue(hi_ordered), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+/* Destroying a queue with delayed work waiting for its timers runs that
+ * work before it returns (as if flushed), also delayed work its items queue
+ * on it meanwhile, and leaves none of it pending on the freed queue. */
+#define DESTROY_TIMED 200
+
+struct doomed_timed {
+        struct cmwq_delayed_work dwork;
+        struct cmwq_workqueue *wq;
+        struct doomed_timed *chain;     /* queued (delayed) on wq by this one's function */
+        atomic_int *runs;
+        atomic_int chained;
+};
+
+static void doomed_timed_fn(struct cmwq_work *w) {
+        struct doomed_timed *t = cmwq_container_of(cmwq_to_delayed_work(w), struct doomed_timed, dwork);
+
+        atomic_fetch_add(t->runs, 1);
+        if (t->chain)
+                atomic_store(&t->chained, cmwq_queue_delayed_work(t->wq, &t->chain->dwork, 3600 * 1000000ULL));
+}
+
+START_TEST(test_destroy_runs_delayed_work_waiting_for_its_timer) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *wq = cmwq_alloc_workqueue(c, "timed-doomed", 0, 0);
+        struct doomed_timed *t = calloc(DESTROY_TIMED + 1, sizeof(*t));
+        atomic_int runs = 0;
+
+        ck_assert_msg(wq, "alloc: %s", cmwq_last_error());
+        ck_assert_ptr_nonnull(t);
+        for (int i = 0; i <= DESTROY_TIMED; i++) {
+                CMWQ_DELAYED_WORK_INIT(&t[i].dwork, doomed_timed_fn);
+                t[i].wq = wq;
+                t[i].runs = &runs;
+        }
+        t[0].chain = &t[DESTROY_TIMED];
+        /* An hour away: only the destroy can make them run during the test. */
+        for (int i = 0; i < DESTROY_TIMED; i++)
+                ck_assert(cmwq_queue_delayed_work(wq, &t[i].dwork, 3600 * 1000000ULL));
+        ck_assert(cmwq_delayed_work_pending(&t[0].dwork));
+
+        ck_assert_int_eq(cmwq_destroy_workqueue(wq), 0);
+        ck_assert_msg(atomic_load(&runs) == DESTROY_TIMED + 1, "%d of %d delayed items ran before destroy returned",
+                      atomic_load(&runs), DESTROY_TIMED + 1);
+        ck_assert(atomic_load(&t[0].chained));
+        for (int i = 0; i <= DESTROY_TIMED; i++) {
+                ck_assert(!cmwq_delayed_work_pending(&t[i].dwork));
+                ck_assert_int_eq(cmwq_flush_delayed_work(&t[i].dwork), 0);
+                ck_assert(!cmwq_cancel_delayed_work(&t[i].dwork));
+        }
+        /* The memory is reused at once: nothing may reach it through the
+         * freed queue any more (ASan builds would see it). */
+        memset(t, 0xa5, (DESTROY_TIMED + 1) * sizeof(*t));
+        free(t);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+/* ---- the CPU-intensive threshold is per callback ---------------------------- */
+
+/* Short CPU-bound callbacks on one CPU, run back to back by one thread. */
+struct turns {
+        atomic_int inside;
+        atomic_int max_inside;
+        atomic_int started;
+        atomic_int done;
+        int n;
+        int64_t spin_ns;
+        sem_t all_done;
+};
+
+struct turn_item {
+        struct cmwq_work work;
+        struct turns *t;
+};
+
+static void turn_fn(struct cmwq_work *w) {
+        struct turns *t = cmwq_container_of(w, struct turn_item, work)->t;
+        int in = atomic_fetch_add(&t->inside, 1) + 1;
+
+        for (int m = atomic_load(&t->max_inside); in > m && !atomic_compare_exchange_weak(&t->max_inside, &m, in);)
+                ;
+        atomic_fetch_add(&t->started, 1);
+        spin_cpu_ns(t->spin_ns);
+        atomic_fetch_sub(&t->inside, 1);
+        if (atomic_fetch_add(&t->done, 1) + 1 == t->n)
+                sem_post(&t->all_done);
+}
+
+/* Spins until two of the short items started beside it (it stopped
+ * counting, as a callback past 10 ms of CPU time must), or for at most 1 s
+ * of its CPU time. */
+struct long_item {
+        struct cmwq_work work;
+        struct turns *t;
+        atomic_int saw_others;
+        sem_t done;
+};
+
+static void long_fn(struct cmwq_work *w) {
+        struct long_item *l = cmwq_container_of(w, struct long_item, work);
+        struct timespec a, b;
+
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        do {
+                if (atomic_load(&l->t->started) >= 2) {
+                        atomic_store(&l->saw_others, 1);
+                        break;
+                }
+                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        } while ((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec) < 1000000000LL);
+        sem_post(&l->done);
+}
+
+/* Queues everything from a callback of CPU 0, so that the test's own
+ * thread touches nothing of the library while they run: the items run on
+ * the thread that runs this one, back to back, and nothing blocks. */
+struct queuer {
+        struct cmwq_work work;
+        struct cmwq_workqueue *wq;
+        struct long_item *first;        /* or NULL */
+        struct turn_item *items;
+        int n;
+        atomic_int queued;
+};
+
+static void queuer_fn(struct cmwq_work *w) {
+        struct queuer *q = cmwq_container_of(w, struct queuer, work);
+
+        if (q->first && cmwq_queue_work_on(0, q->wq, &q->first->work))
+                atomic_fetch_add(&q->queued, 1);
+        for (int i = 0; i < q->n; i++)
+                if (cmwq_queue_work_on(0, q->wq, &q->items[i].work))
+                        atomic_fetch_add(&q->queued, 1);
+}
+
+static void sem_wait_ok(sem_t *s) {
+        struct timespec until;
+
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 60;
+        ck_assert_msg(sem_timedwait(s, &until) == 0, "the callbacks did not end within 60 s");
+}
+
+/* Two registered threads for CPU 0's normal pool, idle: a second is there
+ * to take work the moment the daemon lets it. */
+static void two_threads_on_cpu0(struct cmwq *c) {
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct shared_gate g;
+        struct gate_item warm[2];
+        cpu_set_t set;
+
+        /* The test itself keeps off CPU 0 where it can. */
+        if (nr_cpus() > 1) {
+                CPU_ZERO(&set);
+                CPU_SET(nr_cpus() - 1, &set);
+                ck_assert_int_eq(sched_setaffinity(0, sizeof(set), &set), 0);
+        }
+        shared_gate_init(&g);
+        for (int i = 0; i < 2; i++) {
+                CMWQ_WORK_INIT(&warm[i].work, gate_item_fn);
+                warm[i].gate = &g;
+                ck_assert(cmwq_queue_work_on(0, wq, &warm[i].work));
+        }
+        wait_until(&g.started, 2);
+        shared_gate_open(&g);
+        ck_assert_int_eq(cmwq_flush_workqueue(wq), 0);
+}
+
+#define TURN_ITEMS 10
+
+START_TEST(test_short_cpu_bound_callbacks_take_turns) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct turns t = { .n = TURN_ITEMS, .spin_ns = 3000000 };
+        struct turn_item items[TURN_ITEMS];
+        struct queuer q = { .wq = wq, .items = items, .n = TURN_ITEMS };
+
+        two_threads_on_cpu0(c);
+        ck_assert_int_eq(sem_init(&t.all_done, 0, 0), 0);
+        for (int i = 0; i < TURN_ITEMS; i++) {
+                CMWQ_WORK_INIT(&items[i].work, turn_fn);
+                items[i].t = &t;
+        }
+        CMWQ_WORK_INIT(&q.work, queuer_fn);
+        /* 10 x 3 ms of CPU, 30 ms on one thread's grant: none of them
+         * reaches the 10 ms threshold, so while one runs (never blocking)
+         * none other starts on CPU 0. */
+        ck_assert(cmwq_queue_work_on(0, wq, &q.work));
+        sem_wait_ok(&t.all_done);
+        ck_assert_int_ge(cmwq_flush_work(&q.work), 0);
+        for (int i = 0; i < TURN_ITEMS; i++)
+                ck_assert_int_ge(cmwq_flush_work(&items[i].work), 0);
+        ck_assert_int_eq(atomic_load(&q.queued), TURN_ITEMS);
+        ck_assert_int_eq(atomic_load(&t.done), TURN_ITEMS);
+        ck_assert_msg(atomic_load(&t.max_inside) == 1,
+                      "%d callbacks of 3 ms of CPU each ran at once on CPU 0: the 10 ms threshold counted more "
+                      "than one callback", atomic_load(&t.max_inside));
+        sem_destroy(&t.all_done);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+#define AFTER_LONG_ITEMS 12
+
+/* A callback past the threshold stops counting and others start beside it;
+ * the items its thread runs after it count again from their own start, so
+ * the short ones after it take turns again.  Each try decides by ordering
+ * alone; a few tries, in case one thread blocks on the library's lock while
+ * the other holds it (a real block, which lets another start). */
+START_TEST(test_items_after_a_cpu_intensive_one_count_again) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        int max_inside = 0;
+
+        two_threads_on_cpu0(c);
+        for (int try = 0; try < 3; try++) {
+                struct turns t = { .n = AFTER_LONG_ITEMS, .spin_ns = 3000000 };
+                struct turn_item items[AFTER_LONG_ITEMS];
+                struct long_item l = { .t = &t };
+                struct queuer q = { .wq = wq, .first = &l, .items = items, .n = AFTER_LONG_ITEMS };
+
+                ck_assert_int_eq(sem_init(&t.all_done, 0, 0), 0);
+                ck_assert_int_eq(sem_init(&l.done, 0, 0), 0);
+                for (int i = 0; i < AFTER_LONG_ITEMS; i++) {
+                        CMWQ_WORK_INIT(&items[i].work, turn_fn);
+                        items[i].t = &t;
+                }
+                CMWQ_WORK_INIT(&l.work, long_fn);
+                CMWQ_WORK_INIT(&q.work, queuer_fn);
+                ck_assert(cmwq_queue_work_on(0, wq, &q.work));
+                sem_wait_ok(&l.done);
+                sem_wait_ok(&t.all_done);
+                ck_assert_int_ge(cmwq_flush_work(&q.work), 0);
+                ck_assert_int_ge(cmwq_flush_work(&l.work), 0);
+                for (int i = 0; i < AFTER_LONG_ITEMS; i++)
+                        ck_assert_int_ge(cmwq_flush_work(&items[i].work), 0);
+                ck_assert_int_eq(atomic_load(&q.queued), AFTER_LONG_ITEMS + 1);
+                ck_assert_msg(atomic_load(&l.saw_others),
+                              "a callback that ran 1 s of CPU time on CPU 0 never stopped counting there");
+                max_inside = atomic_load(&t.max_inside);
+                sem_destroy(&t.all_done);
+                sem_destroy(&l.done);
+                if (max_inside == 1)
+                        break;
+        }
+        ck_assert_msg(max_inside == 1,
+                      "%d short callbacks ran at once on CPU 0 after a CPU-intensive one: its thread ran "
+                      "them uncounted", max_inside);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("client-work");
         TCase *tc = tcase_create("client-work");
@@ -1249,6 +1616,11 @@ int main(void) {
         tcase_add_test(tc, test_cpu_intensive_callbacks_do_not_hold_back_their_cpu);
         tcase_add_test(tc, test_freeze_stops_callbacks_of_a_freezable_queue);
         tcase_add_test(tc, test_a_single_block_lets_the_next_item_run);
+        tcase_add_test(tc, test_ordered_queue_runs_a_requeued_item_in_queue_order);
+        tcase_add_test(tc, test_highpri_unbound_and_ordered_callbacks_run_at_raised_priority);
+        tcase_add_test(tc, test_destroy_runs_delayed_work_waiting_for_its_timer);
+        tcase_add_test(tc, test_short_cpu_bound_callbacks_take_turns);
+        tcase_add_test(tc, test_items_after_a_cpu_intensive_one_count_again);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);

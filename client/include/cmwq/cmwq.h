@@ -56,7 +56,10 @@ struct cmwq *cmwq_connect(const char *socket_path);
 /*
  * Close the connection and free it with every workqueue handle made from it.
  * Callback work items that are running finish first (this waits for them);
- * pending ones are dropped, and the library's threads end.  Completions not
+ * pending ones, delayed ones waiting for their timer included, are dropped
+ * (never run), and the library's threads end.  The connection's work items
+ * must not be passed to this library afterwards until CMWQ_WORK_INIT() (or
+ * CMWQ_DELAYED_WORK_INIT()) made them new.  Completions not
  * yet delivered are dropped without their callbacks being called.
  * Workqueues allocated on the connection (cmwq_alloc_workqueue()) are
  * destroyed by the daemon as the connection closes: their exec items
@@ -102,7 +105,9 @@ enum {
         CMWQ_WQ_MEM_RECLAIM = 1 << 2,   /* a rescuer guarantees forward progress */
         CMWQ_WQ_HIGHPRI = 1 << 4,       /* high-priority pools: items at the
                                          * head; callback threads at nice -20,
-                                         * or the lowest RLIMIT_NICE allows */
+                                         * or the lowest RLIMIT_NICE allows,
+                                         * for bound, unbound and ordered
+                                         * queues alike */
         CMWQ_WQ_CPU_INTENSIVE = 1 << 5, /* does not count toward concurrency */
 };
 
@@ -134,9 +139,11 @@ struct cmwq_workqueue *cmwq_alloc_workqueue(struct cmwq *c, const char *name, un
 
 /*
  * Create an ordered workqueue: unbound with max_active 1, so its items run
- * one at a time in the order they were queued.  @flags may add
- * CMWQ_WQ_FREEZABLE, CMWQ_WQ_MEM_RECLAIM, CMWQ_WQ_HIGHPRI.  As
- * cmwq_alloc_workqueue() otherwise.
+ * one at a time in the order they were queued.  An item queued again while
+ * it runs goes behind the items queued before that: A, B, then A again
+ * while A runs, runs A, B, A (as an unbound queue with max_active 1 does).
+ * @flags may add CMWQ_WQ_FREEZABLE, CMWQ_WQ_MEM_RECLAIM, CMWQ_WQ_HIGHPRI.
+ * As cmwq_alloc_workqueue() otherwise.
  */
 struct cmwq_workqueue *cmwq_alloc_ordered_workqueue(struct cmwq *c, const char *name, unsigned flags);
 
@@ -170,9 +177,15 @@ const char *cmwq_workqueue_name(const struct cmwq_workqueue *wq);
 /*
  * Destroy the workqueue: new queueing is refused at once, everything queued
  * on it runs to the end (as cmwq_drain_workqueue()), then it is removed.
- * Blocks until then.  The handle is freed whatever the result.  Returns 0,
- * -EPERM (a built-in queue, or not the caller's), -ENOENT (already gone),
- * -ECONNRESET.
+ * Blocks until then.  Delayed callback work waiting for its timer counts as
+ * queued: it is queued at once and runs before this returns (as
+ * cmwq_flush_delayed_work() would), and so does delayed work that the
+ * queue's own items queue on it meanwhile; none of it runs later.  Exec
+ * items queued with a delay_usec run at their time, and this waits for
+ * them.  The handle is freed whatever the result: pass it to nothing after.
+ * Must not race with other queueing on @wq.  Returns 0, -EPERM (a built-in
+ * queue, or not the caller's), -ENOENT (already gone), -ECONNRESET (then
+ * pending callbacks were dropped, not run).
  */
 int cmwq_destroy_workqueue(struct cmwq_workqueue *wq);
 
@@ -261,11 +274,19 @@ struct cmwq_delayed_work {
  * Guarantees, as the kernel's: once queued, @work runs at least once after
  * this call; it never runs on two threads at once, whatever the number of
  * threads queueing it; a work item may queue itself again from its own
- * function (it is no longer pending once its function has started).  Items
- * of a bound queue run on a worker pinned to their CPU, which counts toward
- * that CPU's concurrency level in cmwqd together with the exec items and the
- * callbacks of every other client there: while one runs without blocking,
- * nothing else of that CPU's pool starts.  Never blocks on the daemon.
+ * function (it is no longer pending once its function has started), and
+ * then goes behind the items queued on that CPU's pool (or the queue, if
+ * unbound) before it.  Items of a bound queue run on a worker pinned to
+ * their CPU, which counts toward that CPU's concurrency level in cmwqd
+ * together with the exec items and the callbacks of every other client
+ * there: while one runs without blocking, nothing else of that CPU's pool
+ * starts -- until that callback has used 10 ms of CPU time, counted for
+ * each callback from its own start (or its last wake-up from a block), as
+ * the kernel counts per work item; then it stops counting (it is
+ * "CPU-intensive") and others start beside it.  Short callbacks never add
+ * up to the threshold, however many of them one thread runs back to back,
+ * and the callback after a CPU-intensive one counts again.  Never blocks on
+ * the daemon.
  */
 bool cmwq_queue_work(struct cmwq_workqueue *wq, struct cmwq_work *work);
 
