@@ -627,6 +627,13 @@ START_TEST(test_two_clients_share_a_cpu) {
         ck_assert_msg(atomic_load(&turns->b_start_ns) >= atomic_load(&turns->a_block_ns),
                       "B's item started %.3f ms before A's callback blocked",
                       (atomic_load(&turns->a_block_ns) - atomic_load(&turns->b_start_ns)) / 1e6);
+        /* cmwqd's counters say the same: grants started, and A's block seen. */
+        {
+                char *out = CTL_OK(&d, "--json", "pools");
+
+                ck_assert_msg(json_sum(out, "started") >= 2 && json_sum(out, "sleeps") >= 1, "pools: %s", out);
+                free(out);
+        }
         close(turns->pipefd[0]);
         close(turns->pipefd[1]);
         munmap(turns, sizeof(*turns));
