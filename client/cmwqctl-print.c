@@ -479,6 +479,16 @@ void pools_json(const Cmwq__PoolsReply *pools, JsonWriter *w) {
                         json_kv_uint(w, "callback_threads", p->callback_threads);
                 if (p->has_callbacks)
                         json_kv_uint(w, "callbacks", p->callbacks);
+                if (p->has_started)
+                        json_kv_uint(w, "started", p->started);
+                if (p->has_sleeps)
+                        json_kv_uint(w, "sleeps", p->sleeps);
+                if (p->has_wakes)
+                        json_kv_uint(w, "wakes", p->wakes);
+                if (p->has_cm_wakeups)
+                        json_kv_uint(w, "cm_wakeups", p->cm_wakeups);
+                if (p->has_contended)
+                        json_kv_uint(w, "contended", p->contended);
                 json_object_end(w);
         }
         json_array_end(w);

@@ -493,6 +493,16 @@ static void dispatch_pools(struct ipc_client *c, const Cmwq__Request *req) {
                 pi->callback_threads = p->nr_callback_threads;
                 pi->has_callbacks = true;
                 pi->callbacks = p->callbacks_returned;
+                pi->has_started = true;
+                pi->started = p->counters.started;
+                pi->has_sleeps = true;
+                pi->sleeps = p->counters.sleeps;
+                pi->has_wakes = true;
+                pi->wakes = p->counters.wakes;
+                pi->has_cm_wakeups = true;
+                pi->cm_wakeups = p->counters.cm_wakeups;
+                pi->has_contended = true;
+                pi->contended = p->counters.contended;
                 ptrs[n] = pi;
         }
         reply.n_pools = total;

@@ -206,6 +206,7 @@ static int worker_execute(struct worker *w, struct pool_work *work) {
         }
 
         work->stats->started++;
+        p->counters.started++;
         p->last_progress_usec = now_usec(CLOCK_MONOTONIC);
         return 0;
 }
@@ -297,8 +298,10 @@ void pool_queue_work(struct pool *p, struct pool_work *work) {
         list_add_tail(&work->entry, &p->worklist);
         p->nr_pending++;
         pool_kick(p);
-        if (p->contended && list_linked(&work->entry) && !list_empty(&p->worklist))
+        if (p->contended && list_linked(&work->entry) && !list_empty(&p->worklist)) {
+                p->counters.contended++;
                 p->contended(p, work, p->contended_userdata);
+        }
 }
 
 bool pool_cancel_pending(struct pool *p, struct pool_work *work) {
@@ -333,6 +336,7 @@ void pool_worker_sleeping(struct worker *w) {
         bool counted = worker_counts_running(w);
         w->flags |= WORKER_BLOCKED;
         p->nr_blocked++;
+        p->counters.sleeps++;
         if (!counted)
                 return;
 
@@ -341,6 +345,7 @@ void pool_worker_sleeping(struct worker *w) {
          * there (the kernel's WORKER_UNBOUND is a NOT_RUNNING flag). */
         if (!pool_is_unbound(p) && need_more_worker(p)) {
                 w->current->stats->cm_wakeups++;
+                p->counters.cm_wakeups++;
                 pool_kick(p);
         }
 }
@@ -351,6 +356,7 @@ void pool_worker_running(struct worker *w) {
 
         w->flags &= ~WORKER_BLOCKED;
         w->pool->nr_blocked--;
+        w->pool->counters.wakes++;
         if (worker_counts_running(w))
                 worker_start_counting(w);
 }

@@ -127,6 +127,16 @@ struct worker {
         void *userdata;                 /* the executor's state for current */
 };
 
+/* What the pool did since the daemon started, for `cmwqctl --json pools`
+ * (where the time goes, issue 11): one increment where it happens. */
+struct pool_counters {
+        uint64_t started;               /* work started: exec items, callback grants */
+        uint64_t sleeps;                /* a worker running work seen blocking */
+        uint64_t wakes;                 /* a blocked worker seen running again */
+        uint64_t cm_wakeups;            /* work started because a running worker blocked */
+        uint64_t contended;             /* work queued that had to wait (holders asked to yield) */
+};
+
 struct pool {
         int cpu;                        /* -1: unbound */
         bool highpri;
@@ -144,6 +154,7 @@ struct pool {
          * records say (counted at each grant's end; for display only). */
         unsigned nr_callback_threads;
         uint64_t callbacks_returned;
+        struct pool_counters counters;
         uint64_t last_progress_usec;    /* CLOCK_MONOTONIC, for the watchdog */
         uint64_t watchdog_since_usec;   /* watchdog.c's: work waiting since; 0: none */
         uint64_t watchdog_reported_usec;        /* watchdog.c's: the stall last reported */

@@ -19,9 +19,16 @@
 #   CMWQ_BENCH_CLIENTS=1000    load: concurrent clients (own connection each)
 #   CMWQ_BENCH_CLIENT_ITEMS=100  load: items each client submits before its flush
 #   CMWQ_BENCH_PENDING=1000000 load: items kept pending for the memory figure
-#   CMWQ_BENCH_ONLY=throughput,reaction,idle,load,lib,store   the benchmarks to run
+#   CMWQ_BENCH_ONLY=throughput,reaction,idle,load,lib,services,store   the benchmarks to run
 #   CMWQ_BENCH_LIB_N=100000    empty callbacks per library run
 #   CMWQ_BENCH_MIX_N=10000     block-1-ms-then-compute-100-us items per library run
+#   CMWQ_BENCH_K=8             services: processes at once (a list runs each: 2,8,32)
+#   CMWQ_BENCH_SERVICES_REPS=3 services: repetitions (every runner once per rep, interleaved)
+#   CMWQ_BENCH_SERVICES_RUNNERS=cmwq-bound,glib-n,glib-4n,libuv,cmwq-unbound,cmwq-local
+#   CMWQ_BENCH_SERVICES_MIXES=block,compute,open50,open90
+#   CMWQ_BENCH_SERVICES_N=     services: items per process for every mix (default: block 1000,
+#                              compute 100, open 150, times 8/K)
+#   CMWQ_BENCH_SERVICES_KEEP=FILE  services: keep the raw ROW lines there
 set -eu
 
 if [ $# -lt 1 ] || [ ! -x "$1/cmwqd" ]; then
@@ -35,7 +42,8 @@ BENCH=$BUILD/tests/bench/cmwq-bench
 BLOCKER=$BUILD/tests/bench/blocker
 LOADTOOL=$BUILD/tests/bench/cmwq-load
 LIBBENCH=$BUILD/tests/bench/lib-bench
-for f in "$CMWQD" "$CTL" "$BENCH" "$BLOCKER" "$LOADTOOL" "$LIBBENCH"; do
+SVCBENCH=$BUILD/tests/bench/services-bench
+for f in "$CMWQD" "$CTL" "$BENCH" "$BLOCKER" "$LOADTOOL" "$LIBBENCH" "$SVCBENCH"; do
         [ -x "$f" ] || { echo "$0: $f is not built (make bench builds it)" >&2; exit 2; }
 done
 if [ "$(id -u)" != 0 ]; then
@@ -52,9 +60,14 @@ PROFILE=${CMWQ_BENCH_PROFILE:-0}
 CLIENTS=${CMWQ_BENCH_CLIENTS:-1000}
 CLIENT_ITEMS=${CMWQ_BENCH_CLIENT_ITEMS:-100}
 PENDING=${CMWQ_BENCH_PENDING:-1000000}
-ONLY=${CMWQ_BENCH_ONLY:-throughput,reaction,idle,load,lib,store}
+ONLY=${CMWQ_BENCH_ONLY:-throughput,reaction,idle,load,lib,services,store}
 LIB_N=${CMWQ_BENCH_LIB_N:-100000}
 MIX_N=${CMWQ_BENCH_MIX_N:-10000}
+SVC_K=${CMWQ_BENCH_K:-8}
+SVC_REPS=${CMWQ_BENCH_SERVICES_REPS:-3}
+SVC_RUNNERS=${CMWQ_BENCH_SERVICES_RUNNERS:-cmwq-bound,glib-n,glib-4n,libuv,cmwq-unbound,cmwq-local}
+SVC_MIXES=${CMWQ_BENCH_SERVICES_MIXES:-block,compute,open50,open90}
+SVC_N=${CMWQ_BENCH_SERVICES_N:-}
 NCPU=$(nproc)
 
 TMP=$(mktemp -d /tmp/cmwq-bench-XXXXXX)
@@ -351,6 +364,54 @@ echo " [$MIX_N items that block 1 ms, then compute 100 us (targets: shorter make
 echo "  threads <= max blocked + $NCPU CPUs); bound: queued round-robin over the CPUs]"
 "$LIBBENCH" mix "$DAEMON_SOCK" "$MIX_N"
 stop_daemon "$DAEMON_PID" lib
+fi
+if want services; then
+hr
+echo "6. services: K processes each run N items at once (a start barrier), each on a private pool"
+echo "   (GLib GThreadPool of $NCPU and $((4 * NCPU)) threads, libuv's default pool) or on cmwqd's shared one"
+echo "   (libcmwq-client: 'system' with item i on CPU i mod $NCPU, 'system' on the submitter's CPU,"
+echo "   'system_unbound'); a fresh cmwqd (perf detector) for every cmwq row; $SVC_REPS reps, runners"
+echo "   interleaved in each.  Times in s, latencies in us; see tests/bench/README.md section 6."
+SVC_ROWS=$TMP/services.rows
+: >"$SVC_ROWS"
+svc_header() {
+        printf '  %-13s %8s %7s %5s %6s %8s %8s %7s %7s %7s %6s %8s %8s %8s %8s\n' runner makespan threads ran \
+                maxrun vcsw ivcsw cpu itemcpu cmwqd dwake qs50 qs99 qe50 qe99
+}
+for rep in $(seq 1 "$SVC_REPS"); do
+        for k in ${SVC_K//,/ }; do
+                for mix in ${SVC_MIXES//,/ }; do
+                        if [ -n "$SVC_N" ]; then
+                                n=$SVC_N
+                        else
+                                case $mix in block) n=1000 ;; compute) n=100 ;; *) n=150 ;; esac
+                                n=$((n * 8 / k)); [ "$n" -ge 10 ] || n=10
+                        fi
+                        echo " [rep $rep, K=$k, mix $mix, N=$n per process, load average $(cut -d' ' -f1-3 /proc/loadavg)]"
+                        svc_header
+                        for runner in ${SVC_RUNNERS//,/ }; do
+                                case $runner in
+                                cmwq-*)
+                                        start_daemon "svc-$rep-$k-$mix-$runner" perf
+                                        "$SVCBENCH" "$DAEMON_SOCK" "$DAEMON_PID" "$runner" "$mix" "$k" "$n" "$rep" \
+                                                >"$TMP/svc.out" || { cat "$TMP/svc.out"; exit 1; }
+                                        stop_daemon "$DAEMON_PID" "svc-$rep-$k-$mix-$runner"
+                                        ;;
+                                *)
+                                        "$SVCBENCH" - 0 "$runner" "$mix" "$k" "$n" "$rep" >"$TMP/svc.out" ||
+                                                { cat "$TMP/svc.out"; exit 1; }
+                                        ;;
+                                esac
+                                grep -v '^ROW ' "$TMP/svc.out"
+                                grep '^ROW ' "$TMP/svc.out" | sed "s/\$/ load=$(cut -d' ' -f1 /proc/loadavg)/" >>"$SVC_ROWS"
+                        done
+                done
+        done
+done
+echo " [medians over the reps, and the targets of issue 11 as ratios to the best private pool of the"
+echo "  same K and mix (best: shortest makespan; open loop: lowest p99 queue->end)]"
+awk -f "$(dirname "$0")/services-summary.awk" "$SVC_ROWS"
+[ -z "${CMWQ_BENCH_SERVICES_KEEP:-}" ] || cp "$SVC_ROWS" "$CMWQ_BENCH_SERVICES_KEEP"
 fi
 if want store; then
 hr
