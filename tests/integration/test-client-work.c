@@ -1540,7 +1540,7 @@ END_TEST
 /* ---- the CPU-intensive threshold is per callback ---------------------------- */
 
 /* Short CPU-bound callbacks on one CPU, run back to back by one thread. */
-struct turns {
+struct cpu_turns {
         atomic_int inside;
         atomic_int max_inside;
         atomic_int started;
@@ -1550,13 +1550,13 @@ struct turns {
         sem_t all_done;
 };
 
-struct turn_item {
+struct cpu_turn_item {
         struct cmwq_work work;
-        struct turns *t;
+        struct cpu_turns *t;
 };
 
-static void turn_fn(struct cmwq_work *w) {
-        struct turns *t = cmwq_container_of(w, struct turn_item, work)->t;
+static void cpu_turn_fn(struct cmwq_work *w) {
+        struct cpu_turns *t = cmwq_container_of(w, struct cpu_turn_item, work)->t;
         int in = atomic_fetch_add(&t->inside, 1) + 1;
 
         for (int m = atomic_load(&t->max_inside); in > m && !atomic_compare_exchange_weak(&t->max_inside, &m, in);)
@@ -1573,7 +1573,7 @@ static void turn_fn(struct cmwq_work *w) {
  * of its CPU time. */
 struct long_item {
         struct cmwq_work work;
-        struct turns *t;
+        struct cpu_turns *t;
         atomic_int saw_others;
         sem_t done;
 };
@@ -1600,7 +1600,7 @@ struct queuer {
         struct cmwq_work work;
         struct cmwq_workqueue *wq;
         struct long_item *first;        /* or NULL */
-        struct turn_item *items;
+        struct cpu_turn_item *items;
         int n;
         atomic_int queued;
 };
@@ -1653,14 +1653,14 @@ static void two_threads_on_cpu0(struct cmwq *c) {
 START_TEST(test_short_cpu_bound_callbacks_take_turns) {
         struct cmwq *c = connect_ok(&d);
         struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
-        struct turns t = { .n = TURN_ITEMS, .spin_ns = 3000000 };
-        struct turn_item items[TURN_ITEMS];
+        struct cpu_turns t = { .n = TURN_ITEMS, .spin_ns = 3000000 };
+        struct cpu_turn_item items[TURN_ITEMS];
         struct queuer q = { .wq = wq, .items = items, .n = TURN_ITEMS };
 
         two_threads_on_cpu0(c);
         ck_assert_int_eq(sem_init(&t.all_done, 0, 0), 0);
         for (int i = 0; i < TURN_ITEMS; i++) {
-                CMWQ_WORK_INIT(&items[i].work, turn_fn);
+                CMWQ_WORK_INIT(&items[i].work, cpu_turn_fn);
                 items[i].t = &t;
         }
         CMWQ_WORK_INIT(&q.work, queuer_fn);
@@ -1696,15 +1696,15 @@ START_TEST(test_items_after_a_cpu_intensive_one_count_again) {
 
         two_threads_on_cpu0(c);
         for (int try = 0; try < 3; try++) {
-                struct turns t = { .n = AFTER_LONG_ITEMS, .spin_ns = 3000000 };
-                struct turn_item items[AFTER_LONG_ITEMS];
+                struct cpu_turns t = { .n = AFTER_LONG_ITEMS, .spin_ns = 3000000 };
+                struct cpu_turn_item items[AFTER_LONG_ITEMS];
                 struct long_item l = { .t = &t };
                 struct queuer q = { .wq = wq, .first = &l, .items = items, .n = AFTER_LONG_ITEMS };
 
                 ck_assert_int_eq(sem_init(&t.all_done, 0, 0), 0);
                 ck_assert_int_eq(sem_init(&l.done, 0, 0), 0);
                 for (int i = 0; i < AFTER_LONG_ITEMS; i++) {
-                        CMWQ_WORK_INIT(&items[i].work, turn_fn);
+                        CMWQ_WORK_INIT(&items[i].work, cpu_turn_fn);
                         items[i].t = &t;
                 }
                 CMWQ_WORK_INIT(&l.work, long_fn);
