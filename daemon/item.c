@@ -784,12 +784,12 @@ int core_item_get(struct core *c, const struct core_caller *caller, uint64_t id,
                   struct core_error *e) {
         struct item *i = core_item_lookup(c, id);
 
-        if (!i)
+        /* Another user's item gets the very answer an unknown id gets, so
+         * that nobody learns which ids exist (as workqueue names). */
+        if (!i || (i->uid != caller->uid && !caller_is_privileged(caller)))
                 return core_error_set(e, -ENOENT,
                                       "no work item %" PRIu64 " (finished items are kept for the last %" PRIu64 " per user)",
                                       id, c->config.limits.value[LIMIT_HISTORY]);
-        if (i->uid != caller->uid && !caller_is_privileged(caller))
-                return core_error_set(e, -EPERM, "work item %" PRIu64 " belongs to another user", id);
         *ret = i;
         return 0;
 }
