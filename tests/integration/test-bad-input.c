@@ -1314,6 +1314,15 @@ START_TEST(test_connections_per_user) {
         cmwq__response__free_unpacked(resp, NULL);
         assert_closed(extra, "a connection over the limit");
         close(extra);
+        /* ... at once, without waiting for a Hello: nothing is kept of it. */
+        extra = connect_as_nobody();
+        resp = recv_response(extra);
+        ck_assert_msg(resp, "a connection over the limit waited for its Hello");
+        ck_assert_int_eq(resp->error, CMWQ__ERROR__LIMIT_EXCEEDED);
+        ck_assert_str_eq(resp->message, "per-user limit 'connections' (3) reached for uid 65534");
+        cmwq__response__free_unpacked(resp, NULL);
+        assert_closed(extra, "a connection over the limit, without Hello");
+        close(extra);
 
         /* ... and by cmwqctl, in one line, exit 1. */
         CTL_AS(&d, 65534, &r, "list");
