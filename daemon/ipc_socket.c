@@ -107,6 +107,12 @@ static char *ipc_socket_bound_path(int fd) {
         return strndup(sa.sun_path, n);
 }
 
+/* Replies waiting for @c to read them, or for the state log, fill its
+ * share: its requests wait. */
+static bool ipc_client_backpressured(struct ipc_client *c) {
+        return evbuffer_get_length(c->out) + evbuffer_get_length(c->held) >= IPC_CLIENT_BACKLOG_MAX;
+}
+
 static void ipc_client_update_events(struct ipc_client *c) {
         size_t pending = evbuffer_get_length(c->out);
 
@@ -124,10 +130,15 @@ static void ipc_client_update_events(struct ipc_client *c) {
                 event_active(c->write_event, EV_WRITE, 0);
         else
                 event_del(c->write_event);
-        if (c->closing || c->eof || pending > IPC_CLIENT_OUTPUT_MAX / 2)
+        /* Nothing more is read while requests wait in c->in, or while its
+         * replies are not read; those that wait are taken up on a later
+         * turn once their replies have gone. */
+        if (c->closing || c->eof || c->in_backlog || ipc_client_backpressured(c))
                 event_del(c->read_event);
         else
                 event_add(c->read_event, NULL);
+        if (c->in_backlog && !c->closing && !ipc_client_backpressured(c))
+                event_active(c->resume, 0, 0);
 }
 
 /* Counts the replies queued for @c to its uid (limit 'reply-bytes'). */
@@ -325,6 +336,9 @@ static int ipc_client_greet(struct ipc_client *c, Cmwq__Request *req) {
 /* Decodes every whole frame in the input buffer.  Returns -errno once the
  * connection is to be dropped. */
 static int ipc_client_process_input(struct ipc_client *c, bool *ret_progress) {
+        unsigned taken = 0;
+
+        c->in_backlog = false;
         while (!c->closing) {
                 size_t avail = evbuffer_get_length(c->in), frame_len;
                 uint32_t payload_len;
@@ -334,6 +348,12 @@ static int ipc_client_process_input(struct ipc_client *c, bool *ret_progress) {
 
                 if (avail < CMWQ_FRAME_HEADER_SIZE)
                         return 0;
+                /* Its share of this turn, or of queued replies, is used up:
+                 * the rest waits (ipc_client_resume()). */
+                if (taken >= IPC_CLIENT_REQUESTS_PER_TURN || ipc_client_backpressured(c)) {
+                        c->in_backlog = true;
+                        return 0;
+                }
                 /* The size is judged on the header alone, before we keep more. */
                 data = evbuffer_pullup(c->in, CMWQ_FRAME_HEADER_SIZE);
                 r = frame_parse(data, CMWQ_FRAME_HEADER_SIZE, CMWQ_FRAME_MAX_PAYLOAD, &payload_len, &frame_len);
@@ -349,6 +369,7 @@ static int ipc_client_process_input(struct ipc_client *c, bool *ret_progress) {
                 req = cmwq__request__unpack(NULL, payload_len, data + CMWQ_FRAME_HEADER_SIZE);
                 evbuffer_drain(c->in, frame_len);
                 *ret_progress = true;
+                taken++;
                 if (!req) {
                         ipc_client_send_error(c, 0, -EBADMSG, "malformed request", true);
                         return -EBADMSG;
@@ -381,7 +402,7 @@ static void ipc_client_deadline(evutil_socket_t fd, short what, void *userdata) 
 
         /* Input waits because we stopped reading (its replies are not
          * read): that stall is not the client's slow frame. */
-        if (c->greeted && evbuffer_get_length(c->out) > IPC_CLIENT_OUTPUT_MAX / 2) {
+        if (c->greeted && (c->in_backlog || ipc_client_backpressured(c))) {
                 ipc_client_arm_deadline(c);
                 return;
         }
@@ -398,8 +419,11 @@ static void ipc_client_deadline(evutil_socket_t fd, short what, void *userdata) 
  * noticed when its reply cannot be written.) */
 static bool ipc_client_peer_gone(int fd) {
         struct pollfd p = { .fd = fd, .events = POLLOUT };
+        int n = poll(&p, 1, 0);
 
-        return poll(&p, 1, 0) != 1 || (p.revents & (POLLHUP | POLLERR));
+        /* Not writable is not gone: a client that half-closed and has not
+         * read its replies yet fills its side. */
+        return n < 0 || (n == 1 && (p.revents & (POLLHUP | POLLERR)));
 }
 
 /* Reads what the client sent into c->in.  Returns the bytes read, 0 at EOF,
@@ -432,6 +456,16 @@ static ssize_t ipc_client_recv(struct ipc_client *c) {
         return n;
 }
 
+static void ipc_client_input_done(struct ipc_client *c, bool progress) {
+        /* The deadline runs from connect until Hello, and from the start of
+         * any frame until its end; whole frames keep a busy client alive. */
+        if (c->greeted && evbuffer_get_length(c->in) == 0)
+                evtimer_del(c->deadline);
+        else if (c->greeted && (progress || !evtimer_pending(c->deadline, NULL)))
+                ipc_client_arm_deadline(c);
+        ipc_client_update_events(c);
+}
+
 static void ipc_client_readable(evutil_socket_t fd, short what, void *userdata) {
         struct ipc_client *c = userdata;
         bool progress = false;
@@ -462,14 +496,19 @@ static void ipc_client_readable(evutil_socket_t fd, short what, void *userdata) 
                 return;
         }
         (void) ipc_client_process_input(c, &progress);
+        ipc_client_input_done(c, progress);
+}
 
-        /* The deadline runs from connect until Hello, and from the start of
-         * any frame until its end; whole frames keep a busy client alive. */
-        if (c->greeted && evbuffer_get_length(c->in) == 0)
-                evtimer_del(c->deadline);
-        else if (c->greeted && (progress || !evtimer_pending(c->deadline, NULL)))
-                ipc_client_arm_deadline(c);
-        ipc_client_update_events(c);
+/* Requests left waiting by backpressure, or by the per-turn share, are
+ * taken up. */
+static void ipc_client_resume(evutil_socket_t fd, short what, void *userdata) {
+        struct ipc_client *c = userdata;
+        bool progress = false;
+
+        if (!c->in_backlog || c->closing)
+                return;
+        (void) ipc_client_process_input(c, &progress);
+        ipc_client_input_done(c, progress);
 }
 
 /* Sends the file descriptors waiting for the byte at the head of c->out,
@@ -553,6 +592,8 @@ static void ipc_client_free(struct ipc_client *c) {
                 core_user_disconnect(c->server->core, c->caller.uid);
         if (c->deadline)
                 event_free(c->deadline);
+        if (c->resume)
+                event_free(c->resume);
         if (c->read_event)
                 event_free(c->read_event);
         if (c->write_event)
@@ -716,7 +757,8 @@ int ipc_server_add_client(struct ipc_server *s, int cfd, struct ipc_client **ret
         c->read_event = event_new(s->base, cfd, EV_READ | EV_PERSIST, ipc_client_readable, c);
         c->write_event = event_new(s->base, cfd, EV_WRITE | EV_PERSIST, ipc_client_writable, c);
         c->deadline = evtimer_new(s->base, ipc_client_deadline, c);
-        if (!c->in || !c->out || !c->held || !c->read_event || !c->write_event || !c->deadline) {
+        c->resume = event_new(s->base, -1, 0, ipc_client_resume, c);
+        if (!c->in || !c->out || !c->held || !c->read_event || !c->write_event || !c->deadline || !c->resume) {
                 ipc_client_free(c);
                 return -ENOMEM;
         }

@@ -13,6 +13,11 @@
  * so that idle connections cannot pin slots.  A client that shuts down its
  * sending side still gets the replies to everything it sent, including
  * those that wait; the connection closes after the last one.
+ *
+ * Backpressure: a connection's requests are decoded only while its queued
+ * replies are under IPC_CLIENT_BACKLOG_MAX, and at most
+ * IPC_CLIENT_REQUESTS_PER_TURN per turn of the loop; the rest wait in its
+ * input buffer (and the socket) until it reads.
  */
 
 #include <stdbool.h>
@@ -32,8 +37,17 @@ struct evbuffer;
 struct ipc_server;
 
 /* A client may have this many replies queued (bytes) before it is dropped
- * for not reading them. */
+ * for not reading them: the replies to requests that wait (wait, flush),
+ * which come when their item ends, whatever the client reads. */
 #define IPC_CLIENT_OUTPUT_MAX (32u * 1024u * 1024u)
+/* Backpressure: while this many bytes of replies wait to be sent to a
+ * client (or for the state log), no further request of its is taken; it is
+ * served again as it reads.  One that pipelines requests and never reads
+ * costs the daemon this much, plus one reply, and no CPU. */
+#define IPC_CLIENT_BACKLOG_MAX (1024u * 1024u)
+/* Requests taken from one connection per turn of the event loop: the
+ * others get their turn between. */
+#define IPC_CLIENT_REQUESTS_PER_TURN 64u
 /* Requests that wait (wait, flush, drain, ...) one client may have open. */
 #define IPC_CLIENT_CALLS_MAX 4096u
 #define IPC_CLIENTS_MAX 4096u
@@ -60,6 +74,8 @@ struct ipc_client {
         bool greeted;           /* Hello received */
         bool closing;           /* close once the output is flushed */
         bool eof;               /* the client shut down its sending side */
+        bool in_backlog;        /* requests wait in @in for their turn (backpressure) */
+        struct event *resume;   /* takes them up on a later turn */
         bool privileged;        /* root or the daemon's uid: may take a reserved slot */
         bool counted;           /* holds one of its uid's 'connections' */
         struct user_usage *usage;       /* its uid's, while counted */
