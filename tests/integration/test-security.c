@@ -752,6 +752,60 @@ static long item_nice(const char *out) {
         return strtol(p, NULL, 10);
 }
 
+/* Issue 12: a built-in queue's max_active is each user's.  uid 65534 fills
+ * it with items that cannot end until the test opens a gate; uid 65533's
+ * item on the same queue (and CPU) starts and ends meanwhile, while the
+ * first user's items over max_active still wait, as the kernel's rules say
+ * for a user alone. */
+START_TEST(test_builtin_queue_max_active_is_each_users) {
+        enum { MAX_ACTIVE = 4, HELD = MAX_ACTIVE + 2 };
+        static const char *const queues[] = { "system_unbound", "system" };
+        char gate[400], script[600];
+
+        test_path(&d, "gate", gate, sizeof(gate));
+        snprintf(script, sizeof(script), "while [ ! -e '%s' ]; do sleep 0.05; done", gate);
+        for (size_t q = 0; q < sizeof(queues) / sizeof(queues[0]); q++) {
+                char *held[HELD], *other, *state, *out;
+
+                unlink(gate);
+                free(CTL_OK(&d, "set-max-active", queues[q], "4"));
+                for (int k = 0; k < HELD; k++)
+                        held[k] = CTL_AS_OK(USER_UID, "submit", queues[q], "--cpu", "0", "--", "/bin/sh", "-c",
+                                            script);
+                for (int k = 0; k < MAX_ACTIVE; k++)
+                        wait_for_state(USER_UID, held[k], "running");
+                for (int k = MAX_ACTIVE; k < HELD; k++) {
+                        state = item_state(USER_UID, held[k]);
+                        ck_assert_msg(strcmp(state, "inactive") == 0, "%s: uid %d's item %d over max_active is %s",
+                                      queues[q], USER_UID, k + 1, state);
+                        free(state);
+                }
+
+                /* The other user's item runs to its end while they wait. */
+                other = CTL_AS_OK(OTHER_UID, "submit", queues[q], "--cpu", "0", "--", "/bin/sh", "-c", "id -u");
+                wait_for_state(OTHER_UID, other, "finished");
+                out = CTL_AS_OK(OTHER_UID, "submit", queues[q], "--cpu", "0", "--wait", "--", "/bin/sh", "-c",
+                                "id -u");
+                ck_assert_str_eq(out, "65533");
+                free(out);
+                for (int k = MAX_ACTIVE; k < HELD; k++) {
+                        state = item_state(USER_UID, held[k]);
+                        ck_assert_msg(strcmp(state, "inactive") == 0, "%s: uid %d's item %d is %s", queues[q],
+                                      USER_UID, k + 1, state);
+                        free(state);
+                }
+
+                /* And the first user's all run once the gate opens. */
+                write_file(gate, "", 0644);
+                for (int k = 0; k < HELD; k++) {
+                        free(CTL_AS_OK(USER_UID, "wait", held[k]));
+                        free(held[k]);
+                }
+                free(other);
+        }
+}
+END_TEST
+
 START_TEST(test_builtin_queues_are_shared_but_not_administered_by_users) {
         static const char *const builtins[] = { "system",           "system_highpri",   "system_long",
                                                 "system_unbound",   "system_freezable", "system_freezable_unbound" };
@@ -827,6 +881,7 @@ int main(void) {
         tcase_add_test(tc, test_user_cannot_see_roots_items);
         tcase_add_test(tc, test_work_keys_on_shared_queues_are_per_user);
         tcase_add_test(tc, test_builtin_queues_are_shared_but_not_administered_by_users);
+        tcase_add_test(tc, test_builtin_queue_max_active_is_each_users);
         tcase_add_test(tc, test_cwd_the_user_cannot_enter);
         tcase_add_test(tc, test_plugin_path_tricks);
         tcase_add_test(tc, test_item_gets_no_daemon_rlimit_or_keyring);
