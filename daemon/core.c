@@ -199,6 +199,7 @@ int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_c
                 }
                 core_find_workqueue(c, owner.uid, builtin_workqueues[i].name)->builtin = true;
         }
+        core_number_builtin_pwqs(c);
 
         *ret = c;
         return 0;

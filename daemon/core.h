@@ -129,6 +129,8 @@ struct item {
         enum item_state state;
         struct pool_work work;          /* on a pool worklist or its pwq's inactive list */
         struct pwq *pwq;
+        struct pwq_share *share;        /* while queued: the max_active it counts against */
+        struct list_head share_entry;   /* share->inactive, while inactive */
         struct list_head inflight_entry;        /* wq->inflight: queued, not finished */
         struct list_head wq_entry;              /* wq->items: every unfinished item */
         struct list_head history_entry;
@@ -202,13 +204,25 @@ struct workqueue_stats {
         uint64_t watchdog;              /* stalls of a pool this queue's items waited on */
 };
 
+/* What counts against a queue's max_active on one pwq.  A queue's items
+ * share the pwq's own; on a built-in queue, which every user shares, each
+ * uid has a share of its own (struct user_usage), so that each user gets
+ * the queue's max_active as if the queue were its own: one user's items,
+ * however many and however long they sleep, never hold another's back. */
+struct pwq_share {
+        unsigned nr_active;             /* pending on the pool or running */
+        struct list_head inactive;      /* struct item, share_entry: waiting, in order */
+};
+
 /* A workqueue's slot in one pool: the kernel's pool_workqueue. */
 struct pwq {
         struct workqueue *wq;
         struct pool *pool;
-        unsigned nr_active;             /* pending on the pool or running */
+        unsigned nr_active;             /* pending on the pool or running, all shares */
         unsigned nr_running;            /* running now */
-        struct list_head inactive;      /* over max_active or frozen, in order */
+        struct list_head inactive;      /* over max_active or frozen, all shares, in order */
+        struct pwq_share shared;        /* the share of every item but those of built-in queues */
+        size_t share_index;             /* built-in queues: its slot in user_usage.builtin_shares */
 };
 
 /* A client with callback work (callback.c) that may still be running
@@ -286,6 +300,7 @@ struct core {
         struct list_head history;       /* finished, oldest first */
         unsigned nr_history;
         struct user_table users;        /* what each uid holds (user_limits.h) */
+        size_t nr_builtin_pwqs;         /* the pwqs of the built-in queues: each user's shares */
         struct list_head freezers;      /* waiting for frozen queues to go idle */
         struct event *freeze_timer;
         struct event *watchdog_timer;   /* armed only while work waits */
@@ -423,8 +438,15 @@ struct pool *core_pool_for(struct core *c, int cpu, bool highpri);
 struct item *core_item_lookup(struct core *c, uint64_t id);
 void core_item_hash(struct core *c, struct item *i);
 void core_item_unhash(struct core *c, struct item *i);
+/* Puts a queued item on its pwq, active or inactive. */
 void workqueue_item_activate(struct item *i);
+/* An active item left its pwq (ran, or was cancelled while pending). */
 void workqueue_item_finished(struct item *i);
+/* An inactive item leaves its pwq (cancelled, or the daemon stops). */
+void workqueue_item_unqueue(struct item *i);
+/* After the built-in queues were made: each of their pwqs gets its slot
+ * in every user's shares. */
+void core_number_builtin_pwqs(struct core *c);
 void workqueue_check_waiters(struct workqueue *wq);
 /* Completes the freezes whose queues have nothing running any more. */
 void core_check_freezers(struct core *c);

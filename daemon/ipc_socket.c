@@ -38,10 +38,27 @@
 #endif
 #include "ipc_socket.h"
 #include "log.h"
+#include "log_ratelimit.h"
 #include "util.h"
 
 #define IPC_READ_CHUNK 65536
 #define IPC_ACCEPT_PAUSE_USEC (100 * USEC_PER_MSEC)
+/* Connections taken per wake-up of the listening socket. */
+#define IPC_ACCEPT_BATCH 64
+/* What one uid's connections can make the daemon log again and again is
+ * logged once per uid, kind and interval, with a count of the rest. */
+#define IPC_LOG_INTERVAL_USEC (10 * USEC_PER_SEC)
+
+enum ipc_log_kind {
+        IPC_LOG_REFUSED,        /* over 'connections', or no slot */
+        IPC_LOG_NO_HELLO,
+        IPC_LOG_STALLED,        /* a started frame not completed */
+        IPC_LOG_UNREAD,         /* replies not read */
+        IPC_LOG_DROPPED,        /* a protocol error */
+};
+
+#define ipc_log_limited(s, uid, kind, level, ...) \
+        log_ratelimit_log((s)->log_limit, (uint64_t) (kind) << 32 | (uint32_t) (uid), level, __VA_ARGS__)
 
 struct ipc_server {
         struct event_base *base;
@@ -54,6 +71,8 @@ struct ipc_server {
         struct event *accept_pause;
         struct list_head clients;
         unsigned nr_clients;
+        unsigned nr_unprivileged;       /* of those, not c->privileged */
+        struct log_ratelimit *log_limit;
         struct callback_registry *callbacks;    /* made on first use */
         struct store *store;
         struct store_listener store_listener;
@@ -104,6 +123,12 @@ static char *ipc_socket_bound_path(int fd) {
         return strndup(sa.sun_path, n);
 }
 
+/* Replies waiting for @c to read them, or for the state log, fill its
+ * share: its requests wait. */
+static bool ipc_client_backpressured(struct ipc_client *c) {
+        return evbuffer_get_length(c->out) + evbuffer_get_length(c->held) >= IPC_CLIENT_BACKLOG_MAX;
+}
+
 static void ipc_client_update_events(struct ipc_client *c) {
         size_t pending = evbuffer_get_length(c->out);
 
@@ -121,10 +146,15 @@ static void ipc_client_update_events(struct ipc_client *c) {
                 event_active(c->write_event, EV_WRITE, 0);
         else
                 event_del(c->write_event);
-        if (c->closing || c->eof || pending > IPC_CLIENT_OUTPUT_MAX / 2)
+        /* Nothing more is read while requests wait in c->in, or while its
+         * replies are not read; those that wait are taken up on a later
+         * turn once their replies have gone. */
+        if (c->closing || c->eof || c->in_backlog || ipc_client_backpressured(c))
                 event_del(c->read_event);
         else
                 event_add(c->read_event, NULL);
+        if (c->in_backlog && !c->closing && !ipc_client_backpressured(c))
+                event_active(c->resume, 0, 0);
 }
 
 /* Counts the replies queued for @c to its uid (limit 'reply-bytes'). */
@@ -140,7 +170,8 @@ static void ipc_client_account_output(struct ipc_client *c) {
 /* Drops a client whose replies pile up unread: nothing more is queued for
  * it, and what is queued goes. */
 static int ipc_client_drop_unread(struct ipc_client *c, const char *why) {
-        log_warning("Client pid %d uid %u %s; dropping it", (int) c->caller.pid, (unsigned) c->caller.uid, why);
+        ipc_log_limited(c->server, c->caller.uid, IPC_LOG_UNREAD, LOG_WARNING, "Client pid %d uid %u %s; dropping it",
+                        (int) c->caller.pid, (unsigned) c->caller.uid, why);
         c->closing = true;
         evbuffer_drain(c->out, evbuffer_get_length(c->out));
         evbuffer_drain(c->held, evbuffer_get_length(c->held));
@@ -278,8 +309,8 @@ void ipc_client_send_error(struct ipc_client *c, uint64_t id, int error, const c
         resp.message = (char *) message;
         (void) ipc_client_send(c, &resp);
         if (fatal) {
-                log_info("Dropping client pid %d uid %u: %s", (int) c->caller.pid, (unsigned) c->caller.uid,
-                         message);
+                ipc_log_limited(c->server, c->caller.uid, IPC_LOG_DROPPED, LOG_INFO, "Dropping client pid %d uid %u: %s",
+                                (int) c->caller.pid, (unsigned) c->caller.uid, message);
                 c->closing = true;
                 ipc_client_update_events(c);
         }
@@ -291,12 +322,6 @@ static int ipc_client_greet(struct ipc_client *c, Cmwq__Request *req) {
         Cmwq__HelloReply hello = CMWQ__HELLO_REPLY__INIT;
         char msg[128];
 
-        if (c->refusal < 0) {
-                /* As the answer to its Hello, so that the client reads it
-                 * rather than finds the connection closed under its write. */
-                ipc_client_send_error(c, req->id, c->refusal, c->refusal_message, true);
-                return c->refusal;
-        }
         if (req->body_case != CMWQ__REQUEST__BODY_HELLO) {
                 ipc_client_send_error(c, req->id, -EPROTO, "the first request must be Hello", true);
                 return -EPROTO;
@@ -323,6 +348,9 @@ static int ipc_client_greet(struct ipc_client *c, Cmwq__Request *req) {
 /* Decodes every whole frame in the input buffer.  Returns -errno once the
  * connection is to be dropped. */
 static int ipc_client_process_input(struct ipc_client *c, bool *ret_progress) {
+        unsigned taken = 0;
+
+        c->in_backlog = false;
         while (!c->closing) {
                 size_t avail = evbuffer_get_length(c->in), frame_len;
                 uint32_t payload_len;
@@ -332,6 +360,12 @@ static int ipc_client_process_input(struct ipc_client *c, bool *ret_progress) {
 
                 if (avail < CMWQ_FRAME_HEADER_SIZE)
                         return 0;
+                /* Its share of this turn, or of queued replies, is used up:
+                 * the rest waits (ipc_client_resume()). */
+                if (taken >= IPC_CLIENT_REQUESTS_PER_TURN || ipc_client_backpressured(c)) {
+                        c->in_backlog = true;
+                        return 0;
+                }
                 /* The size is judged on the header alone, before we keep more. */
                 data = evbuffer_pullup(c->in, CMWQ_FRAME_HEADER_SIZE);
                 r = frame_parse(data, CMWQ_FRAME_HEADER_SIZE, CMWQ_FRAME_MAX_PAYLOAD, &payload_len, &frame_len);
@@ -347,6 +381,7 @@ static int ipc_client_process_input(struct ipc_client *c, bool *ret_progress) {
                 req = cmwq__request__unpack(NULL, payload_len, data + CMWQ_FRAME_HEADER_SIZE);
                 evbuffer_drain(c->in, frame_len);
                 *ret_progress = true;
+                taken++;
                 if (!req) {
                         ipc_client_send_error(c, 0, -EBADMSG, "malformed request", true);
                         return -EBADMSG;
@@ -379,13 +414,14 @@ static void ipc_client_deadline(evutil_socket_t fd, short what, void *userdata) 
 
         /* Input waits because we stopped reading (its replies are not
          * read): that stall is not the client's slow frame. */
-        if (c->greeted && evbuffer_get_length(c->out) > IPC_CLIENT_OUTPUT_MAX / 2) {
+        if (c->greeted && (c->in_backlog || ipc_client_backpressured(c))) {
                 ipc_client_arm_deadline(c);
                 return;
         }
-        log_info("Dropping client pid %d uid %u: %s within %" PRIu64 " s", (int) c->caller.pid,
-                 (unsigned) c->caller.uid, c->greeted ? "a started request was not completed" : "no Hello",
-                 c->server->core->config.limits.value[LIMIT_HELLO_TIMEOUT]);
+        ipc_log_limited(c->server, c->caller.uid, c->greeted ? IPC_LOG_STALLED : IPC_LOG_NO_HELLO, LOG_INFO,
+                        "Dropping client pid %d uid %u: %s within %" PRIu64 " s", (int) c->caller.pid,
+                        (unsigned) c->caller.uid, c->greeted ? "a started request was not completed" : "no Hello",
+                        c->server->core->config.limits.value[LIMIT_HELLO_TIMEOUT]);
         ipc_client_free(c);
 }
 
@@ -395,8 +431,11 @@ static void ipc_client_deadline(evutil_socket_t fd, short what, void *userdata) 
  * noticed when its reply cannot be written.) */
 static bool ipc_client_peer_gone(int fd) {
         struct pollfd p = { .fd = fd, .events = POLLOUT };
+        int n = poll(&p, 1, 0);
 
-        return poll(&p, 1, 0) != 1 || (p.revents & (POLLHUP | POLLERR));
+        /* Not writable is not gone: a client that half-closed and has not
+         * read its replies yet fills its side. */
+        return n < 0 || (n == 1 && (p.revents & (POLLHUP | POLLERR)));
 }
 
 /* Reads what the client sent into c->in.  Returns the bytes read, 0 at EOF,
@@ -429,6 +468,16 @@ static ssize_t ipc_client_recv(struct ipc_client *c) {
         return n;
 }
 
+static void ipc_client_input_done(struct ipc_client *c, bool progress) {
+        /* The deadline runs from connect until Hello, and from the start of
+         * any frame until its end; whole frames keep a busy client alive. */
+        if (c->greeted && evbuffer_get_length(c->in) == 0)
+                evtimer_del(c->deadline);
+        else if (c->greeted && (progress || !evtimer_pending(c->deadline, NULL)))
+                ipc_client_arm_deadline(c);
+        ipc_client_update_events(c);
+}
+
 static void ipc_client_readable(evutil_socket_t fd, short what, void *userdata) {
         struct ipc_client *c = userdata;
         bool progress = false;
@@ -459,14 +508,19 @@ static void ipc_client_readable(evutil_socket_t fd, short what, void *userdata) 
                 return;
         }
         (void) ipc_client_process_input(c, &progress);
+        ipc_client_input_done(c, progress);
+}
 
-        /* The deadline runs from connect until Hello, and from the start of
-         * any frame until its end; whole frames keep a busy client alive. */
-        if (c->greeted && evbuffer_get_length(c->in) == 0)
-                evtimer_del(c->deadline);
-        else if (c->greeted && (progress || !evtimer_pending(c->deadline, NULL)))
-                ipc_client_arm_deadline(c);
-        ipc_client_update_events(c);
+/* Requests left waiting by backpressure, or by the per-turn share, are
+ * taken up. */
+static void ipc_client_resume(evutil_socket_t fd, short what, void *userdata) {
+        struct ipc_client *c = userdata;
+        bool progress = false;
+
+        if (!c->in_backlog || c->closing)
+                return;
+        (void) ipc_client_process_input(c, &progress);
+        ipc_client_input_done(c, progress);
 }
 
 /* Sends the file descriptors waiting for the byte at the head of c->out,
@@ -542,12 +596,16 @@ static void ipc_client_free(struct ipc_client *c) {
         core_conn_owner_release(&c->owned);
         list_del_init(&c->entry);
         c->server->nr_clients--;
+        if (!c->privileged)
+                c->server->nr_unprivileged--;
         if (c->usage)
                 c->usage->reply_bytes -= c->out_charged;
         if (c->counted)
                 core_user_disconnect(c->server->core, c->caller.uid);
         if (c->deadline)
                 event_free(c->deadline);
+        if (c->resume)
+                event_free(c->resume);
         if (c->read_event)
                 event_free(c->read_event);
         if (c->write_event)
@@ -561,25 +619,15 @@ static void ipc_client_free(struct ipc_client *c) {
         if (c->fd >= 0)
                 close(c->fd);
         free(c->groups);
-        free(c->refusal_message);
         free(c);
 }
 
-static int ipc_client_read_credentials(struct ipc_client *c) {
-        struct ucred cred;
-        socklen_t len = sizeof(cred);
+static int ipc_client_read_groups(struct ipc_client *c) {
         gid_t *groups = NULL;
-
-        if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
-                return -errno;
-        c->caller.uid = cred.uid;
-        c->caller.gid = cred.gid;
-        c->caller.pid = cred.pid;
-        c->owned.pid = cred.pid;
+        socklen_t len = 0;
 
         /* Supplementary groups, so that items run with exactly the
          * submitter's groups.  The kernel says how much room it needs. */
-        len = 0;
         if (getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, NULL, &len) < 0 && errno != ERANGE)
                 return -errno;
         if (len > 0) {
@@ -605,53 +653,113 @@ static void ipc_server_resume_accept(evutil_socket_t fd, short what, void *userd
 
 static void ipc_server_accept(evutil_socket_t fd, short what, void *userdata) {
         struct ipc_server *s = userdata;
-        int cfd;
 
-        cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (cfd < 0) {
-                if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                        /* Out of fds: pause instead of spinning on a listening
-                         * socket that stays readable. */
-                        struct timeval tv = timeval_from_usec(IPC_ACCEPT_PAUSE_USEC);
-                        log_warning_errno(-errno, "Cannot accept clients: %m; pausing");
-                        event_del(s->accept_event);
-                        evtimer_add(s->accept_pause, &tv);
+        for (int n = 0; n < IPC_ACCEPT_BATCH; n++) {
+                int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+                if (cfd < 0) {
+                        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                                /* Out of fds: pause instead of spinning on a
+                                 * listening socket that stays readable. */
+                                struct timeval tv = timeval_from_usec(IPC_ACCEPT_PAUSE_USEC);
+                                log_warning_errno(-errno, "Cannot accept clients: %m; pausing");
+                                event_del(s->accept_event);
+                                evtimer_add(s->accept_pause, &tv);
+                        }
+                        return;
                 }
-                return;
+                (void) ipc_server_add_client(s, cfd, NULL);
         }
-        if (s->nr_clients >= IPC_CLIENTS_MAX) {
-                log_warning("Refusing a client: %u clients connected", s->nr_clients);
-                close(cfd);
-                return;
-        }
+}
 
-        (void) ipc_server_add_client(s, cfd, NULL);
+/* Answers a connection that is not taken with one error frame and closes
+ * it: a refused client costs nothing after this.  The frame's id is 0 (its
+ * Hello is not read); a fresh socket's buffer takes it whole. */
+static int ipc_server_refuse(struct ipc_server *s, int fd, const struct core_caller *caller, int error,
+                             const char *message) {
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        uint8_t frame[CMWQ_FRAME_HEADER_SIZE + 512];
+        size_t len;
+
+        resp.error = errno_to_protocol_error(error);
+        resp.message = (char *) message;
+        len = cmwq__response__get_packed_size(&resp);
+        if (len <= sizeof(frame) - CMWQ_FRAME_HEADER_SIZE) {
+                frame_header_encode(frame, (uint32_t) len);
+                cmwq__response__pack(&resp, frame + CMWQ_FRAME_HEADER_SIZE);
+                (void) send(fd, frame, CMWQ_FRAME_HEADER_SIZE + len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        }
+        ipc_log_limited(s, caller->uid, IPC_LOG_REFUSED, LOG_INFO, "Refusing client pid %d uid %u: %s",
+                        (int) caller->pid, (unsigned) caller->uid, message);
+        close(fd);
+        return error;
 }
 
 int ipc_server_add_client(struct ipc_server *s, int cfd, struct ipc_client **ret) {
+        struct core_caller caller = {};
         struct core_error e = {};
         struct ipc_client *c;
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+        bool privileged;
         int r;
+
+        if (ret)
+                *ret = NULL;
+        /* cmwqd takes no file descriptor from a client: refused at the
+         * sender (Linux 6.16), rather than received and closed here, where
+         * closing one can block (see callback_shm.h). */
+        (void) setsockopt(cfd, SOL_SOCKET, SO_PASSRIGHTS, &(int) { 0 }, sizeof(int));
+        if (getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+                r = log_warning_errno(-errno, "Cannot read a client's credentials: %m");
+                close(cfd);
+                return r;
+        }
+        caller.uid = cred.uid;
+        caller.gid = cred.gid;
+        caller.pid = cred.pid;
+
+        /* Judged on the kernel's word for the peer's uid, before anything
+         * is kept for it: a user's connections beyond its own limit are
+         * refused here and take no slot from anybody. */
+        if (s->user_mode && caller.uid != getuid())
+                return ipc_server_refuse(s, cfd, &caller, -EPERM, "this is another user's cmwqd instance");
+        r = core_user_connect(s->core, &caller, &e);
+        if (r < 0)
+                return ipc_server_refuse(s, cfd, &caller, r, e.message);
+        privileged = caller_is_privileged(&caller);
+        if (s->nr_clients >= IPC_CLIENTS_MAX ||
+            (!privileged && s->nr_unprivileged >= IPC_CLIENTS_MAX - IPC_CLIENTS_RESERVED)) {
+                char msg[128];
+
+                core_user_disconnect(s->core, caller.uid);
+                snprintf(msg, sizeof(msg), "cmwqd serves as many clients as it takes (%u); try again later",
+                         privileged ? IPC_CLIENTS_MAX : IPC_CLIENTS_MAX - IPC_CLIENTS_RESERVED);
+                return ipc_server_refuse(s, cfd, &caller, -EUSERS, msg);
+        }
 
         c = calloc(1, sizeof(*c));
         if (!c) {
+                core_user_disconnect(s->core, caller.uid);
                 close(cfd);
                 return -ENOMEM;
         }
         c->server = s;
         c->fd = cfd;
-        /* cmwqd takes no file descriptor from a client: refused at the
-         * sender (Linux 6.16), rather than received and closed here, where
-         * closing one can block (see callback_shm.h). */
-        (void) setsockopt(cfd, SOL_SOCKET, SO_PASSRIGHTS, &(int) { 0 }, sizeof(int));
+        c->caller = caller;
+        c->privileged = privileged;
+        c->counted = true;
+        c->usage = user_usage_get(&s->core->users, caller.uid);        /* exists: connected */
         list_init(&c->calls);
-        core_conn_owner_init(&c->owned, 0);
+        core_conn_owner_init(&c->owned, caller.pid);
         list_add_tail(&c->entry, &s->clients);
         s->nr_clients++;
+        if (!privileged)
+                s->nr_unprivileged++;
 
-        r = ipc_client_read_credentials(c);
+        r = ipc_client_read_groups(c);
         if (r < 0) {
-                log_warning_errno(r, "Cannot read a client's credentials: %m");
+                log_warning_errno(r, "Cannot read a client's groups: %m");
                 ipc_client_free(c);
                 return r;
         }
@@ -661,34 +769,14 @@ int ipc_server_add_client(struct ipc_server *s, int cfd, struct ipc_client **ret
         c->read_event = event_new(s->base, cfd, EV_READ | EV_PERSIST, ipc_client_readable, c);
         c->write_event = event_new(s->base, cfd, EV_WRITE | EV_PERSIST, ipc_client_writable, c);
         c->deadline = evtimer_new(s->base, ipc_client_deadline, c);
-        if (!c->in || !c->out || !c->held || !c->read_event || !c->write_event || !c->deadline) {
+        c->resume = event_new(s->base, -1, 0, ipc_client_resume, c);
+        if (!c->in || !c->out || !c->held || !c->read_event || !c->write_event || !c->deadline || !c->resume) {
                 ipc_client_free(c);
                 return -ENOMEM;
         }
         ipc_client_arm_deadline(c);
         if (ret)
                 *ret = c;
-
-        /* A user's own instance serves that user alone. */
-        if (s->user_mode && c->caller.uid != getuid()) {
-                ipc_client_send_error(c, 0, -EPERM, "this is another user's cmwqd instance", true);
-                return -EPERM;
-        }
-        r = core_user_connect(s->core, &c->caller, &e);
-        if (r < 0) {
-                log_info("Refusing client pid %d: %s", (int) c->caller.pid, e.message);
-                c->refusal = r;
-                c->refusal_message = strdup(e.message);
-                if (!c->refusal_message) {
-                        ipc_client_free(c);
-                        if (ret)
-                                *ret = NULL;
-                        return -ENOMEM;
-                }
-        } else {
-                c->counted = true;
-                c->usage = user_usage_get(&s->core->users, c->caller.uid);     /* exists: connected */
-        }
         log_debug("Client connected: pid %d uid %u", (int) c->caller.pid, (unsigned) c->caller.uid);
         ipc_client_update_events(c);
         return 0;
@@ -802,6 +890,12 @@ static int ipc_server_new_fd(struct event_base *base, struct core *core, int fd,
         s->fd = fd;
         s->user_mode = user_mode;
         list_init(&s->clients);
+        if (log_ratelimit_new(base, IPC_LOG_INTERVAL_USEC, &s->log_limit) < 0) {
+                if (fd >= 0)
+                        close(fd);
+                free(s);
+                return -ENOMEM;
+        }
         s->path = path ? strdup(path) : NULL;
         if (!path && fd >= 0)
                 s->activated_path = ipc_socket_bound_path(fd);
@@ -830,6 +924,7 @@ struct ipc_server *ipc_server_free(struct ipc_server *s) {
         while (!list_empty(&s->clients))
                 ipc_client_free(list_first_entry(&s->clients, struct ipc_client, entry));
         s->callbacks = callback_registry_free(s->callbacks);
+        s->log_limit = log_ratelimit_free(s->log_limit);
         if (s->store)
                 store_remove_listener(s->store, &s->store_listener);
         if (s->accept_event)

@@ -13,6 +13,11 @@
  * so that idle connections cannot pin slots.  A client that shuts down its
  * sending side still gets the replies to everything it sent, including
  * those that wait; the connection closes after the last one.
+ *
+ * Backpressure: a connection's requests are decoded only while its queued
+ * replies are under IPC_CLIENT_BACKLOG_MAX, and at most
+ * IPC_CLIENT_REQUESTS_PER_TURN per turn of the loop; the rest wait in its
+ * input buffer (and the socket) until it reads.
  */
 
 #include <stdbool.h>
@@ -32,11 +37,24 @@ struct evbuffer;
 struct ipc_server;
 
 /* A client may have this many replies queued (bytes) before it is dropped
- * for not reading them. */
+ * for not reading them: the replies to requests that wait (wait, flush),
+ * which come when their item ends, whatever the client reads. */
 #define IPC_CLIENT_OUTPUT_MAX (32u * 1024u * 1024u)
+/* Backpressure: while this many bytes of replies wait to be sent to a
+ * client (or for the state log), no further request of its is taken; it is
+ * served again as it reads.  One that pipelines requests and never reads
+ * costs the daemon this much, plus one reply, and no CPU. */
+#define IPC_CLIENT_BACKLOG_MAX (1024u * 1024u)
+/* Requests taken from one connection per turn of the event loop: the
+ * others get their turn between. */
+#define IPC_CLIENT_REQUESTS_PER_TURN 64u
 /* Requests that wait (wait, flush, drain, ...) one client may have open. */
 #define IPC_CLIENT_CALLS_MAX 4096u
 #define IPC_CLIENTS_MAX 4096u
+/* Of those, the slots only privileged callers (root, the daemon's own uid)
+ * may take: other users' connections, however many uids they come from,
+ * never lock them out. */
+#define IPC_CLIENTS_RESERVED 64u
 
 /* File descriptors that go with one reply (CallbackAttach's). */
 #define IPC_CLIENT_SEND_FDS_MAX 2u
@@ -56,12 +74,13 @@ struct ipc_client {
         bool greeted;           /* Hello received */
         bool closing;           /* close once the output is flushed */
         bool eof;               /* the client shut down its sending side */
+        bool in_backlog;        /* requests wait in @in for their turn (backpressure) */
+        struct event *resume;   /* takes them up on a later turn */
+        bool privileged;        /* root or the daemon's uid: may take a reserved slot */
         bool counted;           /* holds one of its uid's 'connections' */
         struct user_usage *usage;       /* its uid's, while counted */
         size_t out_charged;     /* bytes of out counted in usage->reply_bytes */
         struct event *deadline; /* Hello, or a started frame, not complete in time */
-        int refusal;            /* answer Hello with this error and close (negative errno) */
-        char *refusal_message;
         struct list_head calls; /* struct ipc_call: requests still waiting */
         unsigned nr_calls;
         struct callback_client *callback;       /* once it attached its shared memory */
@@ -83,8 +102,11 @@ int ipc_server_new(struct event_base *base, struct core *core, const char *path,
 int ipc_server_new_detached(struct event_base *base, struct core *core, bool user_mode,
                             struct ipc_server **ret);
 /* Serves @fd, a connected Unix stream socket (accepted, or one end of a
- * socketpair); takes it, and closes it on failure.  *ret (may be NULL) is set
- * once the client exists, even if it is refused at once and being closed. */
+ * socketpair); takes it, and closes it on failure.  The peer's uid (its
+ * SO_PEERCRED) is checked first: a peer over its uid's 'connections', or
+ * for whom the table has no slot, gets one error frame (id 0, its Hello
+ * unread) and is closed at once, and nothing is kept of it.  *ret (may be
+ * NULL) is set when the client is taken, else to NULL. */
 int ipc_server_add_client(struct ipc_server *s, int fd, struct ipc_client **ret);
 struct ipc_server *ipc_server_free(struct ipc_server *s);
 struct core *ipc_server_core(struct ipc_server *s);

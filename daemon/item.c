@@ -548,7 +548,7 @@ void item_abort(struct item *i) {
         } else if (i->state == ITEM_PENDING)
                 pool_cancel_pending(i->pwq->pool, &i->work);
         else if (i->state == ITEM_INACTIVE)
-                list_del_init(&i->work.entry);
+                workqueue_item_unqueue(i);
         item_retire(i, ITEM_CANCELLED);
 }
 
@@ -784,12 +784,12 @@ int core_item_get(struct core *c, const struct core_caller *caller, uint64_t id,
                   struct core_error *e) {
         struct item *i = core_item_lookup(c, id);
 
-        if (!i)
+        /* Another user's item gets the very answer an unknown id gets, so
+         * that nobody learns which ids exist (as workqueue names). */
+        if (!i || (i->uid != caller->uid && !caller_is_privileged(caller)))
                 return core_error_set(e, -ENOENT,
                                       "no work item %" PRIu64 " (finished items are kept for the last %" PRIu64 " per user)",
                                       id, c->config.limits.value[LIMIT_HISTORY]);
-        if (i->uid != caller->uid && !caller_is_privileged(caller))
-                return core_error_set(e, -EPERM, "work item %" PRIu64 " belongs to another user", id);
         *ret = i;
         return 0;
 }
@@ -837,7 +837,7 @@ int core_item_cancel(struct core *c, const struct core_caller *caller, uint64_t 
                 workqueue_item_finished(i);
                 break;
         case ITEM_INACTIVE:
-                list_del_init(&i->work.entry);
+                workqueue_item_unqueue(i);
                 list_del_init(&i->inflight_entry);
                 break;
         default:
@@ -886,6 +886,7 @@ struct item *item_alloc(struct core *c, struct workqueue *wq) {
         i->wq = wq;
         i->cpu = -1;
         list_init(&i->work.entry);
+        list_init(&i->share_entry);
         list_init(&i->inflight_entry);
         list_init(&i->wq_entry);
         list_init(&i->history_entry);

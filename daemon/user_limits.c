@@ -133,6 +133,7 @@ void user_usage_put(struct user_table *t, struct user_usage *u) {
         for (struct user_usage **p = &t->buckets[user_bucket(u->uid)]; *p; p = &(*p)->hash_next)
                 if (*p == u) {
                         *p = u->hash_next;
+                        free(u->builtin_shares);
                         free(u);
                         return;
                 }
@@ -144,6 +145,7 @@ void user_table_done(struct user_table *t) {
                         struct user_usage *u = t->buckets[k];
 
                         t->buckets[k] = u->hash_next;
+                        free(u->builtin_shares);
                         free(u);
                 }
 }

@@ -31,6 +31,7 @@
 #include "list.h"
 
 struct core_error;
+struct pwq_share;
 
 enum limit_id {
         LIMIT_WORKQUEUES,
@@ -75,6 +76,9 @@ struct user_usage {
         struct list_head history;       /* struct item, user_history_entry, oldest first */
         uint64_t nr_history;
         uint64_t history_bytes;         /* argv + output kept of those */
+        /* Its shares of the built-in queues' max_active (core.h), one per
+         * pwq, made when it first queues to one; go with it. */
+        struct pwq_share *builtin_shares;
 };
 
 struct user_table {

@@ -5,6 +5,13 @@
  * max_active rules.  Each queue has one pwq per pool it uses; a pwq lets at
  * most max_active of the queue's items be active (pending on the pool or
  * running) at once, the rest wait in order on its inactive list.
+ *
+ * The built-in queues are shared by every user, and there max_active is
+ * each user's: a pwq counts each uid's items against a share of that uid's
+ * own (struct pwq_share), so one user's 512 sleeping items on
+ * system_unbound leave another user's item free to start at once, while a
+ * user alone sees the kernel's rules.  That gives no user more than it has
+ * anyway: a queue of its own has a max_active of its own.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -217,6 +224,7 @@ static int workqueue_create(struct core *c, const struct core_caller *caller, co
                 pwq->wq = wq;
                 pwq->pool = core_pool_for(c, (flags & WQ_UNBOUND) ? -1 : (int) n, flags & WQ_HIGHPRI);
                 list_init(&pwq->inactive);
+                list_init(&pwq->shared.inactive);
         }
         list_add_tail(&wq->entry, &c->workqueues);
         u->nr_workqueues++;
@@ -334,46 +342,114 @@ struct pwq *workqueue_pwq_for_cpu(struct workqueue *wq, int cpu) {
         return &wq->pwqs[cpu];
 }
 
-static bool pwq_may_activate(const struct pwq *pwq) {
-        return !pwq->wq->frozen && pwq->nr_active < pwq->wq->max_active;
+void core_number_builtin_pwqs(struct core *c) {
+        struct workqueue *wq;
+
+        c->nr_builtin_pwqs = 0;
+        list_for_each_entry(wq, &c->workqueues, entry)
+                if (wq->builtin)
+                        for (size_t k = 0; k < wq->n_pwqs; k++)
+                                wq->pwqs[k].share_index = c->nr_builtin_pwqs++;
+}
+
+/* The share @i counts against on its pwq: its uid's own on a built-in
+ * queue, the queue's otherwise.  Should the uid's shares not fit in
+ * memory, the item shares the queue's (the kernel's rule) rather than
+ * wait. */
+static struct pwq_share *item_pwq_share(struct item *i) {
+        struct core *c = i->core;
+        struct pwq *pwq = i->pwq;
+        struct user_usage *u;
+
+        if (!pwq->wq->builtin || c->nr_builtin_pwqs == 0)
+                return &pwq->shared;
+        u = user_usage_get(&c->users, i->uid);  /* exists: the item is charged to it */
+        if (!u)
+                return &pwq->shared;
+        if (!u->builtin_shares) {
+                u->builtin_shares = calloc(c->nr_builtin_pwqs, sizeof(struct pwq_share));
+                if (!u->builtin_shares) {
+                        log_warning("Out of memory for uid %u's shares of the built-in queues; its item %" PRIu64
+                                    " counts against %s's max_active with everybody's",
+                                    (unsigned) i->uid, i->id, pwq->wq->name);
+                        return &pwq->shared;
+                }
+                for (size_t k = 0; k < c->nr_builtin_pwqs; k++)
+                        list_init(&u->builtin_shares[k].inactive);
+        }
+        return &u->builtin_shares[pwq->share_index];
+}
+
+static bool pwq_share_may_activate(const struct pwq *pwq, const struct pwq_share *share) {
+        return !pwq->wq->frozen && share->nr_active < pwq->wq->max_active;
 }
 
 static void pwq_activate(struct pwq *pwq, struct item *i) {
         pwq->nr_active++;
+        i->share->nr_active++;
         i->state = ITEM_PENDING;
         pool_queue_work(pwq->pool, &i->work);
         core_watchdog_kick(pwq->wq->core, pwq->pool);
 }
 
-static void pwq_activate_inactive(struct pwq *pwq) {
-        while (pwq_may_activate(pwq) && !list_empty(&pwq->inactive)) {
-                struct item *i = list_first_entry(&pwq->inactive, struct item, work.entry);
+void workqueue_item_unqueue(struct item *i) {
+        list_del_init(&i->work.entry);
+        list_del_init(&i->share_entry);
+        i->share = NULL;
+}
+
+/* Starts what waits on @share, in order, as far as max_active allows. */
+static void pwq_share_activate_inactive(struct pwq *pwq, struct pwq_share *share) {
+        while (pwq_share_may_activate(pwq, share) && !list_empty(&share->inactive)) {
+                struct item *i = list_first_entry(&share->inactive, struct item, share_entry);
 
                 list_del_init(&i->work.entry);
+                list_del_init(&i->share_entry);
+                pwq_activate(pwq, i);
+        }
+}
+
+/* Thawed, or max_active raised: every share may start what waits.  In the
+ * order the items were queued; a share at its max_active keeps the rest of
+ * its own, the others go on. */
+static void pwq_activate_inactive(struct pwq *pwq) {
+        struct item *i, *n;
+
+        list_for_each_entry_safe(i, n, &pwq->inactive, work.entry) {
+                if (pwq->wq->frozen)
+                        return;
+                if (!pwq_share_may_activate(pwq, i->share))
+                        continue;
+                list_del_init(&i->work.entry);
+                list_del_init(&i->share_entry);
                 pwq_activate(pwq, i);
         }
 }
 
 /* Puts a queued item on its pwq: active if max_active and the freezer allow
- * and nobody is waiting before it, inactive otherwise. */
+ * and nobody of its share is waiting before it, inactive otherwise. */
 void workqueue_item_activate(struct item *i) {
         struct pwq *pwq = i->pwq;
 
-        if (pwq_may_activate(pwq) && list_empty(&pwq->inactive))
+        i->share = item_pwq_share(i);
+        if (pwq_share_may_activate(pwq, i->share) && list_empty(&i->share->inactive))
                 pwq_activate(pwq, i);
         else {
                 i->state = ITEM_INACTIVE;
                 list_add_tail(&i->work.entry, &pwq->inactive);
+                list_add_tail(&i->share_entry, &i->share->inactive);
                 core_watchdog_kick(pwq->wq->core, pwq->pool);
         }
 }
 
-/* An active item left its pwq (ran, or was cancelled while pending). */
 void workqueue_item_finished(struct item *i) {
         struct pwq *pwq = i->pwq;
+        struct pwq_share *share = i->share;
 
         pwq->nr_active--;
-        pwq_activate_inactive(pwq);
+        share->nr_active--;
+        i->share = NULL;
+        pwq_share_activate_inactive(pwq, share);
 }
 
 uint64_t workqueue_nr_running(const struct workqueue *wq) {
@@ -580,13 +656,16 @@ static void workqueue_deactivate_pending(struct workqueue *wq) {
                                 continue;
                         pool_cancel_pending(pwq->pool, &i->work);
                         pwq->nr_active--;
+                        i->share->nr_active--;
                         i->state = ITEM_INACTIVE;
                         list_add_tail(&i->work.entry, &taken);
                 }
+                /* At the head of both lists, the pwq's and its share's. */
                 while (!list_empty(&taken)) {
                         i = list_entry(taken.prev, struct item, work.entry);
                         list_del_init(&i->work.entry);
                         list_add(&i->work.entry, &pwq->inactive);
+                        list_add(&i->share_entry, &i->share->inactive);
                 }
         }
 }

@@ -332,9 +332,22 @@ static int conn_hello(struct conn *c, const char *client_name) {
         req.body_case = CMWQ__REQUEST__BODY_HELLO;
         req.hello = &hello;
 
-        r = conn_call(c, &req, &resp);
-        if (r < 0)
+        /* A daemon that does not take the connection (over the per-user
+         * limit 'connections', for instance) says why in a frame of id 0
+         * and closes without reading the Hello; the Hello's send may then
+         * fail, and the answer is that frame. */
+        r = conn_send_request(c, &req);
+        if (r < 0 && r != -EPIPE && r != -ECONNRESET)
                 return r;
+        for (;;) {
+                int k = conn_recv(c, &resp);
+
+                if (k < 0)
+                        return r < 0 ? r : k;
+                if (resp->id == req.id || (resp->id == 0 && resp->error != CMWQ__ERROR__OK))
+                        break;
+                cmwq__response__free_unpacked(resp, NULL);
+        }
 
         if (resp->error != CMWQ__ERROR__OK) {
                 conn_set_error(c, resp->message ? resp->message : conn_error_to_string(resp->error));

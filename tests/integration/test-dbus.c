@@ -1212,6 +1212,24 @@ START_TEST(test_deferred_flush_does_not_block_the_daemon) {
 }
 END_TEST
 
+/* @method on root's item @id, called by uid 65534, fails exactly as on an
+ * id that never existed (the id aside): nobody learns which ids exist. */
+static void assert_item_error_as_if_unknown(const char *method, uint64_t id) {
+        char id_text[32], *theirs, *none, want[512], *p;
+        const char *unknown = "987654321";
+
+        snprintf(id_text, sizeof(id_text), "%llu", (unsigned long long) id);
+        ck_assert_int_ne(BUSCTL(NOBODY, &theirs, "call", "--", NAME, PATH, MANAGER, method, "t", id_text), 0);
+        ck_assert_int_ne(BUSCTL(NOBODY, &none, "call", "--", NAME, PATH, MANAGER, method, "t", unknown), 0);
+        p = strstr(none, unknown);
+        ck_assert_msg(p, "%s of an unknown id: %s", method, none);
+        snprintf(want, sizeof(want), "%.*s%s%s", (int) (p - none), none, id_text, p + strlen(unknown));
+        ck_assert_msg(strcmp(theirs, want) == 0, "%s of root's item: '%s'; of an unknown id: '%s'", method, theirs,
+                      none);
+        free(theirs);
+        free(none);
+}
+
 /* Another user (uid 65534, through busctl) can neither see nor touch a
  * queue root owns, nor root's items, nor freeze; its own work is its own. */
 START_TEST(test_wrong_user_refused) {
@@ -1235,12 +1253,16 @@ START_TEST(test_wrong_user_refused) {
         free(out);
         ck_assert_int_ne(BUSCTL(NOBODY, &out, "get-property", NAME, ROOTS "private", WORKQUEUE, "Flags"), 0);
         free(out);
+        /* Root's item: the answer an id that never existed gets. */
         ck_assert_int_ne(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "GetItem", "t", id_text), 0);
-        ck_assert_msg(strstr(out, "belongs to another user"), "%s", out);
+        ck_assert_msg(strstr(out, "no work item") && strstr(out, id_text), "%s", out);
         free(out);
         ck_assert_int_ne(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "CancelItem", "t", id_text), 0);
-        ck_assert_msg(strstr(out, "belongs to another user"), "%s", out);
+        ck_assert_msg(strstr(out, "no work item") && strstr(out, id_text), "%s", out);
         free(out);
+        assert_item_error_as_if_unknown("GetItem", id);
+        assert_item_error_as_if_unknown("CancelItem", id);
+        assert_item_error_as_if_unknown("WaitItem", id);
         ck_assert_int_ne(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "Freeze", "st", "system_freezable",
                                 "0"),
                          0);

@@ -9,12 +9,18 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -299,6 +305,217 @@ START_TEST(test_callback_threads_per_user) {
 }
 END_TEST
 
+/* ---- One user's connection flood (issue 12) ---- */
+
+#define FLOODERS 5
+#define FLOOD_CONNECTIONS 900   /* each: 4500 in all, more than the 4096 slots */
+
+struct flood {
+        atomic_int ready;       /* flooders that had all their connections open once */
+        atomic_long reopened;   /* connections the daemon closed, opened again */
+        atomic_bool stop;
+};
+
+/* Holds FLOOD_CONNECTIONS connections to @path that never send a byte, and
+ * opens each again as soon as the daemon closes it, until told to stop. */
+static void flooder(const char *path, struct flood *f, uid_t uid) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct pollfd pfd[FLOOD_CONNECTIONS];
+        bool all_open = false;
+
+        if (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
+                _exit(1);
+        /* Set after the uid change, which clears it. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        alarm(300);
+        if (strlen(path) >= sizeof(sa.sun_path))
+                _exit(3);
+        memcpy(sa.sun_path, path, strlen(path) + 1);
+        for (int k = 0; k < FLOOD_CONNECTIONS; k++)
+                pfd[k] = (struct pollfd) { .fd = -1, .events = POLLIN };
+
+        while (!atomic_load(&f->stop) && getppid() != 1) {
+                bool missing = false;
+
+                for (int k = 0; k < FLOOD_CONNECTIONS; k++) {
+                        if (pfd[k].fd >= 0)
+                                continue;
+                        pfd[k].fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+                        if (pfd[k].fd < 0)
+                                _exit(2);
+                        if (connect(pfd[k].fd, (struct sockaddr *) &sa, sizeof(sa)) < 0) {
+                                /* The daemon's backlog is full: later. */
+                                close(pfd[k].fd);
+                                pfd[k].fd = -1;
+                                missing = true;
+                        }
+                }
+                if (!missing && !all_open) {
+                        all_open = true;
+                        atomic_fetch_add(&f->ready, 1);
+                }
+                if (poll(pfd, FLOOD_CONNECTIONS, missing ? 1 : 50) <= 0)
+                        continue;
+                for (int k = 0; k < FLOOD_CONNECTIONS; k++) {
+                        char buf[512];
+                        ssize_t n;
+
+                        if (pfd[k].fd < 0 || !pfd[k].revents)
+                                continue;
+                        n = read(pfd[k].fd, buf, sizeof(buf));
+                        if (n > 0 || (n < 0 && errno == EAGAIN))
+                                continue;
+                        close(pfd[k].fd);
+                        pfd[k].fd = -1;
+                        atomic_fetch_add(&f->reopened, 1);
+                }
+        }
+        _exit(0);
+}
+
+static int count_matching_lines(const char *path, const char *a, const char *b) {
+        char *s = read_file(path), *line = s, *end;
+        int n = 0;
+
+        for (; *line; line = end + 1) {
+                end = strchrnul(line, '\n');
+                char saved = *end;
+                *end = 0;
+                if (strstr(line, a) && (!b || strstr(line, b)))
+                        n++;
+                *end = saved;
+                if (!saved)
+                        break;
+        }
+        free(s);
+        return n;
+}
+
+/* Issue 12: uid 65534 holds 4500 connections that never say Hello (more
+ * than the daemon's 4096 slots) and opens each again as soon as it is
+ * closed.  Root and another user connect and submit all the while; the
+ * refusals cost the daemon no slot and one log line per interval. */
+START_TEST(test_connection_flood_from_one_user) {
+        enum { ROUNDS = 5, REFUSALS = 3000 };
+        struct flood *f;
+        pid_t pids[FLOODERS];
+        long before, during;
+        int lines_before, lines_after, status;
+        char *log;
+
+        f = mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ck_assert_ptr_ne(f, MAP_FAILED);
+        memset(f, 0, sizeof(*f));
+        lines_before = count_lines(d.log);
+        for (int k = 0; k < FLOODERS; k++) {
+                pids[k] = fork();
+                ck_assert_int_ge(pids[k], 0);
+                if (pids[k] == 0)
+                        flooder(d.socket, f, USER_UID);
+        }
+        for (int waited = 0; atomic_load(&f->ready) < FLOODERS; waited += 10) {
+                ck_assert_msg(waited < 60000, "the flooders did not get their connections open");
+                usleep(10000);
+        }
+
+        /* The flood goes on while root and uid 65533 are served. */
+        before = atomic_load(&f->reopened);
+        for (int k = 0; k < ROUNDS; k++) {
+                char *out;
+
+                out = CTL_AS_OK(OTHER_UID, "submit", "system", "--wait", "--", "/bin/sh", "-c", "id -u");
+                ck_assert_str_eq(out, "65533");
+                free(out);
+                out = CTL_OK(&d, "submit", "system", "--wait", "--", "/bin/sh", "-c", "id -u");
+                ck_assert_str_eq(out, "0");
+                free(out);
+                free(CTL_AS_OK(OTHER_UID, "list"));
+        }
+        during = atomic_load(&f->reopened) - before;
+        ck_assert_msg(during > 0, "the flood stopped while the others were served");
+        /* A flood of a few thousand refusals, then stop. */
+        for (int waited = 0; atomic_load(&f->reopened) < REFUSALS; waited += 10) {
+                ck_assert_msg(waited < 60000, "only %ld connections refused", atomic_load(&f->reopened));
+                usleep(10000);
+        }
+        atomic_store(&f->stop, true);
+        for (int k = 0; k < FLOODERS; k++) {
+                ck_assert_int_eq(waitpid(pids[k], &status, 0), pids[k]);
+                ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "flooder %d: status 0x%x", k, status);
+        }
+
+        /* Refused once in the log, told why ... */
+        log = read_file(d.log);
+        ck_assert_msg(strstr(log, "Refusing client pid") &&
+                              strstr(log, "per-user limit 'connections' (64) reached for uid 65534"),
+                      "the refusal is not logged");
+        free(log);
+        /* ... and not for every one of them: the lines about uid 65534
+         * above debug level are a handful, not thousands. */
+        lines_after = count_lines(d.log);
+        ck_assert_msg(count_matching_lines(d.log, "uid 65534", "cmwqd[info]") +
+                                      count_matching_lines(d.log, "uid 65534", "cmwqd[warning]") <=
+                              10,
+                      "%d lines about uid 65534 for %ld refusals", count_matching_lines(d.log, "uid 65534", NULL),
+                      atomic_load(&f->reopened));
+        ck_assert_msg(lines_after - lines_before < 1000, "the log grew by %d lines for %ld refusals",
+                      lines_after - lines_before, atomic_load(&f->reopened));
+        /* The rest are counted, and the count is logged once the interval
+         * (10 s) is over. */
+        for (int waited = 0; count_matching_lines(d.log, "Suppressed ", "reached for uid 65534") == 0;
+             waited += 100) {
+                ck_assert_msg(waited < 30000, "no count of the suppressed refusals in the log");
+                usleep(100000);
+        }
+        munmap(f, sizeof(*f));
+}
+END_TEST
+
+/* Five users each hold 900 connections (their limit is 1000 here): 4500
+ * unprivileged connections wanted, more than the table's 4096 slots.  The
+ * slots kept for root let it in all the while. */
+START_TEST(test_connection_flood_from_many_users_leaves_room_for_root) {
+        struct flood *f;
+        pid_t pids[FLOODERS];
+        int status, fds;
+
+        cmwqd_stop(&d);
+        cmwqd_start(&d, (const char *const[]) { "--limit", "connections=1000", NULL });
+        f = mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ck_assert_ptr_ne(f, MAP_FAILED);
+        memset(f, 0, sizeof(*f));
+        for (int k = 0; k < FLOODERS; k++) {
+                pids[k] = fork();
+                ck_assert_int_ge(pids[k], 0);
+                if (pids[k] == 0)
+                        flooder(d.socket, f, (uid_t) (USER_UID - 2 - k));
+        }
+        for (int waited = 0; atomic_load(&f->ready) < FLOODERS || atomic_load(&f->reopened) < 500; waited += 10) {
+                ck_assert_msg(waited < 60000, "the flooders did not get their connections open (%ld refused)",
+                              atomic_load(&f->reopened));
+                usleep(10000);
+        }
+
+        for (int k = 0; k < 5; k++) {
+                char *out = CTL_OK(&d, "submit", "system", "--wait", "--", "/bin/sh", "-c", "id -u");
+
+                ck_assert_str_eq(out, "0");
+                free(out);
+        }
+        /* The daemon holds at most its table's worth of connections. */
+        fds = count_fds(d.pid);
+        ck_assert_msg(fds < (int) 4096 + 100, "cmwqd holds %d fds", fds);
+        atomic_store(&f->stop, true);
+        for (int k = 0; k < FLOODERS; k++) {
+                ck_assert_int_eq(waitpid(pids[k], &status, 0), pids[k]);
+                ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "flooder %d: status 0x%x", k, status);
+        }
+        ck_assert_msg(count_matching_lines(d.log, "cmwqd serves as many clients as it takes (4032)", NULL) > 0,
+                      "no refusal for a full table logged");
+        munmap(f, sizeof(*f));
+}
+END_TEST
+
 /* cmwqd --limit: bad names and values are usage errors (exit 2). */
 static int run_cmwqd(const char *const *args, char **ret_err) {
         const char *argv[16];
@@ -494,6 +711,8 @@ int main(void) {
         tcase_add_test(tc, test_item_sizes_and_output);
         tcase_add_test(tc, test_history_per_user);
         tcase_add_test(tc, test_callback_threads_per_user);
+        tcase_add_test(tc, test_connection_flood_from_one_user);
+        tcase_add_test(tc, test_connection_flood_from_many_users_leaves_room_for_root);
         tcase_add_test(tc, test_limit_option_errors);
         tcase_add_test(tc, test_config_file);
         tcase_add_test(tc, test_item_and_user_task_limits);

@@ -85,6 +85,39 @@ static void assert_refused(const struct ctl_result *r, const char *what, const c
         ck_assert_msg(!strstr(r->err, "SECRET"), "%s: leaked another user's data: %s", what, r->err);
 }
 
+/* Another user's item @id: refused with exactly what an id that never
+ * existed gets (the id itself aside), so that nobody learns which ids
+ * exist.  @args is the cmwqctl command with "ID" where the id goes. */
+static void assert_as_if_unknown(uid_t uid, const char *const *args, const char *id, const char *what) {
+        const char *argv[8], *unknown_id = "987654321";
+        struct ctl_result theirs, none;
+        char want[512], *p;
+        size_t n = 0;
+
+        for (; args[n]; n++) {
+                ck_assert_uint_lt(n, sizeof(argv) / sizeof(argv[0]) - 1);
+                argv[n] = strcmp(args[n], "ID") == 0 ? id : args[n];
+        }
+        argv[n] = NULL;
+        ctl_run(&d, uid, &theirs, argv);
+        assert_refused(&theirs, what, "no work item");
+        for (size_t k = 0; k < n; k++)
+                argv[k] = strcmp(args[k], "ID") == 0 ? unknown_id : args[k];
+        ctl_run(&d, uid, &none, argv);
+        assert_refused(&none, what, "no work item");
+        /* The unknown id's message, with the id swapped in. */
+        p = strstr(none.err, unknown_id);
+        ck_assert_ptr_nonnull(p);
+        snprintf(want, sizeof(want), "%.*s%s%s", (int) (p - none.err), none.err, id, p + strlen(unknown_id));
+        ck_assert_msg(strcmp(theirs.err, want) == 0 && theirs.status == none.status,
+                      "%s of another user's item: exit %d '%s'; of an unknown id: exit %d '%s'", what, theirs.status,
+                      theirs.err, none.status, none.err);
+        ctl_result_free(&theirs);
+        ctl_result_free(&none);
+}
+#define ASSERT_AS_IF_UNKNOWN(uid, id, what, ...) \
+        assert_as_if_unknown(uid, (const char *const[]) { __VA_ARGS__, NULL }, id, what)
+
 /* The "state:" of an item, as its owner sees it. */
 static char *item_state(uid_t uid, const char *id) {
         char *shown = CTL_AS_OK(uid, "show", id), *p, *state;
@@ -396,18 +429,10 @@ START_TEST(test_other_user_cannot_touch_a_queue_or_its_items) {
         /* Nor the items, running, delayed or finished. */
         const char *ids[] = { running, delayed, done };
         for (size_t k = 0; k < 3; k++) {
-                CTL_AS(&d, OTHER_UID, &r, "show", ids[k]);
-                assert_refused(&r, "show", "another user");
-                ctl_result_free(&r);
-                CTL_AS(&d, OTHER_UID, &r, "--json", "show", ids[k]);
-                assert_refused(&r, "show --json", "another user");
-                ctl_result_free(&r);
-                CTL_AS(&d, OTHER_UID, &r, "wait", ids[k]);
-                assert_refused(&r, "wait", "another user");
-                ctl_result_free(&r);
-                CTL_AS(&d, OTHER_UID, &r, "cancel", ids[k]);
-                assert_refused(&r, "cancel", "another user");
-                ctl_result_free(&r);
+                ASSERT_AS_IF_UNKNOWN(OTHER_UID, ids[k], "show", "show", "ID");
+                ASSERT_AS_IF_UNKNOWN(OTHER_UID, ids[k], "show --json", "--json", "show", "ID");
+                ASSERT_AS_IF_UNKNOWN(OTHER_UID, ids[k], "wait", "wait", "ID");
+                ASSERT_AS_IF_UNKNOWN(OTHER_UID, ids[k], "cancel", "cancel", "ID");
         }
 
         /* Nothing changed. */
@@ -447,16 +472,11 @@ END_TEST
 
 /* And the other way round: root's items are not the users'. */
 START_TEST(test_user_cannot_see_roots_items) {
-        struct ctl_result r;
         char *id;
 
         id = CTL_OK(&d, "submit", "system", "--delay", "60", "--", "/bin/echo", "SECRET-root");
-        CTL_AS(&d, USER_UID, &r, "show", id);
-        assert_refused(&r, "show", "another user");
-        ctl_result_free(&r);
-        CTL_AS(&d, USER_UID, &r, "cancel", id);
-        assert_refused(&r, "cancel", "another user");
-        ctl_result_free(&r);
+        ASSERT_AS_IF_UNKNOWN(USER_UID, id, "show", "show", "ID");
+        ASSERT_AS_IF_UNKNOWN(USER_UID, id, "cancel", "cancel", "ID");
         free(CTL_OK(&d, "cancel", id));
         free(id);
 }
@@ -732,6 +752,60 @@ static long item_nice(const char *out) {
         return strtol(p, NULL, 10);
 }
 
+/* Issue 12: a built-in queue's max_active is each user's.  uid 65534 fills
+ * it with items that cannot end until the test opens a gate; uid 65533's
+ * item on the same queue (and CPU) starts and ends meanwhile, while the
+ * first user's items over max_active still wait, as the kernel's rules say
+ * for a user alone. */
+START_TEST(test_builtin_queue_max_active_is_each_users) {
+        enum { MAX_ACTIVE = 4, HELD = MAX_ACTIVE + 2 };
+        static const char *const queues[] = { "system_unbound", "system" };
+        char gate[400], script[600];
+
+        test_path(&d, "gate", gate, sizeof(gate));
+        snprintf(script, sizeof(script), "while [ ! -e '%s' ]; do sleep 0.05; done", gate);
+        for (size_t q = 0; q < sizeof(queues) / sizeof(queues[0]); q++) {
+                char *held[HELD], *other, *state, *out;
+
+                unlink(gate);
+                free(CTL_OK(&d, "set-max-active", queues[q], "4"));
+                for (int k = 0; k < HELD; k++)
+                        held[k] = CTL_AS_OK(USER_UID, "submit", queues[q], "--cpu", "0", "--", "/bin/sh", "-c",
+                                            script);
+                for (int k = 0; k < MAX_ACTIVE; k++)
+                        wait_for_state(USER_UID, held[k], "running");
+                for (int k = MAX_ACTIVE; k < HELD; k++) {
+                        state = item_state(USER_UID, held[k]);
+                        ck_assert_msg(strcmp(state, "inactive") == 0, "%s: uid %d's item %d over max_active is %s",
+                                      queues[q], USER_UID, k + 1, state);
+                        free(state);
+                }
+
+                /* The other user's item runs to its end while they wait. */
+                other = CTL_AS_OK(OTHER_UID, "submit", queues[q], "--cpu", "0", "--", "/bin/sh", "-c", "id -u");
+                wait_for_state(OTHER_UID, other, "finished");
+                out = CTL_AS_OK(OTHER_UID, "submit", queues[q], "--cpu", "0", "--wait", "--", "/bin/sh", "-c",
+                                "id -u");
+                ck_assert_str_eq(out, "65533");
+                free(out);
+                for (int k = MAX_ACTIVE; k < HELD; k++) {
+                        state = item_state(USER_UID, held[k]);
+                        ck_assert_msg(strcmp(state, "inactive") == 0, "%s: uid %d's item %d is %s", queues[q],
+                                      USER_UID, k + 1, state);
+                        free(state);
+                }
+
+                /* And the first user's all run once the gate opens. */
+                write_file(gate, "", 0644);
+                for (int k = 0; k < HELD; k++) {
+                        free(CTL_AS_OK(USER_UID, "wait", held[k]));
+                        free(held[k]);
+                }
+                free(other);
+        }
+}
+END_TEST
+
 START_TEST(test_builtin_queues_are_shared_but_not_administered_by_users) {
         static const char *const builtins[] = { "system",           "system_highpri",   "system_long",
                                                 "system_unbound",   "system_freezable", "system_freezable_unbound" };
@@ -807,6 +881,7 @@ int main(void) {
         tcase_add_test(tc, test_user_cannot_see_roots_items);
         tcase_add_test(tc, test_work_keys_on_shared_queues_are_per_user);
         tcase_add_test(tc, test_builtin_queues_are_shared_but_not_administered_by_users);
+        tcase_add_test(tc, test_builtin_queue_max_active_is_each_users);
         tcase_add_test(tc, test_cwd_the_user_cannot_enter);
         tcase_add_test(tc, test_plugin_path_tricks);
         tcase_add_test(tc, test_item_gets_no_daemon_rlimit_or_keyring);
