@@ -185,7 +185,7 @@ int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_c
                 }
         }
 
-        struct core_caller owner = { .uid = getuid(), .gid = getgid() };
+        struct core_caller owner = { .uid = getuid() };
         for (size_t i = 0; i < ELEMENTSOF(builtin_workqueues); i++) {
                 struct core_error e = {};
 

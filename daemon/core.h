@@ -75,12 +75,12 @@ struct core_error {
 int core_error_set(struct core_error *e, int error, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 
+/* Who is asking, as the kernel (SO_PEERCRED) or the bus vouches for it:
+ * never anything read from /proc of the peer.  An exec item's groups are
+ * not the caller's: they come from the user database when it runs (exec.h). */
 struct core_caller {
         uid_t uid;
-        gid_t gid;
-        pid_t pid;
-        const gid_t *groups;
-        size_t n_groups;
+        pid_t pid;                      /* when it connected; 0: unknown */
 };
 
 struct core_waiter {
@@ -157,9 +157,6 @@ struct item {
         int cpu;                        /* requested CPU; -1: unbound queue */
         uint64_t timeout_usec;
         uid_t uid;
-        gid_t gid;
-        gid_t *groups;
-        size_t n_groups;
         uint64_t queued_bytes;          /* charged to its uid's queued-bytes while unfinished */
         uint64_t history_bytes;         /* charged to its uid's history-bytes once finished */
 

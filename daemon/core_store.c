@@ -27,8 +27,6 @@
 #include "log.h"
 #include "util.h"
 
-_Static_assert(sizeof(gid_t) == sizeof(uint32_t), "gid_t is stored as uint32");
-
 static bool core_store_on(const struct core *c) {
         return c->store && !c->restoring && !c->shutting_down;
 }
@@ -115,9 +113,10 @@ static void item_queued_fill(CmwqStore__ItemQueued *q, const struct item *i) {
         q->has_timeout_usec = i->timeout_usec > 0;
         q->timeout_usec = i->timeout_usec;
         q->uid = i->uid;
-        q->gid = i->gid;
-        q->n_groups = i->n_groups;
-        q->groups = (uint32_t *) i->groups;
+        /* Not used since an item's groups come from the user database
+         * when it runs: a group that grants nothing, should an older
+         * cmwqd read this. */
+        q->gid = 65534;
         q->has_deadline_usec = i->deadline_usec > 0;
         q->deadline_usec = i->deadline_usec;
         q->has_queued_usec = true;
@@ -347,7 +346,6 @@ static int restore_item(struct core *c, struct workqueue *wq, const CmwqStore__I
                 return -ENOMEM;
         i->id = q->id;
         i->uid = q->uid;
-        i->gid = q->gid;
         i->cpu = q->has_cpu ? q->cpu : -1;
         if (wq && !(wq->flags & WQ_UNBOUND) && (i->cpu < 0 || (unsigned) i->cpu >= c->nr_cpus))
                 i->cpu = 0;     /* the machine has fewer CPUs now */
@@ -369,13 +367,6 @@ static int restore_item(struct core *c, struct workqueue *wq, const CmwqStore__I
                         goto fail;
                 memcpy(i->payload, q->payload.data, q->payload.len);
                 i->payload_len = q->payload.len;
-        }
-        if (q->n_groups > 0) {
-                i->groups = calloc(q->n_groups, sizeof(gid_t));
-                if (!i->groups)
-                        goto fail;
-                memcpy(i->groups, q->groups, q->n_groups * sizeof(gid_t));
-                i->n_groups = q->n_groups;
         }
         /* Out of memory after this is out of memory at start-up: fatal
          * enough that the charge is not taken back. */

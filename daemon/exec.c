@@ -14,9 +14,20 @@
  *    child execs, so the parent could never attach anything: a deadlock.
  *
  * The spawner is single-threaded, so the cloned child may call whatever it
- * needs; it still only uses plain system calls and prepares nothing that
- * allocates, and it never returns into the daemon's code: every path ends in
- * execve() or _exit().  Every failure before execve() is reported as an errno
+ * needs; it uses plain system calls, except for the user database (NSS may
+ * allocate, read files and talk to a directory service: glibc's fork() keeps
+ * malloc and NSS usable in the child of the daemon's fallback fork and of a
+ * rescuer too), and it never returns into the daemon's code: every path ends
+ * in execve() or _exit().
+ *
+ * Credentials: the uid is what the kernel (SO_PEERCRED) or the bus vouched
+ * for the submitter; the primary group and the supplementary groups are
+ * looked up here, in the child, for that uid in the user database, as su,
+ * cron and systemd's User= do.  Never the groups of the client process: a
+ * process may hold groups it has borrowed (a setgid program it exec'd after
+ * connecting, a connection inherited from one), and never anything read
+ * from /proc of a peer.  In the child, because the lookup may block (NSS
+ * modules talk to daemons), which the daemon's loop must never do.  Every failure before execve() is reported as an errno
  * through a close-on-exec pipe (closed by a successful exec, so an empty pipe
  * means the exec happened) and the child exits 127.
  *
@@ -38,6 +49,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <pwd.h>
 #include <linux/keyctl.h>
 #include <sched.h>
 #include <signal.h>
@@ -129,10 +141,7 @@ struct exec_child {
         char *const *envp;
         const char *cwd;
         uid_t uid;
-        gid_t gid;
-        const gid_t *groups;
-        size_t n_groups;
-        bool drop;                      /* credentials differ from the daemon's */
+        bool drop;                      /* not the daemon's uid: look up and drop */
         int cpu;
         int nice;
         int stdin_fd;
@@ -517,55 +526,16 @@ int exec_resolve_program(const char *name, char *const *plugin_dirs, char **ret_
         return 0;
 }
 
-static int exec_gid_compare(const void *a, const void *b) {
-        gid_t x = *(const gid_t *) a, y = *(const gid_t *) b;
-
-        return x < y ? -1 : x > y;
-}
-
-/* Whether the child must change credentials: not when the daemon already
- * runs as exactly this uid, gid and set of supplementary groups. */
-static int exec_need_drop(const struct exec_spec *spec, bool *ret) {
-        _cleanup_(freep) gid_t *mine = NULL, *theirs = NULL;
+/* Whether the child must change credentials: not when the daemon runs as
+ * @uid already (a user's own cmwqd, or root's items in the system one): the
+ * item keeps the daemon's groups then, which a process of that uid could
+ * give itself anyway. */
+static int exec_need_drop(uid_t uid, bool *ret) {
         uid_t ru, eu, su;
-        gid_t rg, eg, sg;
-        int n;
 
-        if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0)
+        if (getresuid(&ru, &eu, &su) < 0)
                 return -errno;
-        if (ru != spec->uid || eu != spec->uid || su != spec->uid ||
-            rg != spec->gid || eg != spec->gid || sg != spec->gid) {
-                *ret = true;
-                return 0;
-        }
-
-        n = getgroups(0, NULL);
-        if (n < 0)
-                return -errno;
-        if ((size_t) n != spec->n_groups) {
-                *ret = true;
-                return 0;
-        }
-        if (n == 0) {
-                *ret = false;
-                return 0;
-        }
-
-        mine = calloc(n, sizeof(gid_t));
-        theirs = calloc(n, sizeof(gid_t));
-        if (!mine || !theirs)
-                return -ENOMEM;
-        n = getgroups(n, mine);
-        if (n < 0)
-                return -errno;
-        if ((size_t) n != spec->n_groups) {
-                *ret = true;
-                return 0;
-        }
-        memcpy(theirs, spec->groups, n * sizeof(gid_t));
-        qsort(mine, n, sizeof(gid_t), exec_gid_compare);
-        qsort(theirs, n, sizeof(gid_t), exec_gid_compare);
-        *ret = memcmp(mine, theirs, n * sizeof(gid_t)) != 0;
+        *ret = ru != uid || eu != uid || su != uid;
         return 0;
 }
 
@@ -618,6 +588,12 @@ static void exec_close_pair(int fds[2]) {
                         close(fds[i]);
                         fds[i] = -1;
                 }
+}
+
+const char *exec_strerror(int exec_errno) {
+        if (exec_errno == EXEC_ERRNO_NO_USER)
+                return "the submitting uid has no entry in the user database, so its groups are unknown";
+        return strerror(exec_errno);
 }
 
 /* ---------------------------------------------------------------------------
@@ -711,9 +687,60 @@ static void child_wait_for(int go_fd, char want) {
                 _exit(EXEC_CHILD_FAILED);
 }
 
+/* The primary group and the supplementary groups of @uid in the user
+ * database (*ret_groups is malloc()ed, the primary group among them, as
+ * initgroups() sets them).  Fails the child with EXEC_ERRNO_NO_USER when
+ * there is no entry: the uid alone does not tell which groups are its. */
+static void child_lookup_user(int error_fd, uid_t uid, gid_t *ret_gid, gid_t **ret_groups, int *ret_n) {
+        struct passwd pw, *found = NULL;
+        size_t size = 4096;
+        char *buf = NULL;
+        gid_t *groups = NULL;
+        int n = 64, r;
+
+        for (;;) {
+                buf = malloc(size);
+                if (!buf)
+                        child_fail(error_fd, ENOMEM);
+                r = getpwuid_r(uid, &pw, buf, size, &found);
+                if (r != ERANGE)
+                        break;
+                free(buf);
+                if (size >= 1024 * 1024)
+                        child_fail(error_fd, ERANGE);
+                size *= 4;
+        }
+        /* Not found is 0 and NULL in glibc; POSIX also allows these. */
+        if ((r == 0 && !found) || r == ENOENT || r == ESRCH || r == EBADF || r == EPERM)
+                child_fail(error_fd, EXEC_ERRNO_NO_USER);
+        if (r != 0)
+                child_fail(error_fd, r);
+
+        for (;;) {
+                int want = n;
+
+                groups = malloc((size_t) n * sizeof(gid_t));
+                if (!groups)
+                        child_fail(error_fd, ENOMEM);
+                if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) >= 0)
+                        break;
+                free(groups);
+                /* Too small: n is what it needs now (never less). */
+                if (n <= want)
+                        n = want * 2;
+                if (n > 65536)
+                        child_fail(error_fd, E2BIG);
+        }
+        *ret_gid = pw.pw_gid;
+        *ret_groups = groups;
+        *ret_n = n;
+        free(buf);
+}
+
 _Noreturn static void exec_child(const struct exec_child *c) {
         sigset_t none;
-        int error_fd, go_fd, in, out, err;
+        gid_t gid = getegid(), *groups = NULL;
+        int error_fd, go_fd, in, out, err, n_groups = 0;
 
         /* The daemon's handlers (libevent's, which write to the loop's
          * notification socket) and ignored signals (SIGPIPE) must not reach
@@ -773,30 +800,34 @@ _Noreturn static void exec_child(const struct exec_child *c) {
 
         child_reset_inherited(error_fd);
 
+        /* Before the daemon's word, which may wait: in parallel with it. */
+        if (c->drop)
+                child_lookup_user(error_fd, c->uid, &gid, &groups, &n_groups);
+
         /* Wait until the daemon has attached the sleep detector.  This is
          * done before the credentials change: to the detector the child is
          * still the daemon's own process then. */
         child_wait_for(go_fd, EXEC_MSG_ATTACHED);
 
         if (c->drop) {
-                if (setgroups(c->n_groups, c->groups) < 0)
+                if (setgroups((size_t) n_groups, groups) < 0)
                         child_fail(error_fd, errno);
-                if (setresgid(c->gid, c->gid, c->gid) < 0)
+                if (setresgid(gid, gid, gid) < 0)
                         child_fail(error_fd, errno);
                 if (setresuid(c->uid, c->uid, c->uid) < 0)
                         child_fail(error_fd, errno);
         }
 
-        /* Paranoia: the credentials must be exactly the submitter's, and
-         * root must be gone for good. */
+        /* Paranoia: the credentials must be exactly the submitter's (the
+         * daemon's gid when it runs as the submitter), and root must be gone
+         * for good. */
         {
                 uid_t ru, eu, su;
                 gid_t rg, eg, sg;
 
                 if (getresuid(&ru, &eu, &su) < 0 || getresgid(&rg, &eg, &sg) < 0)
                         child_fail(error_fd, errno);
-                if (ru != c->uid || eu != c->uid || su != c->uid ||
-                    rg != c->gid || eg != c->gid || sg != c->gid)
+                if (ru != c->uid || eu != c->uid || su != c->uid || rg != gid || eg != gid || sg != gid)
                         child_fail(error_fd, EPERM);
                 if (c->uid != 0 && setresuid(0, 0, 0) >= 0)
                         child_fail(error_fd, EPERM);
@@ -835,8 +866,7 @@ _Noreturn static void exec_child(const struct exec_child *c) {
  * (PR_SET_PDEATHSIG, and EOF on the socket).
  *
  * A request is a struct spawn_request with the child's fds attached
- * (SCM_RIGHTS), followed by the serialized spec (groups, program, cwd, argv,
- * envp).  The spawner creates the child with clone3(CLONE_PARENT |
+ * (SCM_RIGHTS), followed by the serialized spec (program, cwd, argv, envp).  The spawner creates the child with clone3(CLONE_PARENT |
  * CLONE_INTO_CGROUP): CLONE_PARENT makes it the *daemon's* child, not the
  * spawner's, so that the daemon reaps it with wait4() exactly as before
  * (exit status, rusage, the zombie leader pinning its process group id), and
@@ -881,10 +911,8 @@ struct spawn_request {
         uint32_t n_fds;
         uint64_t len;                   /* bytes that follow */
         uint32_t uid;
-        uint32_t gid;
         int32_t cpu;
         int32_t nice;
-        uint32_t n_groups;              /* gid_t each, first in what follows */
         uint32_t argc;
         uint32_t envc;
         uint8_t drop;
@@ -968,15 +996,10 @@ static int spawn_parse(const struct spawn_request *req, int fds[_SPAWN_FD_MAX], 
                        struct exec_child *ret, char ***ret_argv, char ***ret_envp) {
         _cleanup_(freep) char **argv = NULL, **envp = NULL;
         const char *program, *cwd;
-        const gid_t *groups;
         char *p = data, *end = data + req->len;
 
         if (req->n_fds < SPAWN_FD_CGROUP || req->n_fds > _SPAWN_FD_MAX)
                 return -EBADMSG;
-        if ((uint64_t) req->n_groups * sizeof(gid_t) > req->len)
-                return -EBADMSG;
-        groups = (const gid_t *) (void *) p;
-        p += req->n_groups * sizeof(gid_t);
 
 #define SPAWN_NEXT_STRING(s)                                    \
         do {                                                    \
@@ -1008,9 +1031,6 @@ static int spawn_parse(const struct spawn_request *req, int fds[_SPAWN_FD_MAX], 
                 .envp = envp,
                 .cwd = cwd,
                 .uid = req->uid,
-                .gid = req->gid,
-                .groups = groups,
-                .n_groups = req->n_groups,
                 .drop = req->drop,
                 .cpu = req->cpu,
                 .nice = req->nice,
@@ -1221,10 +1241,8 @@ static int spawn_send(int fd, const struct exec_child *c, int cgroup_dirfd, int3
                 .magic = SPAWN_MAGIC,
                 .n_fds = cgroup_dirfd >= 0 ? _SPAWN_FD_MAX : SPAWN_FD_CGROUP,
                 .uid = c->uid,
-                .gid = c->gid,
                 .cpu = c->cpu,
                 .nice = c->nice,
-                .n_groups = (uint32_t) c->n_groups,
                 .drop = c->drop,
                 .absolute = c->absolute,
         };
@@ -1240,7 +1258,7 @@ static int spawn_send(int fd, const struct exec_child *c, int cgroup_dirfd, int3
 
         lp = strlen(c->program) + 1;
         lc = strlen(c->cwd) + 1;
-        len = c->n_groups * sizeof(gid_t) + lp + lc;
+        len = lp + lc;
         for (char *const *a = c->argv; *a; a++, req.argc++)
                 len += strlen(*a) + 1;
         for (char *const *e = c->envp; *e; e++, req.envc++)
@@ -1253,10 +1271,6 @@ static int spawn_send(int fd, const struct exec_child *c, int cgroup_dirfd, int3
         if (!data)
                 return -ENOMEM;
         q = data;
-        if (c->n_groups > 0) {
-                memcpy(q, c->groups, c->n_groups * sizeof(gid_t));
-                q += c->n_groups * sizeof(gid_t);
-        }
         memcpy(q, c->program, lp), q += lp;
         memcpy(q, c->cwd, lc), q += lc;
         for (char *const *a = c->argv; *a; a++) {
@@ -1490,12 +1504,10 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
                 return -EINVAL;
         if (spec->cwd && spec->cwd[0] != '/')
                 return -EINVAL;
-        if (spec->n_groups > 0 && !spec->groups)
-                return -EINVAL;
         if (spec->cpu >= CPU_SETSIZE)
                 return -EINVAL;
 
-        r = exec_need_drop(spec, &drop);
+        r = exec_need_drop(spec->uid, &drop);
         if (r < 0)
                 return r;
 
@@ -1550,9 +1562,6 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
                 .envp = spec->envp ? spec->envp : empty_env,
                 .cwd = spec->cwd ? spec->cwd : "/",
                 .uid = spec->uid,
-                .gid = spec->gid,
-                .groups = spec->groups,
-                .n_groups = spec->n_groups,
                 .drop = drop,
                 .cpu = spec->cpu,
                 .nice = spec->nice,

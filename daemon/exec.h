@@ -17,9 +17,14 @@
  *   - gets nice @nice (only lowered below 0 while still privileged),
  *   - gets the kernel's default RLIMIT_NOFILE soft limit (1024) back and a
  *     new, empty session keyring: nothing of the daemon's,
+ *   - unless the daemon already runs as @uid: looks up @uid's primary group
+ *     and supplementary groups in the user database (getpwuid_r(),
+ *     getgrouplist(), as su, cron and systemd's User= do); a uid with no
+ *     entry fails with EXEC_ERRNO_NO_USER,
  *   - waits until the daemon has attached the sleep detector,
- *   - drops to the submitter: setgroups(groups), setresgid(gid), setresuid(uid)
- *     (skipped when the daemon already runs as exactly that user),
+ *   - drops to the submitter: setgroups(), setresgid(), setresuid()
+ *     (skipped when the daemon already runs as @uid: it keeps the daemon's
+ *     groups then),
  *   - chdir(cwd) as that user,
  *   - waits for "go" (exec_go()), then at once
  *     execve(): an absolute program path directly; a bare name with
@@ -33,6 +38,7 @@
  * loop, if killed processes take a moment to die).
  */
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,10 +63,7 @@ struct exec_spec {
         const char *cwd;                /* absolute; NULL: "/" */
         const void *payload;            /* stdin; NULL: /dev/null */
         size_t payload_len;
-        uid_t uid;
-        gid_t gid;
-        const gid_t *groups;            /* supplementary groups */
-        size_t n_groups;
+        uid_t uid;                      /* gid and groups: from the user database */
         int cpu;                        /* -1: not pinned */
         int nice;
         uint64_t timeout_usec;          /* 0: none */
@@ -73,6 +76,14 @@ struct exec_spec {
         struct exec_rescuer **rescuer;  /* may run the item when no process can be
                                          *   created; then used up: set to NULL */
 };
+
+/* The exec_errno of an item whose uid has no entry in the user database:
+ * cmwqd cannot tell its groups, so it runs nothing as it.  No step of the
+ * child fails with ESRCH otherwise.  exec_strerror() says so. */
+#define EXEC_ERRNO_NO_USER ESRCH
+
+/* What an item's exec_errno means, for a person. */
+const char *exec_strerror(int exec_errno);
 
 struct exec_result {
         int exit_status;                /* valid when signal == 0 */

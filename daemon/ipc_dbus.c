@@ -23,7 +23,6 @@ static struct dbus_sender *dbus_sender_free(struct dbus_sender *s) {
                 return NULL;
         list_del_init(&s->entry);
         free(s->name);
-        free(s->groups);
         free(s);
         return NULL;
 }
@@ -62,21 +61,24 @@ static void dbus_senders_trim(struct ipc_dbus *d) {
 }
 
 /*
- * The bus daemon vouches for the sender's effective uid, pid and
- * supplementary groups (from the peer credentials of its connection).  The
- * effective gid it does not pass on; sd-bus reads it from /proc/PID.  The
- * uid, which every ownership rule rests on, never comes from /proc.  A bus
- * name is never reused, so the credentials are asked once per client.
+ * The bus daemon vouches for the sender's effective uid and pid: it took
+ * them from the kernel (SO_PEERCRED) when the client connected.  Nothing is
+ * asked with SD_BUS_CREDS_AUGMENT, which would fill in what the bus did not
+ * say from /proc/PID of whatever process has that pid now: the one that
+ * connected may have exec'd a setgid program since, or died and left its pid
+ * to another.  An item's groups come from the user database (exec.h).  A
+ * bus name is never reused, so the credentials are asked once per client.
  */
+#define DBUS_SENDER_CREDS (SD_BUS_CREDS_EUID | SD_BUS_CREDS_PID)
+
 int ipc_dbus_caller(struct ipc_dbus *d, sd_bus_message *m, struct dbus_sender **ret, sd_bus_error *error) {
         sd_bus_creds *creds = NULL;
         struct dbus_sender *s;
         const char *sender = sd_bus_message_get_sender(m);
-        const gid_t *gids = NULL;
+        uint64_t augmented = 0;
         uid_t euid;
-        gid_t egid;
         pid_t pid;
-        int n, r;
+        int r;
 
         if (!sender)
                 return sd_bus_error_set(error, SD_BUS_ERROR_ACCESS_DENIED, "the bus did not say who sent this call");
@@ -88,51 +90,39 @@ int ipc_dbus_caller(struct ipc_dbus *d, sd_bus_message *m, struct dbus_sender **
                 return 0;
         }
 
-        r = sd_bus_query_sender_creds(m, SD_BUS_CREDS_EUID | SD_BUS_CREDS_EGID | SD_BUS_CREDS_PID |
-                                                 SD_BUS_CREDS_SUPPLEMENTARY_GIDS | SD_BUS_CREDS_AUGMENT,
-                                      &creds);
+        r = sd_bus_query_sender_creds(m, DBUS_SENDER_CREDS, &creds);
+        if (r >= 0) {
+                /* Belt and braces: nothing of what counts from /proc. */
+                augmented = sd_bus_creds_get_augmented_mask(creds) & DBUS_SENDER_CREDS;
+                if (augmented)
+                        r = -EPERM;
+        }
         if (r >= 0)
                 r = sd_bus_creds_get_euid(creds, &euid);
         if (r >= 0)
-                r = sd_bus_creds_get_egid(creds, &egid);
-        if (r >= 0)
                 r = sd_bus_creds_get_pid(creds, &pid);
-        n = r >= 0 ? sd_bus_creds_get_supplementary_gids(creds, &gids) : r;
-        if (n == -ENODATA)
-                n = 0;          /* an older bus daemon: the primary group only */
-        if (r < 0 || n < 0) {
-                sd_bus_creds_unref(creds);
-                log_warning_errno(r < 0 ? r : n, "Cannot get the credentials of D-Bus client %s: %m", sender);
+        sd_bus_creds_unref(creds);
+        if (r < 0) {
+                log_warning_errno(r, "Cannot get the credentials of D-Bus client %s from the bus%s: %m", sender,
+                                  augmented ? " (only from /proc)" : "");
                 return sd_bus_error_set(error, SD_BUS_ERROR_ACCESS_DENIED,
                                         "cannot determine the caller's credentials");
         }
 
         s = calloc(1, sizeof(*s));
-        if (s) {
+        if (s)
                 s->name = strdup(sender);
-                s->groups = n > 0 ? calloc((size_t) n, sizeof(gid_t)) : NULL;
-        }
-        if (!s || !s->name || (n > 0 && !s->groups)) {
-                if (s) {
-                        free(s->name);
-                        free(s->groups);
-                        free(s);
-                }
-                sd_bus_creds_unref(creds);
+        if (!s || !s->name) {
+                free(s);
                 return -ENOMEM;
         }
-        if (n > 0)
-                memcpy(s->groups, gids, (size_t) n * sizeof(gid_t));
-        sd_bus_creds_unref(creds);
+        /* The pid only picks the CPU of an item queued without one (see
+         * core_submit()): a pid reused since cannot give anything away. */
         s->caller = (struct core_caller) {
                 .uid = euid,
-                .gid = egid,
                 .pid = pid,
-                .groups = s->groups,
-                .n_groups = (size_t) n,
         };
-        log_debug("D-Bus client %s is uid %u gid %u pid %d with %d supplementary groups", sender, (unsigned) euid,
-                  (unsigned) egid, (int) pid, n);
+        log_debug("D-Bus client %s is uid %u pid %d", sender, (unsigned) euid, (int) pid);
         list_add(&s->entry, &d->senders);
         d->nr_senders++;
         dbus_senders_trim(d);

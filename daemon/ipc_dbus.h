@@ -69,7 +69,6 @@ struct dbus_sender {
         struct list_head entry;
         char *name;
         struct core_caller caller;
-        gid_t *groups;
         unsigned nr_calls;      /* waiting calls: never forgotten while > 0 */
         bool admitted;          /* counts toward its uid's 'connections' until it leaves */
         bool subscribed;        /* Subscribe(): gets the signals it may see */

@@ -137,7 +137,7 @@ int ipc_dbus_append_item(sd_bus_message *m, const struct item *i) {
         if (r >= 0 && i->exec_errno) {
                 char buf[256];
 
-                snprintf(buf, sizeof(buf), "cannot run %s: %s", i->argv[0], strerror(i->exec_errno));
+                snprintf(buf, sizeof(buf), "cannot run %s: %s", i->argv[0], exec_strerror(i->exec_errno));
                 r = append_entry(m, "Error", "s", buf);
         }
         if (r >= 0)

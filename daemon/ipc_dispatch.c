@@ -111,7 +111,7 @@ static void item_info_fill(Cmwq__ItemInfo *info, const struct item *i, char *err
                 info->finished_usec = i->finished_usec;
         }
         if (i->exec_errno) {
-                snprintf(errbuf, errlen, "cannot run %s: %s", i->argv[0], strerror(i->exec_errno));
+                snprintf(errbuf, errlen, "cannot run %s: %s", i->argv[0], exec_strerror(i->exec_errno));
                 info->error = errbuf;
         }
 }

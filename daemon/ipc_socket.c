@@ -618,31 +618,7 @@ static void ipc_client_free(struct ipc_client *c) {
                 evbuffer_free(c->held);
         if (c->fd >= 0)
                 close(c->fd);
-        free(c->groups);
         free(c);
-}
-
-static int ipc_client_read_groups(struct ipc_client *c) {
-        gid_t *groups = NULL;
-        socklen_t len = 0;
-
-        /* Supplementary groups, so that items run with exactly the
-         * submitter's groups.  The kernel says how much room it needs. */
-        if (getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, NULL, &len) < 0 && errno != ERANGE)
-                return -errno;
-        if (len > 0) {
-                groups = malloc(len);
-                if (!groups)
-                        return -ENOMEM;
-                if (getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
-                        free(groups);
-                        return -errno;
-                }
-        }
-        c->groups = groups;
-        c->caller.groups = groups;
-        c->caller.n_groups = len / sizeof(gid_t);
-        return 0;
 }
 
 static void ipc_server_resume_accept(evutil_socket_t fd, short what, void *userdata) {
@@ -715,8 +691,11 @@ int ipc_server_add_client(struct ipc_server *s, int cfd, struct ipc_client **ret
                 close(cfd);
                 return r;
         }
+        /* The uid and pid the kernel recorded at connect().  Not its gid
+         * or groups: a process may hold groups it has only borrowed (a
+         * setgid program), and an item's groups come from the user database
+         * (exec.h). */
         caller.uid = cred.uid;
-        caller.gid = cred.gid;
         caller.pid = cred.pid;
 
         /* Judged on the kernel's word for the peer's uid, before anything
@@ -757,12 +736,6 @@ int ipc_server_add_client(struct ipc_server *s, int cfd, struct ipc_client **ret
         if (!privileged)
                 s->nr_unprivileged++;
 
-        r = ipc_client_read_groups(c);
-        if (r < 0) {
-                log_warning_errno(r, "Cannot read a client's groups: %m");
-                ipc_client_free(c);
-                return r;
-        }
         c->in = evbuffer_new();
         c->out = evbuffer_new();
         c->held = evbuffer_new();

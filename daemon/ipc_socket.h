@@ -70,7 +70,6 @@ struct ipc_client {
         struct evbuffer *held;  /* replies waiting for the state log to be on disk */
         uint64_t held_seq;      /* ... up to this record */
         struct core_caller caller;
-        gid_t *groups;
         bool greeted;           /* Hello received */
         bool closing;           /* close once the output is flushed */
         bool eof;               /* the client shut down its sending side */

@@ -92,7 +92,6 @@ struct item *item_free(struct item *i) {
         free(i->cwd);
         free(i->program);
         free(i->payload);
-        free(i->groups);
         free(i->wq_name);
         free(i->key_name);
         free(i->out);
@@ -339,9 +338,6 @@ static struct exec_spec item_exec_spec(const struct item *i, const struct pool *
                 .payload = i->payload,
                 .payload_len = i->payload_len,
                 .uid = i->uid,
-                .gid = i->gid,
-                .groups = i->groups,
-                .n_groups = i->n_groups,
                 .cpu = pool->cpu,
                 /* The high-priority pool runs at the kernel's HIGHPRI_NICE_LEVEL,
                  * but never at more priority than the submitter could get. */
@@ -721,7 +717,6 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
         i->cpu = cpu;
         i->timeout_usec = a->timeout_usec;
         i->uid = caller->uid;
-        i->gid = caller->gid;
         i->queued_usec = now_usec(CLOCK_REALTIME);
 
         r = -ENOMEM;
@@ -735,13 +730,6 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
                         goto fail;
                 memcpy(i->payload, a->payload, a->payload_len);
                 i->payload_len = a->payload_len;
-        }
-        if (caller->n_groups > 0) {
-                i->groups = calloc(caller->n_groups, sizeof(gid_t));
-                if (!i->groups)
-                        goto fail;
-                memcpy(i->groups, caller->groups, caller->n_groups * sizeof(gid_t));
-                i->n_groups = caller->n_groups;
         }
         if (a->key && item_attach_key(i, a->key) < 0)
                 goto fail;

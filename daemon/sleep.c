@@ -43,7 +43,7 @@ static void sleep_freezer_take_inhibitor(struct sleep_freezer *s);
 
 /* The daemon acts for itself: its own uid is privileged in both modes. */
 static struct core_caller self_caller(void) {
-        return (struct core_caller) { .uid = geteuid(), .gid = getegid(), .pid = getpid() };
+        return (struct core_caller) { .uid = geteuid(), .pid = getpid() };
 }
 
 static void log_absence_once(struct sleep_freezer *s, const char *why) {

@@ -267,7 +267,7 @@ static void check_no_events(const char *when) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         static char *no_plugin_dirs[] = { NULL };
         struct core_config config = { .sleep_mode = SLEEPWATCH_PROC, .plugin_dirs = no_plugin_dirs };
-        struct core_caller caller = { .uid = getuid(), .gid = getgid(), .pid = getpid() };
+        struct core_caller caller = { .uid = getuid(), .pid = getpid() };
         struct input in = { .data = data, .size = size };
         struct sleepwatch *sw = NULL;
         struct core *core = NULL;

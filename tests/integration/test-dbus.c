@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <systemd/sd-bus.h>
 #include <time.h>
@@ -434,7 +436,7 @@ static int run(uid_t uid, char **out, const char *const *argv) {
                 dup2(p[1], STDOUT_FILENO);
                 dup2(p[1], STDERR_FILENO);
                 /* One supplementary group (100, "users"), to see that
-                 * items get the caller's groups over D-Bus too. */
+                 * items do not get the caller's groups over D-Bus either. */
                 if (uid != (uid_t) -1 && (setgroups(1, (gid_t[]) { 100 }) < 0 || setresgid(uid, uid, uid) < 0 ||
                                           setresuid(uid, uid, uid) < 0))
                         _exit(126);
@@ -1299,7 +1301,8 @@ START_TEST(test_wrong_user_refused) {
         free(out);
         struct item_info info;
         item_call("WaitItem", mine, &info);
-        ck_assert_str_eq(info.out, "65534\n65534\n65534 100\n");
+        /* nobody's groups from the user database, not the caller's 100. */
+        ck_assert_str_eq(info.out, "65534\n65534\n65534\n");
         ck_assert_uint_eq(info.uid, NOBODY);
 }
 END_TEST
@@ -1528,6 +1531,153 @@ START_TEST(test_no_acknowledgement_at_shutdown_without_the_disk) {
 }
 END_TEST
 
+/* ---- credentials ------------------------------------------------------------ */
+
+/* The effective gid in /proc/@pid/status; -1 if it cannot be read. */
+static long proc_egid(pid_t pid) {
+        char path[64], line[256];
+        long real, eff = -1;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int) pid);
+        f = fopen(path, "re");
+        if (!f)
+                return -1;
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "Gid: %ld %ld", &real, &eff) == 2)
+                        break;
+        fclose(f);
+        return eff;
+}
+
+#define BORROWED_GID 4242
+
+/* In the connector's child: the connection the connector made, Hello'd from
+ * here once the connector runs the setgid program; Submit, WaitItem, the
+ * item's stdout (or "ERROR ...") to @out_fd. */
+_Noreturn static void connection_keeper(int fd, pid_t connector, int out_fd) {
+        sd_bus_message *m = NULL, *reply = NULL;
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        const char *argv[] = { "/bin/sh", "-c", "id -G", NULL };
+        struct item_info info;
+        uint64_t id = 0;
+        sd_bus *b = NULL;
+        int a, r;
+
+        for (int waited = 0; proc_egid(connector) != BORROWED_GID; waited += 10) {
+                if (waited > 10000) {
+                        dprintf(out_fd, "ERROR the setgid program did not run within 10 s\n");
+                        _exit(1);
+                }
+                sleep_ms(10);
+        }
+        r = sd_bus_new(&b);
+        if (r >= 0)
+                r = sd_bus_set_fd(b, fd, fd);
+        if (r >= 0)
+                r = sd_bus_set_bus_client(b, 1);
+        if (r >= 0)
+                r = sd_bus_start(b);
+        if (r >= 0)
+                r = sd_bus_message_new_method_call(b, &m, NAME, PATH, MANAGER, "Submit");
+        if (r >= 0)
+                r = sd_bus_message_append(m, "s", "system");
+        if (r >= 0)
+                r = sd_bus_message_append_strv(m, (char **) argv);
+        if (r >= 0)
+                r = sd_bus_message_append(m, "ass", 0, "");
+        if (r >= 0)
+                r = sd_bus_message_append_array(m, 'y', "", 0);
+        if (r >= 0)
+                r = sd_bus_message_append(m, "itst", -1, (uint64_t) 0, "", (uint64_t) 0);
+        if (r >= 0)
+                r = sd_bus_call(b, m, 0, &error, &reply);
+        if (r >= 0)
+                r = sd_bus_message_read(reply, "tb", &id, &a);
+        if (r < 0) {
+                dprintf(out_fd, "ERROR Submit: %s %s\n", strerror(-r), error.message ? error.message : "");
+                _exit(1);
+        }
+        reply = sd_bus_message_unref(reply);
+        r = sd_bus_call_method(b, NAME, PATH, MANAGER, "WaitItem", &error, &reply, "t", id);
+        if (r < 0) {
+                dprintf(out_fd, "ERROR WaitItem: %s %s\n", strerror(-r), error.message ? error.message : "");
+                _exit(1);
+        }
+        read_item(reply, &info);
+        dprintf(out_fd, "%s", info.out);
+        _exit(0);
+}
+
+/*
+ * Issue 12, item 1: a client connects, forks a child that keeps the
+ * connection, and execs a setgid program that blocks; the child calls
+ * Submit.  The bus vouches for the uid and pid of the connect(), and /proc
+ * of that pid now shows the setgid program's group.  The item must run with
+ * the user's groups from the user database, never that one.
+ */
+START_TEST(test_item_gets_no_group_of_a_program_the_caller_execd) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        char sgid[160], out[512] = "";
+        int p[2], fd, status;
+        size_t len = 0;
+        ssize_t n;
+        pid_t connector;
+
+        /* A setgid program of a group uid 65534 does not have. */
+        snprintf(sgid, sizeof(sgid), "%s/sgid-sleep", bus_dir);
+        {
+                char buf[65536];
+                int in = open("/bin/sleep", O_RDONLY | O_CLOEXEC);
+                int to = open(sgid, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
+
+                ck_assert_msg(in >= 0 && to >= 0, "copying /bin/sleep: %s", strerror(errno));
+                while ((n = read(in, buf, sizeof(buf))) > 0)
+                        ck_assert_int_eq(write(to, buf, (size_t) n), n);
+                close(in);
+                ck_assert_int_eq(close(to), 0);
+        }
+        ck_assert_int_eq(chown(sgid, 0, BORROWED_GID), 0);
+        ck_assert_int_eq(chmod(sgid, 02755), 0);
+
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/bus", bus_dir);
+        ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+        connector = fork();
+        ck_assert_int_ge(connector, 0);
+        if (connector == 0) {
+                pid_t keeper;
+
+                if (setgroups(0, NULL) < 0 || setresgid(NOBODY, NOBODY, NOBODY) < 0 ||
+                    setresuid(NOBODY, NOBODY, NOBODY) < 0)
+                        _exit(126);
+                fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                if (fd < 0 || connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+                        _exit(125);
+                keeper = fork();
+                if (keeper < 0)
+                        _exit(124);
+                if (keeper == 0)
+                        connection_keeper(fd, getppid(), p[1]);
+                /* Blocks; the connection stays with the keeper. */
+                execl(sgid, "sleep", "60", (char *) NULL);
+                _exit(127);
+        }
+        close(p[1]);
+        while (len < sizeof(out) - 1 && (n = read(p[0], out + len, sizeof(out) - 1 - len)) > 0)
+                len += (size_t) n;
+        out[len] = 0;
+        close(p[0]);
+        kill(connector, SIGKILL);
+        ck_assert_int_eq(waitpid(connector, &status, 0), connector);
+        unlink(sgid);
+
+        ck_assert_msg(strncmp(out, "ERROR", 5) != 0 && len > 0, "the keeper: %s", out);
+        /* uid 65534's groups in the user database: nogroup alone. */
+        ck_assert_msg(strcmp(out, "65534\n") == 0, "the item ran with groups '%.*s', not nobody's own", (int) len - 1,
+                      out);
+}
+END_TEST
+
 /* One core: what one front end does, the other sees. */
 START_TEST(test_both_front_ends_see_the_same_state) {
         char *out;
@@ -1621,6 +1771,7 @@ int main(void) {
         tcase_add_test(tc, test_signals_and_properties_changed);
         tcase_add_test(tc, test_deferred_flush_does_not_block_the_daemon);
         tcase_add_test(tc, test_wrong_user_refused);
+        tcase_add_test(tc, test_item_gets_no_group_of_a_program_the_caller_execd);
         tcase_add_test(tc, test_both_front_ends_see_the_same_state);
         tcase_add_test(tc, test_without_a_bus);
         tcase_add_test(tc, test_system_bus_policy_file);

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/keyctl.h>
+#include <pwd.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,9 +24,13 @@
 
 #include "harness.h"
 
-/* The submitter, and a second unprivileged user with no relation to it. */
+/* The submitter, and a second unprivileged user with no relation to it;
+ * both have an entry in the user database (Debian's base-passwd has
+ * "nobody" and "daemon"), where an item's groups come from. */
 #define USER_UID 65534
-#define OTHER_UID 65533
+#define OTHER_UID 1
+/* A uid with no entry there. */
+#define UNKNOWN_UID 65533
 
 static struct cmwqd d;
 
@@ -180,9 +185,9 @@ START_TEST(test_item_runs_as_the_submitter) {
         assert_line(out, "65534");                      /* id -u */
         assert_line(out, "Uid=65534 65534 65534 65534");        /* real, effective, saved, fs */
         assert_line(out, "Gid=65534 65534 65534 65534");
-        /* The submitter has no supplementary groups (the harness cleared
-         * them); the daemon, root, has at least group 0. */
-        assert_line(out, "Groups=");
+        /* nobody's groups in the user database (its primary group, as
+         * initgroups() sets them), not the daemon's (root has group 0). */
+        assert_line(out, "Groups=65534");
         /* No capability is left, not even in the permitted set. */
         assert_line(out, "CapPrm=0000000000000000");
         assert_line(out, "CapEff=0000000000000000");
@@ -236,21 +241,41 @@ static char *ctl_with_groups(uid_t uid, gid_t gid, const gid_t *groups, size_t n
         return out;
 }
 
-START_TEST(test_item_has_the_submitters_supplementary_groups) {
-        const gid_t groups[] = { 4343, 4242 };
+/* The groups a client process holds are not the user's: a setgid program,
+ * newgrp, a connection inherited from either.  An item gets its user's
+ * primary group and supplementary groups from the user database, as su,
+ * cron and systemd's User= do, whatever the connecting process had. */
+START_TEST(test_item_groups_come_from_the_user_database) {
+        const gid_t groups[] = { 4343, 42, 0 };
         int status;
         char *out;
 
-        out = ctl_with_groups(USER_UID, 4000, groups, 2,
+        out = ctl_with_groups(USER_UID, 4000, groups, 3,
                               (const char *const[]) { "submit", "system", "--wait", "--", "/bin/sh", "-c",
                                                       status_script, NULL },
                               &status);
         ck_assert_msg(status == 0, "cmwqctl exited %d", status);
         assert_line(out, "Uid=65534 65534 65534 65534");
-        assert_line(out, "Gid=4000 4000 4000 4000");
-        /* The kernel keeps the list sorted. */
-        assert_line(out, "Groups=4242 4343");
+        assert_line(out, "Gid=65534 65534 65534 65534");
+        assert_line(out, "Groups=65534");
         free(out);
+}
+END_TEST
+
+/* A uid the user database does not know: its groups cannot be told, so
+ * nothing runs as it, and the submitter is told why. */
+START_TEST(test_uid_without_a_user_entry_runs_nothing) {
+        struct ctl_result r;
+
+        ck_assert_msg(!getpwuid(UNKNOWN_UID), "uid %d has an entry in the user database here", UNKNOWN_UID);
+        CTL_AS(&d, UNKNOWN_UID, &r, "submit", "system", "--wait", "--", "/bin/sh", "-c", "echo ran");
+        ck_assert_msg(r.status == 127, "exit %d (want 127, not started); stdout '%s', stderr '%s'", r.status, r.out,
+                      r.err);
+        ck_assert_msg(strstr(r.err, "no entry in the user database"), "stderr: %s", r.err);
+        ck_assert_msg(!strstr(r.out, "ran"), "the item ran: %s", r.out);
+        ctl_result_free(&r);
+        /* Everything else it may do, as any user. */
+        free(CTL_AS_OK(UNKNOWN_UID, "list"));
 }
 END_TEST
 
@@ -403,7 +428,7 @@ START_TEST(test_other_user_cannot_touch_a_queue_or_its_items) {
          * in use. */
         free(CTL_AS_OK(OTHER_UID, "create", "private-q"));
         out = CTL_AS_OK(OTHER_UID, "submit", "private-q", "--wait", "--", "/bin/sh", "-c", "id -u");
-        ck_assert_str_eq(out, "65533");
+        ck_assert_str_eq(out, "1");
         free(out);
         out = CTL_AS_OK(OTHER_UID, "--json", "list");
         ck_assert_msg(strstr(out, "\"name\":\"private-q\",") && !strstr(out, "\"max_active\":4,") &&
@@ -415,7 +440,7 @@ START_TEST(test_other_user_cannot_touch_a_queue_or_its_items) {
         ck_assert_msg(r.status == 1 && strstr(r.err, "several users have a workqueue named 'private-q'"),
                       "root's flush of an ambiguous name: exit %d, %s", r.status, r.err);
         ctl_result_free(&r);
-        free(CTL_OK(&d, "flush", "65533/private-q"));
+        free(CTL_OK(&d, "flush", "1/private-q"));
         free(CTL_AS_OK(OTHER_UID, "destroy", "private-q"));
         /* A user cannot reach another's queue by UID/NAME either. */
         CTL_AS(&d, OTHER_UID, &r, "submit", "65534/private-q", "--", "/bin/true");
@@ -753,7 +778,7 @@ static long item_nice(const char *out) {
 }
 
 /* Issue 12: a built-in queue's max_active is each user's.  uid 65534 fills
- * it with items that cannot end until the test opens a gate; uid 65533's
+ * it with items that cannot end until the test opens a gate; uid 1's
  * item on the same queue (and CPU) starts and ends meanwhile, while the
  * first user's items over max_active still wait, as the kernel's rules say
  * for a user alone. */
@@ -786,7 +811,7 @@ START_TEST(test_builtin_queue_max_active_is_each_users) {
                 wait_for_state(OTHER_UID, other, "finished");
                 out = CTL_AS_OK(OTHER_UID, "submit", queues[q], "--cpu", "0", "--wait", "--", "/bin/sh", "-c",
                                 "id -u");
-                ck_assert_str_eq(out, "65533");
+                ck_assert_str_eq(out, "1");
                 free(out);
                 for (int k = MAX_ACTIVE; k < HELD; k++) {
                         state = item_state(USER_UID, held[k]);
@@ -873,7 +898,8 @@ int main(void) {
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, test_item_runs_as_the_submitter);
-        tcase_add_test(tc, test_item_has_the_submitters_supplementary_groups);
+        tcase_add_test(tc, test_item_groups_come_from_the_user_database);
+        tcase_add_test(tc, test_uid_without_a_user_entry_runs_nothing);
         tcase_add_test(tc, test_item_cannot_write_as_root);
         tcase_add_test(tc, test_program_the_user_cannot_execute);
         tcase_add_test(tc, test_stdin_file_is_read_by_cmwqctl_not_the_daemon);
