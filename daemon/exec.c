@@ -762,7 +762,12 @@ _Noreturn static void exec_child(const struct exec_child *c) {
         if (c->cgroup_fd >= 0 && write(c->cgroup_fd, "0", 1) != 1)
                 child_fail(error_fd, errno);
 
-        if (setpgid(0, 0) < 0)
+        /* A session of its own: no controlling terminal (an item must not
+         * read from or type into the terminal cmwqd was started from, with
+         * TIOCSTI), and a process group of its own, whose id is the pid:
+         * killpg() of the item reaches its whole tree.  The daemon never
+         * makes it a group leader first, which would make this fail. */
+        if (setsid() < 0)
                 child_fail(error_fd, errno);
 
         /* Everything moves above 2 first (and stays close-on-exec there), so
@@ -1606,8 +1611,9 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
         }
 
         p->pid = pid;
-        /* Also here, so that the group exists whichever of us runs first. */
-        (void) setpgid(pid, pid);
+        /* No setpgid(pid, pid) here: the child's setsid() would fail on a
+         * group leader.  Until the child is in its session (it has started
+         * nothing yet), exec_proc_kill()'s kill() of the pid reaches all. */
 
         /* The child's ends. */
         stdin_fd = exec_fd_close(stdin_fd);

@@ -8,9 +8,11 @@
  * The child, before execve(), in this order:
  *   - signal dispositions and mask reset,
  *   - joins its own cgroup first, when spec->cgroups is given (see cgroup.h),
- *   - gets its own process group (setpgid(0, 0)), so that killing the item
- *     kills its whole process tree (with a cgroup, also what left the group
- *     with setsid()),
+ *   - gets a session of its own (setsid()), so it has no controlling
+ *     terminal (nothing of the terminal cmwqd may have been started from),
+ *     and so its own process group, so that killing the item kills its
+ *     whole process tree (with a cgroup, also what left the group with a
+ *     setsid() of its own),
  *   - stdin from a memfd holding the payload (or /dev/null), stdout and
  *     stderr to pipes the daemon reads, all other fds closed,
  *   - is pinned to @cpu when cpu >= 0 (sched_setaffinity),

@@ -681,6 +681,100 @@ START_TEST(test_plugin_path_tricks) {
 }
 END_TEST
 
+/* Field @n (1-based, 3 is the state) of /proc/@pid/stat, as a number. */
+static long proc_stat_field(pid_t pid, int n) {
+        char path[64], *text, *p;
+        long v = -1;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int) pid);
+        text = read_file(path);
+        p = strrchr(text, ')');
+        ck_assert_ptr_nonnull(p);
+        for (int k = 2; p && k < n; k++)
+                p = strchr(p + 1, ' ');
+        ck_assert_ptr_nonnull(p);
+        v = strtol(p + 1, NULL, 10);
+        free(text);
+        return v;
+}
+
+/*
+ * Issue 12, item 3: cmwqd started by hand from a terminal (as the README tour
+ * and tests/demo.sh do).  An item of another user must not be in cmwqd's
+ * session or have its controlling terminal: it could read it, or type into
+ * root's shell with TIOCSTI.  An item gets a session of its own.
+ */
+START_TEST(test_item_has_no_controlling_terminal) {
+        char wrapper[] = "/tmp/cmwq-ctty-XXXXXX", script[2048], *out;
+        const char *slave;
+        int master, saved_stdin, fd;
+        long daemon_sid, daemon_tty;
+
+        /* The daemon gets a pty as its controlling terminal: on its stdin,
+         * made its terminal by "setsid --ctty" in its place (the harness's
+         * child is no group leader, so setsid does not fork). */
+        master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+        ck_assert_int_ge(master, 0);
+        ck_assert_int_eq(grantpt(master), 0);
+        ck_assert_int_eq(unlockpt(master), 0);
+        slave = ptsname(master);
+        ck_assert_ptr_nonnull(slave);
+        fd = mkstemp(wrapper);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_gt(dprintf(fd, "#!/bin/sh\nexec setsid --ctty \"$@\"\n"), 0);
+        ck_assert_int_eq(close(fd), 0);
+        ck_assert_int_eq(chmod(wrapper, 0755), 0);
+
+        cmwqd_stop(&d);
+        saved_stdin = dup(STDIN_FILENO);
+        fd = open(slave, O_RDWR | O_NOCTTY);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(dup2(fd, STDIN_FILENO), STDIN_FILENO);
+        close(fd);
+        setenv("CMWQD_WRAPPER", wrapper, 1);
+        cmwqd_start(&d, NULL);
+        unsetenv("CMWQD_WRAPPER");
+        ck_assert_int_eq(dup2(saved_stdin, STDIN_FILENO), STDIN_FILENO);
+        close(saved_stdin);
+        unlink(wrapper);
+
+        /* The test is meaningful: the daemon has the terminal. */
+        daemon_sid = proc_stat_field(d.pid, 6);
+        daemon_tty = proc_stat_field(d.pid, 7);
+        ck_assert_msg(daemon_sid == d.pid && daemon_tty != 0, "cmwqd (pid %d) has session %ld, tty %ld", (int) d.pid,
+                      daemon_sid, daemon_tty);
+
+        snprintf(script, sizeof(script),
+                 "echo sid=$(cut -d' ' -f6 /proc/$$/stat) tty=$(cut -d' ' -f7 /proc/$$/stat) pgrp=$(cut -d' ' -f5 "
+                 "/proc/$$/stat) pid=$$; "
+                 "if (exec 3<>/dev/tty) 2>/dev/null; then echo tty-opened; else echo tty-refused; fi");
+        out = CTL_AS_OK(USER_UID, "submit", "system", "--wait", "--", "/bin/sh", "-c", script);
+        {
+                long sid = -1, tty = -1, pgrp = -1, pid = -2;
+
+                ck_assert_msg(sscanf(out, "sid=%ld tty=%ld pgrp=%ld pid=%ld", &sid, &tty, &pgrp, &pid) == 4,
+                              "the item said: %s", out);
+                ck_assert_msg(sid != daemon_sid, "the item is in cmwqd's session %ld", daemon_sid);
+                /* Its own session, and so its own process group. */
+                ck_assert_msg(sid == pid && pgrp == pid, "the item (pid %ld) has session %ld, group %ld", pid, sid,
+                              pgrp);
+                ck_assert_msg(tty == 0, "the item has controlling terminal %ld", tty);
+        }
+        ck_assert_msg(strstr(out, "\ntty-refused"), "the item could open /dev/tty: %s", out);
+        free(out);
+
+        /* Root's own items alike. */
+        out = CTL_OK(&d, "submit", "system", "--wait", "--", "/bin/sh", "-c", script);
+        ck_assert_msg(strstr(out, " tty=0 ") && strstr(out, "\ntty-refused"), "root's item: %s", out);
+        free(out);
+
+        cmwqd_stop(&d);
+        close(master);
+        /* For the fixture's teardown. */
+        cmwqd_start(&d, NULL);
+}
+END_TEST
+
 /* Items get nothing the daemon holds for itself: not the NOFILE limit it
  * raised, nor its session keyring (whose keys a possessor may read). */
 START_TEST(test_item_gets_no_daemon_rlimit_or_keyring) {
@@ -911,6 +1005,7 @@ int main(void) {
         tcase_add_test(tc, test_cwd_the_user_cannot_enter);
         tcase_add_test(tc, test_plugin_path_tricks);
         tcase_add_test(tc, test_item_gets_no_daemon_rlimit_or_keyring);
+        tcase_add_test(tc, test_item_has_no_controlling_terminal);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
