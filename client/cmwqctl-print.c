@@ -204,7 +204,9 @@ void item_print(const Cmwq__ItemInfo *item, FILE *f) {
                 else
                         fprintf(f, ITEM_KEY "%" PRIi32 "\n", "cpu:", item->cpu);
         }
-        if (item->has_exit_status)
+        /* Never for an interrupted item: how it ended is unknown (a daemon
+         * from before this was fixed sent 0). */
+        if (item->has_exit_status && item->state != CMWQ__ITEM_STATE__STATE_INTERRUPTED)
                 fprintf(f, ITEM_KEY "%" PRIi32 "\n", "exit status:", item->exit_status);
         if (item->has_signal && item->signal > 0)
                 fprintf(f, ITEM_KEY "%" PRIi32 " (%s)\n", "signal:", item->signal, strsignal(item->signal));
@@ -281,7 +283,7 @@ void item_json(const Cmwq__ItemInfo *item, JsonWriter *w) {
                 json_kv_string(w, "key", item->key);
         if (item->has_cpu)
                 json_kv_int(w, "cpu", item->cpu);
-        if (item->has_exit_status)
+        if (item->has_exit_status && item->state != CMWQ__ITEM_STATE__STATE_INTERRUPTED)
                 json_kv_int(w, "exit_status", item->exit_status);
         if (item->has_signal)
                 json_kv_int(w, "signal", item->signal);

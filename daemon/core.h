@@ -192,6 +192,16 @@ static inline bool item_is_finished(const struct item *i) {
         return i->state >= ITEM_FINISHED;
 }
 
+/* Whether the item's process was seen to end, so that exit_status (signal
+ * 0) or signal tells how: it ran to its end, was cancelled while running,
+ * or exited 75 to be requeued.  Not when it never started, could not start
+ * (exec_errno), or was running when cmwqd stopped or died: an interrupted
+ * item's end was never seen, and it reports neither. */
+static inline bool item_has_exit(const struct item *i) {
+        return i->started_usec && (item_is_finished(i) || i->requeues > 0) && i->state != ITEM_FAILED &&
+               i->state != ITEM_INTERRUPTED;
+}
+
 struct workqueue_stats {
         struct pool_work_stats pool;    /* started, CPUitsv, CMW, mayday, rescued */
         uint64_t cpu_usec;

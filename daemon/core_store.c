@@ -132,8 +132,10 @@ static void item_result_fill(CmwqStore__ItemResult *res, const struct item *i) {
         res->id = i->id;
         res->state = i->state;
 #define SET(field, value) do { res->has_##field = true; res->field = (value); } while (0)
-        SET(exit_status, i->exit_status);
-        if (i->signal)
+        /* An interrupted item has neither (item_has_exit()). */
+        if (item_has_exit(i) && !i->signal)
+                SET(exit_status, i->exit_status);
+        if (item_has_exit(i) && i->signal)
                 SET(signal, i->signal);
         if (i->exec_errno)
                 SET(exec_errno, i->exec_errno);

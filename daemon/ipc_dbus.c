@@ -507,12 +507,13 @@ static void observe_workqueue_removed(struct core_observer *o, struct workqueue 
 
 static int body_item_finished(sd_bus_message *m, void *userdata) {
         const struct item *i = userdata;
-        int exited = i->started_usec && i->state != ITEM_FAILED && !i->signal;
+        int exited = item_has_exit(i) && !i->signal;
 
         /* -1 where the protocol leaves the field out: no exit status when
-         * killed or never started, no signal when it exited. */
+         * killed, never started or interrupted, no signal when it exited. */
         return sd_bus_message_append(m, "tssiiu", i->id, i->wq_name, item_state_to_string(i->state),
-                                     exited ? i->exit_status : -1, i->signal ? i->signal : -1, (uint32_t) i->uid);
+                                     exited ? i->exit_status : -1, item_has_exit(i) && i->signal ? i->signal : -1,
+                                     (uint32_t) i->uid);
 }
 
 static void observe_item_finished(struct core_observer *o, struct item *i) {

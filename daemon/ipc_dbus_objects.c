@@ -116,7 +116,7 @@ int ipc_dbus_append_item(sd_bus_message *m, const struct item *i) {
         if (r >= 0 && item_is_finished(i) && i->finished_usec)
                 r = append_entry(m, "FinishedUSec", "t", i->finished_usec);
         if (r >= 0 && (item_is_finished(i) || i->requeues > 0)) {
-                if (i->state != ITEM_FAILED && i->started_usec)
+                if (item_has_exit(i))
                         r = i->signal ? append_entry(m, "Signal", "i", (int32_t) i->signal)
                                       : append_entry(m, "ExitStatus", "i", (int32_t) i->exit_status);
                 if (r >= 0)

@@ -82,7 +82,7 @@ static void item_info_fill(Cmwq__ItemInfo *info, const struct item *i, char *err
                 info->started_usec = i->started_usec;
         }
         if (item_is_finished(i) || i->requeues > 0) {
-                if (i->state != ITEM_FAILED && i->started_usec) {
+                if (item_has_exit(i)) {
                         if (i->signal) {
                                 info->has_signal = true;
                                 info->signal = i->signal;

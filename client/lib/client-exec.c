@@ -60,8 +60,12 @@ int client_exec_result_new(Cmwq__Response *resp, const Cmwq__ItemInfo *info, str
         x->pub = (struct cmwq_exec_result) {
                 .id = info->id,
                 .state = (enum cmwq_exec_state) info->state,
-                .exited = info->has_exit_status,
-                .exit_status = info->has_exit_status ? info->exit_status : 0,
+                /* An interrupted item has no exit status, even from a
+                 * daemon that sent one (0) before this was fixed. */
+                .exited = info->has_exit_status && info->state != CMWQ__ITEM_STATE__STATE_INTERRUPTED,
+                .exit_status = info->has_exit_status && info->state != CMWQ__ITEM_STATE__STATE_INTERRUPTED
+                                       ? info->exit_status
+                                       : 0,
                 .signal = info->has_signal ? info->signal : 0,
                 .timed_out = info->has_timed_out && info->timed_out,
                 .cpu_intensive = info->has_cpu_intensive && info->cpu_intensive,

@@ -468,6 +468,65 @@ START_TEST(test_exports_only_cmwq_symbols) {
 }
 END_TEST
 
+/* Item @id as cmwqctl shows it, and as --json shows it: neither may claim an
+ * exit status or a signal for an interrupted item. */
+static void assert_shown_interrupted(const char *id) {
+        char *text = CTL_OK(&d, "show", id);
+
+        ck_assert_msg(strstr(text, "state:         interrupted\n"), "show %s said:\n%s", id, text);
+        ck_assert_msg(!strstr(text, "exit status:") && !strstr(text, "signal:"), "show %s said:\n%s", id, text);
+        free(text);
+        text = CTL_OK(&d, "--json", "show", id);
+        ck_assert_msg(strstr(text, "\"state\":\"interrupted\""), "show --json %s said: %s", id, text);
+        ck_assert_msg(!strstr(text, "\"exit_status\"") && !strstr(text, "\"signal\""), "show --json %s said: %s", id,
+                      text);
+        free(text);
+}
+
+/* Issue 12, item 7: an item running when cmwqd dies is interrupted (the
+ * default policy, drop).  Killed work must not look successful: no "exit
+ * status: 0", and through the library a state of the header's enum with
+ * exited false, so that "exited and status 0" is never true for it. */
+START_TEST(test_an_interrupted_item_has_no_exit_status) {
+        struct cmwq_exec_result *res = NULL;
+        struct cmwq_workqueue *wq;
+        struct ctl_result r;
+        struct cmwq *c;
+        char started[400], id_text[32];
+        uint64_t id;
+
+        test_path(&d, "started", started, sizeof(started));
+        c = connect_ok(&d);
+        wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        ck_assert_int_eq(cmwq_exec(wq, &(struct cmwq_exec_args) {
+                                 .argv = ARGV("/bin/sh", "-c", "echo x > \"$1\"; exec sleep 60", "sh", started) },
+                         &id), 0);
+        ck_assert(wait_for_lines(started, 1, 10000));
+        cmwq_disconnect(c);
+        snprintf(id_text, sizeof(id_text), "%llu", (unsigned long long) id);
+
+        cmwqd_kill(&d);
+        cmwqd_launch(&d, NULL);
+        assert_shown_interrupted(id_text);
+        CTL(&d, &r, "wait", id_text);
+        ck_assert_msg(r.status == 125, "wait: exit %d (want 125), %s", r.status, r.err);
+        ctl_result_free(&r);
+
+        c = connect_ok(&d);
+        ck_assert_int_eq(cmwq_exec_wait(c, id, &res), 0);
+        ck_assert_int_eq(res->state, CMWQ_EXEC_INTERRUPTED);
+        ck_assert_msg(!res->exited, "an interrupted item 'exited' with status %d", res->exit_status);
+        ck_assert_int_eq(res->signal, 0);
+        cmwq_exec_result_free(res);
+        cmwq_disconnect(c);
+
+        /* Likewise from the history the state log keeps. */
+        cmwqd_terminate(&d);
+        cmwqd_launch(&d, NULL);
+        assert_shown_interrupted(id_text);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("client");
         TCase *tc = tcase_create("client");
@@ -487,6 +546,7 @@ int main(void) {
         tcase_add_test(tc, test_flush_and_destroy_wait_for_queued_items);
         tcase_add_test(tc, test_many_threads_share_a_connection);
         tcase_add_test(tc, test_daemon_death_ends_waiting_calls_then_reconnect);
+        tcase_add_test(tc, test_an_interrupted_item_has_no_exit_status);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);

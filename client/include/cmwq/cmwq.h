@@ -368,13 +368,18 @@ enum cmwq_exec_state {
         CMWQ_EXEC_FINISHED = 4,         /* ran to its end (any exit status) */
         CMWQ_EXEC_CANCELLED = 5,
         CMWQ_EXEC_FAILED = 6,           /* could not be started: see error */
+        CMWQ_EXEC_INTERRUPTED = 7,      /* was running when cmwqd stopped or died
+                                         * (its queue does not rerun such items):
+                                         * how it ended is unknown, exited is false
+                                         * and signal 0 */
 };
 
 /* What happened to an exec item.  Read-only for the caller. */
 struct cmwq_exec_result {
         uint64_t id;
         enum cmwq_exec_state state;
-        bool exited;                    /* exit_status is valid */
+        bool exited;                    /* exit_status is valid: it ran to its end
+                                         * (or was cancelled) and exited */
         int exit_status;
         int signal;                     /* killed by this signal, or 0 */
         bool timed_out;                 /* killed by its timeout */
