@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "callback.h"
@@ -25,6 +26,7 @@ struct callback_client {
         struct callback_registry *registry;
         struct list_head entry;
         pid_t pid;
+        int pidfd;                      /* the process that connected; -1: none */
         const struct core_caller *caller;
         struct callback_shm *shm;
         callback_freeze_fn freeze;
@@ -423,9 +425,10 @@ static void callback_shm_broken(const char *why, void *userdata) {
         c->broken(why, c->userdata);
 }
 
-int callback_client_new(struct callback_registry *r, const struct core_caller *caller, callback_freeze_fn freeze,
-                        callback_broken_fn broken, void *userdata, struct callback_client **ret, int *ret_memfd,
-                        int *ret_eventfd, struct core_error *e) {
+int callback_client_new(struct callback_registry *r, const struct core_caller *caller, int pidfd,
+                        callback_freeze_fn freeze, callback_broken_fn broken, void *userdata,
+                        struct callback_client **ret, int *ret_memfd, int *ret_eventfd, struct core_error *e) {
+        _cleanup_(closep) int owned_pidfd = pidfd;
         struct callback_client *c;
         struct workqueue *wq;
         pid_t pid = caller->pid;
@@ -444,6 +447,7 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
         }
         c->registry = r;
         c->pid = pid;
+        c->pidfd = TAKE_FD(owned_pidfd);
         c->caller = caller;
         c->freeze = freeze;
         c->broken = broken;
@@ -513,6 +517,8 @@ struct callback_client *callback_client_free(struct callback_client *c) {
         while (!list_empty(&c->workers))
                 callback_worker_free(list_first_entry(&c->workers, struct callback_worker, entry));
         callback_shm_free(c->shm);
+        if (c->pidfd >= 0)
+                close(c->pidfd);
         list_del_init(&c->entry);
         free(c);
         return NULL;
@@ -525,6 +531,15 @@ static struct callback_worker *callback_worker_find(struct callback_client *c, p
                 if (w->tid == tid)
                         return w;
         return NULL;
+}
+
+/* Whether the process that connected still lives, and so still has the pid
+ * c->pid: nothing else can have it then.  Without a pidfd (a kernel before
+ * 5.3) the pid is believed, as it was before pidfds. */
+static bool callback_client_alive(const struct callback_client *c) {
+        if (c->pidfd < 0)
+                return true;
+        return syscall(SYS_pidfd_send_signal, c->pidfd, 0, NULL, 0) == 0 || errno == EPERM;
 }
 
 /* Whether @tid is a thread of @pid (as the daemon sees the client). */
@@ -599,6 +614,18 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot
                 event_free(w->yield_timer);
                 free(w);
                 return core_error_set(e, r, "cannot watch thread %d: %s", (int) tid, strerror(-r));
+        }
+        /* The connection may outlive the process that made it (a child
+         * keeps it), and its pid may be another process's by now: the
+         * thread found above, and watched now, is the client's only if that
+         * process still lives after both. */
+        if (!callback_client_alive(c)) {
+                w->target = sleepwatch_target_free(w->target);
+                user_usage_put(&core->users, usage);
+                event_free(w->yield_timer);
+                free(w);
+                return core_error_set(e, -ESRCH, "the process that connected (PID %d) has exited: thread %d is not "
+                                      "its", (int) c->pid, (int) tid);
         }
         list_add_tail(&w->entry, &c->workers);
         c->slots[slot] = w;

@@ -58,11 +58,14 @@ struct callback_registry *callback_registry_free(struct callback_registry *r);
 /* Makes a client's shared memory and doorbell (callback_shm_new(): send
  * both to the client, then close *@ret_memfd only).  @caller (the
  * connection's, alive as long as the client) decides which queues' freezing
- * it is told of: those it can see.  The queues frozen now are told at once,
- * before the caller's reply. */
-int callback_client_new(struct callback_registry *r, const struct core_caller *caller, callback_freeze_fn freeze,
-                        callback_broken_fn broken, void *userdata, struct callback_client **ret, int *ret_memfd,
-                        int *ret_eventfd, struct core_error *e);
+ * it is told of: those it can see.  @pidfd names the process that
+ * connected (-1: the kernel has none; the client owns it from here on, even
+ * on failure): a thread is registered only while that process lives, so
+ * never one of a process that got its pid after it died.  The queues frozen
+ * now are told at once, before the caller's reply. */
+int callback_client_new(struct callback_registry *r, const struct core_caller *caller, int pidfd,
+                        callback_freeze_fn freeze, callback_broken_fn broken, void *userdata,
+                        struct callback_client **ret, int *ret_memfd, int *ret_eventfd, struct core_error *e);
 struct callback_client *callback_client_free(struct callback_client *c);
 
 /* Reads what the client's ring holds now, so that a request it sends on the

@@ -593,7 +593,7 @@ static void dispatch_callback_attach(struct ipc_client *c, const Cmwq__Request *
         _cleanup_(closep) int memfd = -1;
         struct callback_registry *registry;
         struct core_error e = {};
-        int fds[2], eventfd = -1, r;
+        int fds[2], eventfd = -1, pidfd = -1, r;
 
         if (c->callback)
                 r = core_error_set(&e, -EEXIST, "the shared memory is attached already");
@@ -604,9 +604,15 @@ static void dispatch_callback_attach(struct ipc_client *c, const Cmwq__Request *
                 core_error_set(&e, r, "out of memory");
         else if (!(cpus = calloc(core->nr_cpus ? core->nr_cpus : 1, sizeof(*cpus))))
                 r = core_error_set(&e, -ENOMEM, "out of memory");
+        else if ((r = ipc_client_peer_pidfd(c, &pidfd)) == -ESRCH)
+                r = core_error_set(&e, r, "the process that connected (PID %d) has exited: its threads cannot be "
+                                   "callback workers", (int) c->caller.pid);
+        else if (r < 0 && r != -EOPNOTSUPP)
+                core_error_set(&e, r, "cannot tell the process that connected: %s", strerror(-r));
         else
-                r = callback_client_new(registry, &c->caller, send_callback_freeze, callback_broken, c, &c->callback,
-                                        &memfd, &eventfd, &e);
+                /* Without pidfds (-EOPNOTSUPP) the pid is believed, as before. */
+                r = callback_client_new(registry, &c->caller, r < 0 ? -1 : pidfd, send_callback_freeze,
+                                        callback_broken, c, &c->callback, &memfd, &eventfd, &e);
         if (r < 0) {
                 send_core_error_as(c, req->id, &e, true);
                 return;

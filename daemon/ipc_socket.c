@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -619,6 +620,40 @@ static void ipc_client_free(struct ipc_client *c) {
         if (c->fd >= 0)
                 close(c->fd);
         free(c);
+}
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+int ipc_client_peer_pidfd(struct ipc_client *c, int *ret_pidfd) {
+        socklen_t len = sizeof(int);
+        int fd = -1;
+
+        /* The kernel's own: the process recorded at connect() (Linux 6.5).
+         * A peer that has exited is EINVAL or ESRCH before Linux 6.16, a
+         * pidfd of a dead process after. */
+        if (getsockopt(c->fd, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0) {
+                *ret_pidfd = fd;
+                return 0;
+        }
+        if (errno == EINVAL || errno == ESRCH)
+                return -ESRCH;
+        if (errno != ENOPROTOOPT)
+                return -errno;
+
+        /* An older kernel: a pidfd of whoever has the pid now.  A process
+         * that died and left its pid to another between connect() and this
+         * call goes unnoticed (as before pidfds); after this call, it does
+         * not. */
+        fd = (int) syscall(SYS_pidfd_open, c->caller.pid, 0);
+        if (fd >= 0) {
+                *ret_pidfd = fd;
+                return 0;
+        }
+        if (errno == ESRCH)
+                return -ESRCH;
+        return -EOPNOTSUPP;
 }
 
 static void ipc_server_resume_accept(evutil_socket_t fd, short what, void *userdata) {

@@ -128,6 +128,11 @@ int ipc_client_send_unlogged(struct ipc_client *c, const Cmwq__Response *resp);
  * keeps its own) passed along with the reply's first byte.  -EBUSY while
  * an earlier reply's are still waiting to go. */
 int ipc_client_send_fds(struct ipc_client *c, const Cmwq__Response *resp, const int *fds, unsigned n_fds);
+
+/* A pidfd (close-on-exec, the caller's to close) of the process that
+ * connected: it names that process, never one that got its pid later.
+ * -ESRCH when it has exited; -EOPNOTSUPP when the kernel has no pidfds. */
+int ipc_client_peer_pidfd(struct ipc_client *c, int *ret_pidfd);
 /* Sends an error reply; with @fatal the connection closes after it. */
 void ipc_client_send_error(struct ipc_client *c, uint64_t id, int error, const char *message, bool fatal);
 

@@ -548,7 +548,11 @@ void item_abort(struct item *i) {
         item_retire(i, ITEM_CANCELLED);
 }
 
-/* The CPU the submitting process is on, as sched_getcpu() would say in it. */
+/* The CPU the submitting process is on, as sched_getcpu() would say in it.
+ * @pid is the one the kernel or the bus recorded at connect(): should that
+ * process have died and its pid gone to another, this only picks another
+ * CPU, which the submitter may name itself anyway; nothing else of /proc/PID
+ * is believed. */
 static int caller_current_cpu(pid_t pid) {
         char path[64], buf[1024];
         const char *p;

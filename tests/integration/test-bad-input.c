@@ -1411,6 +1411,110 @@ START_TEST(test_connections_per_user) {
 }
 END_TEST
 
+/* Forks a child with pid @want, which pauses; -1 if another process took
+ * that pid first every time.  @want must be free. */
+static pid_t fork_with_pid(pid_t want) {
+        for (int attempt = 0; attempt < 200; attempt++) {
+                int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+                pid_t pid;
+
+                ck_assert_msg(fd >= 0, "ns_last_pid: %s", strerror(errno));
+                ck_assert_int_gt(dprintf(fd, "%d", (int) want - 1), 0);
+                close(fd);
+                pid = fork();
+                ck_assert_int_ge(pid, 0);
+                if (pid == 0) {
+                        pause();
+                        _exit(0);
+                }
+                if (pid == want)
+                        return pid;
+                /* Someone else on the machine forked in between: again. */
+                kill(pid, SIGKILL);
+                waitpid(pid, NULL, 0);
+        }
+        return -1;
+}
+
+/*
+ * Issue 12 ("Also"): thread registration trusted the pid SO_PEERCRED gave at
+ * connect().  A connection outlives the process that made it when another
+ * keeps the fd; once that process has died and its pid is another's, a
+ * registration of "thread <pid>" named a thread of the other process (here
+ * root's), which cmwqd would watch and grant CPUs to.  It must be refused.
+ */
+START_TEST(test_callback_registration_after_the_connector_died_and_its_pid_was_reused) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__CallbackAttach attach = CMWQ__CALLBACK_ATTACH__INIT;
+        Cmwq__CallbackWorker worker = CMWQ__CALLBACK_WORKER__INIT;
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        Cmwq__Response *resp;
+        int fd, go[2], ready[2], status;
+        pid_t connector, victim;
+        char byte;
+
+        /* The connection is made by a child (uid 65534), on a socket the
+         * test keeps; the child then ends. */
+        memcpy(sa.sun_path, d.socket, strlen(d.socket) + 1);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(pipe2(go, O_CLOEXEC), 0);
+        ck_assert_int_eq(pipe2(ready, O_CLOEXEC), 0);
+        connector = fork();
+        ck_assert_int_ge(connector, 0);
+        if (connector == 0) {
+                if (setresuid(65534, 65534, 65534) < 0 || connect(fd, (struct sockaddr *) &sa, sizeof(sa)) < 0)
+                        _exit(1);
+                close(go[1]);
+                if (write(ready[1], "c", 1) != 1)
+                        _exit(1);
+                /* Until the test is done with what it needs us alive for. */
+                (void) read(go[0], &byte, 1);
+                _exit(0);
+        }
+        close(go[0]);
+        close(ready[1]);
+        ck_assert_msg(read(ready[0], &byte, 1) == 1, "the connector did not connect");
+        close(ready[0]);
+
+        ck_assert(send_hello(fd, CMWQ_PROTOCOL_VERSION));
+        resp = recv_response(fd);
+        ck_assert_msg(resp && resp->error == CMWQ__ERROR__OK, "Hello refused: %s",
+                      resp && resp->message ? resp->message : "");
+        cmwq__response__free_unpacked(resp, NULL);
+        attach.layout_version = 1;      /* CMWQ_SHM_VERSION */
+        req.body_case = CMWQ__REQUEST__BODY_CALLBACK_ATTACH;
+        req.callback_attach = &attach;
+        resp = call(fd, &req);
+        ck_assert_msg(resp->error == CMWQ__ERROR__OK, "CallbackAttach refused: %s", resp->message);
+        cmwq__response__free_unpacked(resp, NULL);
+
+        /* The connector dies; root's process gets its pid. */
+        close(go[1]);
+        ck_assert_int_eq(waitpid(connector, &status, 0), connector);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the connector: status 0x%x", status);
+        victim = fork_with_pid(connector);
+        ck_assert_msg(victim == connector, "pid %d could not be had again", (int) connector);
+
+        worker.tid = (uint32_t) victim;
+        worker.cpu = 0;
+        worker.slot = 0;
+        req = (Cmwq__Request) CMWQ__REQUEST__INIT;
+        req.body_case = CMWQ__REQUEST__BODY_CALLBACK_REGISTER;
+        req.callback_register = &worker;
+        resp = call(fd, &req);
+        kill(victim, SIGKILL);
+        waitpid(victim, NULL, 0);
+        ck_assert_msg(resp->error != CMWQ__ERROR__OK, "root's process %d was registered as a worker of uid 65534",
+                      (int) victim);
+        ck_assert_msg(resp->message && strstr(resp->message, "has exited"), "refused with: %s",
+                      resp->message ? resp->message : "");
+        cmwq__response__free_unpacked(resp, NULL);
+        close(fd);
+        assert_serving("a registration for a reused pid");
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("bad-input");
         TCase *tc = tcase_create("bad-input");
@@ -1446,6 +1550,7 @@ int main(void) {
         tcase_add_test(tc, test_connections_per_user);
         tcase_add_test(tc, test_unread_replies_per_user);
         tcase_add_test(tc, test_passed_file_descriptors_are_refused);
+        tcase_add_test(tc, test_callback_registration_after_the_connector_died_and_its_pid_was_reused);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
