@@ -38,14 +38,31 @@ install_deps() {
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
-# build DIR [CONFIGURE-ARGS...]
+# The configure arguments build directory DIR was configured with, as
+# config.status says them (without -q, quotes removed); empty if none.
+configured_args() {
+        [ -f "$1/Makefile" ] && [ -x "$1/config.status" ] || return 0
+        (cd "$1" && ./config.status --config) | sed "s/'//g"
+}
+
+# build DIR [CONFIGURE-ARGS...]: DIR configured with exactly these arguments
+# (a directory configured otherwise, by "demo" or by hand, is configured
+# again from scratch), then built.
 build() {
-        local dir=$1
+        local dir=$1 have
         shift
         [ -x configure ] || { log "Generating the build system"; ./autogen.sh; }
         mkdir -p "$dir"
+        have=$(configured_args "$dir")
+        if [ ! -f "$dir/Makefile" ] || [ "$have" != "$*" ]; then
+                if [ -f "$dir/Makefile" ]; then
+                        log "Reconfiguring $dir: it was configured with '$have', not '$*'"
+                        (cd "$dir" && make -s distclean >/dev/null 2>&1) || true
+                fi
+                (cd "$dir" && "$top/configure" -q "$@")
+        fi
         log "Building in $dir ($*)"
-        (cd "$dir" && { [ -f Makefile ] || "$top/configure" -q "$@"; } && make -j"$(nproc)" -s)
+        (cd "$dir" && make -j"$(nproc)" -s)
 }
 
 # Prints "PASS FAIL" counted from an automake test-suite.log.
@@ -88,7 +105,14 @@ run_tests() {
 }
 
 run_demo() {
-        build build
+        # Any configuration of build/ serves the demo ("test" configures it
+        # for the tests): configure it only if nothing has.
+        if [ -f build/Makefile ]; then
+                log "Building in build (configured with '$(configured_args build)')"
+                (cd build && make -j"$(nproc)" -s)
+        else
+                build build
+        fi
         (cd build && make -s tests/integration/probe tests/demo-callbacks)
         exec "$top/tests/demo.sh" "$top/build"
 }

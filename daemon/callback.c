@@ -5,9 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -195,7 +198,15 @@ static void callback_cpu_intensive(struct worker *pw) {
  * says nothing of what a work item does with its CPU.  The window is long
  * enough for the scheduler to have given a thread on a crowded run queue
  * its turns (a SCHED_IDLE thread behind one spinner gets about 1/340 of
- * the CPU; a normal one among 16 runnable tasks on 2 CPUs, 1/8). */
+ * the CPU; a normal one among 16 runnable tasks on 2 CPUs, 1/8).  Even so
+ * the share alone cannot tell starved from loaded: with autogroups a busy
+ * machine's CPU is split between sessions first, and a normal thread of a
+ * session with spinners of its own on that CPU got nothing for 20-30 ms and
+ * 1/45 of the CPU over 64 ms at load 15.  So only a thread kept from running
+ * by its own settings (SCHED_IDLE, a positive nice value, a cgroup with a
+ * CPU quota) stops counting; a normal one waits for its turn as any task of
+ * that CPU does, and starting other work beside it would only oversubscribe
+ * the CPU when it is busiest. */
 #define CALLBACK_YIELD_CHECK_USEC (2 * pool_cpu_intensive_thresh_usec)
 #define CALLBACK_STARVED_USEC (10 * CALLBACK_YIELD_CHECK_USEC)
 #define CALLBACK_STARVED_SHARE 32
@@ -206,9 +217,68 @@ static void callback_yield_timer_arm(struct callback_worker *w) {
         evtimer_add(w->yield_timer, &tv);
 }
 
+
+/* Whether the cgroup v2 cgroup of thread @tid of @pid, or one above it, has
+ * a CPU quota (cpu.max other than "max"). */
+static bool callback_thread_cgroup_has_quota(pid_t pid, pid_t tid) {
+        char path[PATH_MAX + 64], line[PATH_MAX], *slash;
+        bool found = false;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/cgroup", (int) pid, (int) tid);
+        f = fopen(path, "re");
+        if (!f)
+                return false;
+        while (!found && fgets(line, sizeof(line), f))
+                found = strncmp(line, "0::/", 4) == 0;
+        fclose(f);
+        if (!found)
+                return false;
+        line[strcspn(line, "\n")] = 0;
+        for (char *dir = line + 3; dir[1];) {
+                char quota[32] = "";
+
+                snprintf(path, sizeof(path), "/sys/fs/cgroup%s/cpu.max", dir);
+                f = fopen(path, "re");
+                if (f) {
+                        bool limited = fscanf(f, "%31s", quota) == 1 && strcmp(quota, "max") != 0;
+
+                        fclose(f);
+                        if (limited)
+                                return true;
+                }
+                slash = strrchr(dir, '/');
+                if (slash == dir)
+                        break;
+                *slash = 0;
+        }
+        return false;
+}
+
+/* Why the scheduler gives @w's thread less than a normal thread, by the
+ * thread's own settings or its cgroup's; NULL if it does not. */
+static const char *callback_thread_runs_below_normal(const struct callback_worker *w, char *buf, size_t size) {
+        int policy, nice;
+
+        policy = sched_getscheduler(w->tid);
+        if (policy >= 0 && (policy & ~SCHED_RESET_ON_FORK) == SCHED_IDLE)
+                return "it runs SCHED_IDLE";
+        errno = 0;
+        nice = getpriority(PRIO_PROCESS, (id_t) w->tid);       /* the thread's, on Linux */
+        if (errno == 0 && nice > 0) {
+                snprintf(buf, size, "it runs at nice %d", nice);
+                return buf;
+        }
+        if (callback_thread_cgroup_has_quota(w->client->pid, w->tid))
+                return "its cgroup has a CPU quota";
+        return NULL;
+}
+
 static void callback_yield_overdue(evutil_socket_t fd, short what, void *userdata) {
         struct callback_worker *w = userdata;
         uint64_t cpu, waited;
+        const char *why;
+        char buf[64];
 
         callback_worker_sync(w);
         if (!w->granted || !worker_counts_running(w->granted))
@@ -221,9 +291,16 @@ static void callback_yield_overdue(evutil_socket_t fd, short what, void *userdat
                 callback_yield_timer_arm(w);
                 return;
         }
+        /* Hardly ran: by its own doing, or only because other load has the
+         * CPU (then it waits for its turn like any task of that CPU). */
+        why = cpu == POOL_CPU_UNKNOWN ? "its CPU time cannot be read" : callback_thread_runs_below_normal(w, buf, sizeof(buf));
+        if (!why) {
+                callback_yield_timer_arm(w);
+                return;
+        }
         log_debug("callback: thread %d (PID %d) has not yielded CPU %d in %" PRIu64
-                  " ms and hardly ran meanwhile: it stops counting there",
-                  (int) w->tid, (int) w->client->pid, w->pool->cpu, waited / USEC_PER_MSEC);
+                  " ms and hardly ran meanwhile (%s): it stops counting there",
+                  (int) w->tid, (int) w->client->pid, w->pool->cpu, waited / USEC_PER_MSEC, why);
         pool_worker_cpu_intensive(w->granted);
 }
 

@@ -619,6 +619,7 @@ int core_workqueue_flush(struct core *c, const struct core_caller *caller, const
         if (workqueue_flushed(wq, w->flush_seq))
                 return 0;
         list_add_tail(&w->entry, &wq->flushers);
+        log_debug("Flush of %s waits for its items up to number %" PRIu64, wq->name, w->flush_seq);
         return 1;
 }
 

@@ -16,7 +16,7 @@ struct cmwq *connect_ok(const struct cmwqd *d);
 
 int nr_cpus(void);
 
-/* Waits (up to 10 s, else fails the test) for *@v to reach @at_least. */
+/* Waits (up to 60 s, else fails the test) for *@v to reach @at_least. */
 void wait_until(atomic_int *v, int at_least);
 
 /* Busy workers in all of @d's pools (cmwqctl --json pools). */

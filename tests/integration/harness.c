@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -443,5 +444,45 @@ bool ctl_finish(struct ctl_async *a, int timeout_ms, struct ctl_result *r) {
         r->status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         r->out = read_file(a->out_path);
         r->err = read_file(a->err_path);
+        return true;
+}
+
+void file_gate_close(const struct cmwqd *d, struct file_gate *g, const char *name) {
+        test_path(d, name, g->path, sizeof(g->path));
+        g->fd = open(g->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        ck_assert_msg(g->fd >= 0, "%s: %s", g->path, strerror(errno));
+        /* Items of other users open it too. */
+        ck_assert_int_eq(fchmod(g->fd, 0644), 0);
+        ck_assert_int_eq(flock(g->fd, LOCK_EX), 0);
+}
+
+void file_gate_open(struct file_gate *g) {
+        if (g->fd < 0)
+                return;
+        ck_assert_int_eq(flock(g->fd, LOCK_UN), 0);
+        close(g->fd);
+        g->fd = -1;
+}
+
+int count_probe_lines(const char *path, const char *what) {
+        char *s = read_file(path), *save = NULL;
+        int n = 0;
+
+        for (char *line = strtok_r(s, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                char tag[32], w[16];
+
+                if (sscanf(line, "%31s %15s", tag, w) == 2 && strcmp(w, what) == 0)
+                        n++;
+        }
+        free(s);
+        return n;
+}
+
+bool wait_for_probe_lines(const char *path, const char *what, int n, int timeout_ms) {
+        for (int64_t deadline = mono_ns() + (int64_t) timeout_ms * 1000000; count_probe_lines(path, what) < n;) {
+                if (mono_ns() > deadline)
+                        return false;
+                sleep_ms(10);
+        }
         return true;
 }

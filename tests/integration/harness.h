@@ -84,6 +84,22 @@ const struct span *find_span(const struct span *spans, int n, const char *tag);
 bool wait_for_lines(const char *path, int lines, int timeout_ms);
 int count_lines(const char *path);
 
+/* A gate for probe items ("probe wait GATE ...", "probe spin-until GATE
+ * ..."): a file in the daemon's directory on which the test holds an
+ * exclusive flock(2) until it opens the gate.  Items wait for an event, not
+ * for a time. */
+struct file_gate {
+        int fd;
+        char path[400];
+};
+void file_gate_close(const struct cmwqd *d, struct file_gate *g, const char *name);
+void file_gate_open(struct file_gate *g);
+
+/* The lines "TAG WHAT ..." of probe log @path with this @what, any TAG. */
+int count_probe_lines(const char *path, const char *what);
+/* Waits up to @timeout_ms for @n such lines; returns whether they came. */
+bool wait_for_probe_lines(const char *path, const char *what, int n, int timeout_ms);
+
 /* CLOCK_MONOTONIC in ns: comparable with the probe's timestamps. */
 int64_t mono_ns(void);
 

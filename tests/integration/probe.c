@@ -5,11 +5,19 @@
  * that a test can tell which items overlapped.
  *
  *   probe spin MS LOG TAG     burn MS ms of CPU time ("up" first, its span after)
+ *   probe burn MS LOG TAG     the same without the "up" line: nothing that
+ *                             may block (a write) before it computes
+ *   probe spin-until GATE LOG TAG
+ *                             "up", then burn CPU time until GATE (a file
+ *                             the test holds an exclusive flock(2) on) opens,
+ *                             never blocking; its span after
  *   probe sleep MS LOG TAG    sleep MS ms
+ *   probe wait GATE LOG TAG   "start", block until GATE opens, "end"
  *   probe cpu                 print the CPU it runs on
  *   probe exit N              exit with status N
  *   probe tempfail LOG TAG N  exit 75 (requeue me) until it has run N times
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -17,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,21 +70,51 @@ static int count_lines(const char *path, const char *tag) {
         return n;
 }
 
+static int open_gate(const char *path) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+        if (fd < 0) {
+                perror(path);
+                exit(2);
+        }
+        return fd;
+}
+
+/* Whether the gate is open now (its holder let go of its lock); never
+ * sleeps. */
+static int gate_is_open(int fd) {
+        if (flock(fd, LOCK_SH | LOCK_NB) == 0)
+                return 1;
+        if (errno != EWOULDBLOCK) {
+                perror("flock");
+                exit(2);
+        }
+        return 0;
+}
+
 int main(int argc, char **argv) {
-        if (argc >= 5 && strcmp(argv[1], "spin") == 0) {
-                int64_t ms = atoll(argv[2]), start, t_start, t_end;
-                int cpu_start, cpu_end;
+        if (argc >= 5 && (strcmp(argv[1], "spin") == 0 || strcmp(argv[1], "burn") == 0 ||
+                          strcmp(argv[1], "spin-until") == 0)) {
+                int until_gate = strcmp(argv[1], "spin-until") == 0;
+                int64_t ms = until_gate ? 0 : atoll(argv[2]), start, t_start, t_end;
+                int cpu_start, cpu_end, gate = until_gate ? open_gate(argv[2]) : -1;
 
                 /* Appending to a file on ext4 can sleep (in the journal)
                  * and a sleeping item rightly lets the next one start: so
                  * the span holds nothing but the spin, its lines are
-                 * written after it, and "up" says early that it runs. */
-                log_line(argv[3], argv[4], "up");
+                 * written after it, and "up" says early that it runs
+                 * ("burn" does not: nothing before its spin may block). */
+                if (strcmp(argv[1], "burn") != 0)
+                        log_line(argv[3], argv[4], "up");
                 t_start = now_ns(CLOCK_MONOTONIC);
                 cpu_start = sched_getcpu();
                 start = now_ns(CLOCK_THREAD_CPUTIME_ID);
-                while (now_ns(CLOCK_THREAD_CPUTIME_ID) - start < ms * 1000000)
-                        ;
+                if (until_gate)
+                        while (!gate_is_open(gate))
+                                ;
+                else
+                        while (now_ns(CLOCK_THREAD_CPUTIME_ID) - start < ms * 1000000)
+                                ;
                 t_end = now_ns(CLOCK_MONOTONIC);
                 cpu_end = sched_getcpu();
                 log_line_at(argv[3], argv[4], "start", t_start, cpu_start);
@@ -88,6 +127,17 @@ int main(int argc, char **argv) {
 
                 log_line(argv[3], argv[4], "start");
                 nanosleep(&ts, NULL);
+                log_line(argv[3], argv[4], "end");
+                return 0;
+        }
+        if (argc >= 5 && strcmp(argv[1], "wait") == 0) {
+                int gate = open_gate(argv[2]);
+
+                log_line(argv[3], argv[4], "start");
+                if (flock(gate, LOCK_SH) < 0) {
+                        perror("flock");
+                        return 2;
+                }
                 log_line(argv[3], argv[4], "end");
                 return 0;
         }
@@ -126,6 +176,7 @@ int main(int argc, char **argv) {
                 }
                 return 0;
         }
-        fprintf(stderr, "usage: probe spin|sleep MS LOG TAG | cpu | exit N | tempfail LOG TAG N | forks N\n");
+        fprintf(stderr, "usage: probe spin|burn|sleep MS LOG TAG | spin-until|wait GATE LOG TAG | cpu | exit N | "
+                        "tempfail LOG TAG N | forks N\n");
         return 2;
 }

@@ -29,7 +29,7 @@
 #include "frame.h"
 #include "harness.h"
 
-#define REPLY_TIMEOUT_MS 5000
+#define REPLY_TIMEOUT_MS 30000
 
 static struct cmwqd d;
 
@@ -322,7 +322,7 @@ START_TEST(test_passed_file_descriptors_are_refused) {
         /* No copy of the pipe's write end is left in cmwqd: EOF. */
         close(p[1]);
         for (int waited = 0; read(p[0], &byte, 1) < 0; waited++) {
-                ck_assert_msg(errno == EAGAIN && waited < 500, "read of the pipe: %s", strerror(errno));
+                ck_assert_msg(errno == EAGAIN && waited < 3000, "read of the pipe: %s", strerror(errno));
                 usleep(10000);
         }
         close(p[0]);
@@ -1101,13 +1101,17 @@ START_TEST(test_clients_that_vanish) {
                 ck_assert(send_request(fd, &req));
                 close(fd);
         }
-        usleep(800 * 1000);
         assert_serving("clients gone while their items run");
-        {
+        /* Their items end (0.3 s each, however long a loaded machine takes). */
+        for (int waited = 0;; waited += 50) {
                 char *out = CTL_OK(&d, "--json", "stats");
+                bool idle = json_sum(out, "in_flight") == 0;
 
-                ck_assert_msg(strstr(out, "\"in_flight\":0"), "stats: %s", out);
+                ck_assert_msg(idle || waited < 60000, "stats: %s", out);
                 free(out);
+                if (idle)
+                        break;
+                usleep(50 * 1000);
         }
 }
 END_TEST
@@ -1170,10 +1174,10 @@ static void setup_deadline(void) {
                                                 "reply-bytes=8M", "--limit", "output-bytes=1M", NULL });
 }
 
-/* Waits (up to 10 s, the daemon's deadline is 1 s) for cmwqd to end the
+/* Waits (up to 30 s, the daemon's deadline is 1 s) for cmwqd to end the
  * connection: EOF, with nothing or an error reply first. */
 static void assert_dropped(int fd, const char *what) {
-        int64_t deadline = now_ms() + 10000;
+        int64_t deadline = now_ms() + 30000;
         char buf[4096];
 
         for (;;) {
@@ -1181,7 +1185,7 @@ static void assert_dropped(int fd, const char *what) {
                 int64_t left = deadline - now_ms();
                 ssize_t n;
 
-                ck_assert_msg(left > 0 && poll(&pfd, 1, (int) left) > 0, "%s: still connected after 10 s", what);
+                ck_assert_msg(left > 0 && poll(&pfd, 1, (int) left) > 0, "%s: still connected after 30 s", what);
                 n = read(fd, buf, sizeof(buf));
                 if (n == 0 || (n < 0 && errno == ECONNRESET))
                         break;
@@ -1222,7 +1226,7 @@ START_TEST(test_silent_and_stalled_clients_are_dropped) {
         /* Every connection's fd is closed again.  Not "equal": the count
          * taken just after start can include an fd the daemon was still
          * using for its start-up (seen under AddressSanitizer). */
-        for (int waited = 0; count_fds(d.pid) > fds_before && waited < 5000; waited += 50)
+        for (int waited = 0; count_fds(d.pid) > fds_before && waited < 30000; waited += 50)
                 usleep(50000);
         ck_assert_int_le(count_fds(d.pid), fds_before);
         assert_serving("stalled clients");
@@ -1402,7 +1406,7 @@ START_TEST(test_connections_per_user) {
                 if (r.status == 0)
                         break;
                 ctl_result_free(&r);
-                ck_assert_msg(waited < 5000, "the closed connection's slot was not given back");
+                ck_assert_msg(waited < 30000, "the closed connection's slot was not given back");
                 usleep(50000);
         }
         ctl_result_free(&r);

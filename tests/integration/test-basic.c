@@ -154,12 +154,32 @@ static long context_switches(pid_t pid) {
         return total;
 }
 
+/* The daemon's state letter (R, S, ...) from /proc/PID/stat. */
+static char proc_state(pid_t pid) {
+        char path[64], *stat, *p, state;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int) pid);
+        stat = read_file(path);
+        p = strrchr(stat, ')');
+        state = p && p[1] == ' ' ? p[2] : '?';
+        free(stat);
+        return state;
+}
+
 START_TEST(test_idle_daemon_never_wakes_up) {
         long before, after;
 
-        /* Let it finish start-up and a first client, then watch it idle. */
+        /* Let it finish start-up and a first client: asleep, and no switch
+         * for half a second (on a loaded machine it may take a while to
+         * get there), then watch it idle. */
         free(CTL_OK(&d, "submit", "system", "--wait", "--", "/bin/true"));
-        usleep(500 * 1000);
+        for (int waited = 0;; waited++) {
+                before = context_switches(d.pid);
+                usleep(500 * 1000);
+                if (proc_state(d.pid) == 'S' && context_switches(d.pid) == before)
+                        break;
+                ck_assert_msg(waited < 120, "cmwqd never settled: it keeps waking up");
+        }
         before = context_switches(d.pid);
         usleep(2 * 1000 * 1000);
         after = context_switches(d.pid);

@@ -107,7 +107,7 @@ START_TEST(test_queue_work_runs_on_a_worker_thread) {
                 out = CTL_OK(&d, "--json", "pools");
                 if (json_sum(out, "callbacks") >= 2 + nr_cpus())
                         break;
-                ck_assert_msg(waited < 1000, "pools after %d bound callbacks: %s", 2 + nr_cpus(), out);
+                ck_assert_msg(waited < 6000, "pools after %d bound callbacks: %s", 2 + nr_cpus(), out);
                 usleep(10000);
         }
         ck_assert_int_eq(json_sum(out, "callbacks"), 2 + nr_cpus());
@@ -119,7 +119,7 @@ START_TEST(test_queue_work_runs_on_a_worker_thread) {
                 out = CTL_OK(&d, "--json", "pools");
                 if (json_sum(out, "callback_threads") == 0)
                         break;
-                ck_assert_msg(waited < 1000, "pools after the client left: %s", out);
+                ck_assert_msg(waited < 6000, "pools after the client left: %s", out);
                 free(out);
                 usleep(10000);
         }
@@ -413,12 +413,12 @@ START_TEST(test_delayed_work_fires_not_before_its_time) {
         usleep(250000);
         ck_assert_int_eq(atomic_load(&t.runs), 2);
 
-        /* flush_delayed_work runs it now. */
+        /* flush_delayed_work runs it now, not in an hour. */
         t0 = now_ns();
-        ck_assert(cmwq_queue_delayed_work(wq, &t.dwork, 10000000));
+        ck_assert(cmwq_queue_delayed_work(wq, &t.dwork, 3600ULL * 1000000));
         ck_assert_int_eq(cmwq_flush_delayed_work(&t.dwork), 1);
         ck_assert_int_eq(atomic_load(&t.runs), 3);
-        ck_assert_int_lt(now_ns() - t0, 5000000000LL);
+        ck_assert_int_lt(now_ns() - t0, 60 * 1000000000LL);
         ck_assert(!cmwq_cancel_delayed_work(&t.dwork));
         cmwq_disconnect(c);
 }
@@ -643,6 +643,133 @@ START_TEST(test_two_clients_share_a_cpu) {
 }
 END_TEST
 
+/* ---- a preempted callback -------------------------------------------------- */
+
+/* Orderings only, on CLOCK_MONOTONIC (shared by the processes): A marks the
+ * moment it is about to block, B marks its start, and A's block lasts until
+ * B has run, so that no time limit decides anything. */
+struct preempt_times {
+        atomic_long a_spin_end;
+        atomic_long b_start;
+        atomic_int a_started;
+        atomic_int b_armed;             /* B's run that A waits for is the next one */
+        atomic_int a_saw_b;             /* 1: A's block ended because B ran; -1: it gave up */
+        sem_t b_ran;
+};
+
+static struct preempt_times *preempted;
+
+static void preempt_a_fn(struct cmwq_work *w) {
+        struct timespec until;
+        int r;
+
+        atomic_store(&preempted->a_started, 1);
+        /* Hold CPU 0 without blocking, for 8 ms of CPU time (short of the
+         * 10 ms CPU-intensive threshold, however long a loaded CPU makes
+         * that), long enough for the other client's item to arrive. */
+        spin_cpu_ns(8000000);
+        atomic_store(&preempted->a_spin_end, (long) now_ns());
+        /* Blocks until B ran: the CPU is free for others. */
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 30;
+        while ((r = sem_timedwait(&preempted->b_ran, &until)) < 0 && errno == EINTR)
+                ;
+        atomic_store(&preempted->a_saw_b, r == 0 ? 1 : -1);
+        spin_cpu_ns(2000000);
+}
+
+static void preempt_b_fn(struct cmwq_work *w) {
+        if (!atomic_load(&preempted->b_armed))
+                return;
+        atomic_store(&preempted->b_start, (long) now_ns());
+        sem_post(&preempted->b_ran);
+}
+
+/* Threads of ours that keep CPU 0 busy, as other load on the machine would:
+ * A's callback is then preempted now and then, and still holds CPU 0. */
+static atomic_int cpu0_load_stop;
+
+static void *cpu0_load_main(void *userdata) {
+        (void) userdata;
+        while (!atomic_load(&cpu0_load_stop))
+                ;
+        return NULL;
+}
+
+static void cpu0_load_start(pthread_t *threads, int n) {
+        pthread_attr_t attr;
+        cpu_set_t only0;
+
+        atomic_store(&cpu0_load_stop, 0);
+        CPU_ZERO(&only0);
+        CPU_SET(0, &only0);
+        pthread_attr_init(&attr);
+        pthread_attr_setaffinity_np(&attr, sizeof(only0), &only0);
+        for (int i = 0; i < n; i++)
+                ck_assert_int_eq(pthread_create(&threads[i], &attr, cpu0_load_main, NULL), 0);
+        pthread_attr_destroy(&attr);
+}
+
+static void cpu0_load_stop_all(pthread_t *threads, int n) {
+        atomic_store(&cpu0_load_stop, 1);
+        for (int i = 0; i < n; i++)
+                pthread_join(threads[i], NULL);
+}
+
+/* B's callback does not start on CPU 0 while A's computes there, even
+ * when A is preempted by other load on CPU 0 (here four spinners of ours)
+ * for longer than cmwqd's grace for yielding: A runs at normal priority,
+ * it is not starved by its own settings.  B runs while A is blocked. */
+START_TEST(test_a_preempted_callback_keeps_its_cpu) {
+        pthread_t load[4];
+
+        preempted = mmap(NULL, sizeof(*preempted), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        ck_assert_ptr_ne(preempted, MAP_FAILED);
+        memset(preempted, 0, sizeof(*preempted));
+        ck_assert_int_eq(sem_init(&preempted->b_ran, 1, 0), 0);
+
+        pid_t a = fork();
+        ck_assert_int_ge(a, 0);
+        if (a == 0) {
+                struct cmwq *c = cmwq_connect(d.socket);
+                struct cmwq_work w;
+
+                if (!c)
+                        _exit(2);
+                CMWQ_WORK_INIT(&w, preempt_a_fn);
+                cmwq_queue_work_on(0, cmwq_system_workqueue(c, CMWQ_SYSTEM), &w);
+                cmwq_flush_work(&w);
+                cmwq_disconnect(c);
+                _exit(0);
+        }
+        cpu0_load_start(load, 4);
+
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_work w;
+        /* Register our worker for CPU 0 (it may have to wait for A's block). */
+        CMWQ_WORK_INIT(&w, preempt_b_fn);
+        ck_assert(cmwq_queue_work_on(0, cmwq_system_workqueue(c, CMWQ_SYSTEM), &w));
+        ck_assert_int_ge(cmwq_flush_work(&w), 0);     /* 0: it already ran */
+
+        wait_until(&preempted->a_started, 1);
+        atomic_store(&preempted->b_armed, 1);
+        ck_assert(cmwq_queue_work_on(0, cmwq_system_workqueue(c, CMWQ_SYSTEM), &w));
+        ck_assert_int_ge(cmwq_flush_work(&w), 0);     /* 0: it already ran */
+
+        int status;
+        ck_assert_int_eq(waitpid(a, &status, 0), a);
+        cpu0_load_stop_all(load, 4);
+        ck_assert_int_eq(status, 0);
+
+        long b = atomic_load(&preempted->b_start), blocked = atomic_load(&preempted->a_spin_end);
+        ck_assert_msg(atomic_load(&preempted->a_saw_b) == 1, "B's callback did not run while A's was blocked (for 30 s)");
+        ck_assert_msg(b >= blocked, "B started %.3f ms before A blocked", (blocked - b) / 1e6);
+        cmwq_disconnect(c);
+        sem_destroy(&preempted->b_ran);
+        munmap(preempted, sizeof(*preempted));
+}
+END_TEST
+
 /* ---- kill -9 of a client ---------------------------------------------------- */
 
 static long rss_kb(pid_t pid) {
@@ -674,13 +801,19 @@ static bool daemon_has_asan(pid_t pid) {
         return found;
 }
 
+static int sleeper_report_fd = -1;
+
+/* Says that it runs, then blocks for good. */
 static void sleeper_fn(struct cmwq_work *w) {
+        (void) !write(sleeper_report_fd, "s", 1);
         pause();
 }
 
-/* A client with workers on every CPU, killed while its callbacks run. */
+/* A client with workers on every CPU, killed while its 8 callbacks run
+ * (each blocks at once, so that the next one starts). */
 static void kill_a_busy_client(void) {
-        int pipefd[2];
+        int pipefd[2], seen = 0;
+        int64_t deadline = now_ns() + 60 * 1000000000LL;
         char ch;
 
         ck_assert_int_eq(pipe(pipefd), 0);
@@ -693,6 +826,7 @@ static void kill_a_busy_client(void) {
 
                 if (!c)
                         _exit(2);
+                sleeper_report_fd = pipefd[1];
                 /* The previous round's "doomed" is gone by now. */
                 wq = cmwq_alloc_workqueue(c, "doomed", 0, 0);
                 if (!wq)
@@ -701,13 +835,19 @@ static void kill_a_busy_client(void) {
                         CMWQ_WORK_INIT(&w[i], sleeper_fn);
                         cmwq_queue_work_on(i % nr_cpus(), wq, &w[i]);
                 }
-                usleep(300000);
-                (void) !write(pipefd[1], "x", 1);
                 pause();
                 _exit(0);
         }
         close(pipefd[1]);
-        ck_assert_int_eq(read(pipefd[0], &ch, 1), 1);
+        while (seen < 8) {
+                struct pollfd pfd = { .fd = pipefd[0], .events = POLLIN };
+
+                ck_assert_msg(now_ns() < deadline, "%d of the client's 8 callbacks started within 60 s", seen);
+                if (poll(&pfd, 1, 1000) > 0) {
+                        ck_assert_msg(read(pipefd[0], &ch, 1) == 1, "the client died before its callbacks ran");
+                        seen++;
+                }
+        }
         close(pipefd[0]);
         kill(p, SIGKILL);
         waitpid(p, NULL, 0);
@@ -716,14 +856,14 @@ static void kill_a_busy_client(void) {
 /* The dead client's queue goes with its connection (it has no exec items to
  * drain): nobody destroys it. */
 static void wait_doomed_gone(void) {
-        for (int waited = 0;; waited += 20) {
+        for (int64_t deadline = now_ns() + 60 * 1000000000LL;;) {
                 char *out = CTL_OK(&d, "--json", "list");
                 bool listed = strstr(out, "\"doomed\"") != NULL;
 
                 free(out);
                 if (!listed)
                         return;
-                ck_assert_msg(waited < 10000, "the killed client's workqueue is still there");
+                ck_assert_msg(now_ns() < deadline, "the killed client's workqueue is still there after 60 s");
                 usleep(20000);
         }
 }
@@ -767,38 +907,57 @@ static void sleepy_fn(struct cmwq_work *w) {
  * against a spinner of the same process on its CPU) never reaches the
  * CPU-intensive threshold and never gets to yield; cmwqd stops counting it
  * once it has not yielded in time, so an exec item waiting for that CPU runs
- * long before the spinner stops. */
+ * while the starved thread has had far less than the threshold's 10 ms of
+ * CPU time (compared in CPU time: the machine may be loaded). */
 struct starved_work {
         struct cmwq_work work;
         pthread_mutex_t lock;
         pthread_cond_t cond;
         bool go;
         atomic_int started;
+        atomic_int woke;
         atomic_int stop;
+        pthread_t thread;
+        clockid_t clock;                /* the thread's CPU-time clock */
+        atomic_long woke_cpu_ns;        /* its CPU time when it woke up to spin */
 };
+
+static int64_t clock_ns(clockid_t clock) {
+        struct timespec ts;
+
+        ck_assert_int_eq(clock_gettime(clock, &ts), 0);
+        return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static void starved_fn(struct cmwq_work *w) {
         struct starved_work *s = cmwq_container_of(w, struct starved_work, work);
         struct sched_param sp = { 0 };
+        struct timespec now;
 
-        pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+        s->thread = pthread_self();
+        pthread_getcpuclockid(pthread_self(), &s->clock);
         atomic_store(&s->started, 1);
         pthread_mutex_lock(&s->lock);
         while (!s->go)
                 pthread_cond_wait(&s->cond, &s->lock);
         pthread_mutex_unlock(&s->lock);
+        /* Woken at normal priority (however busy the machine), then kept
+         * from running by its own setting. */
+        pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+        atomic_store(&s->woke_cpu_ns, (long) now.tv_sec * 1000000000L + now.tv_nsec);
+        atomic_store(&s->woke, 1);
+        sched_yield();          /* the rest of its slice to the spinner */
         while (!atomic_load(&s->stop))
                 ;
-        pthread_setschedparam(pthread_self(), SCHED_OTHER, &sp);
 }
 
-static atomic_int spinner_spinning;
-static int64_t spinner_end_ns;
+static atomic_int spinner_spinning, spinner_stop;
 
 static void *spinner_main(void *userdata) {
         (void) userdata;
         atomic_store(&spinner_spinning, 1);
-        while (now_ns() < spinner_end_ns)
+        while (!atomic_load(&spinner_stop))
                 ;
         return NULL;
 }
@@ -814,7 +973,7 @@ START_TEST(test_a_starved_callback_thread_does_not_hold_its_cpu) {
         pthread_t spinner;
         cpu_set_t only0;
         uint64_t id;
-        int64_t done_ns;
+        int64_t starved_cpu_ns, deadline;
 
         pthread_mutex_init(&s.lock, NULL);
         pthread_cond_init(&s.cond, NULL);
@@ -822,10 +981,10 @@ START_TEST(test_a_starved_callback_thread_does_not_hold_its_cpu) {
         ck_assert(cmwq_queue_work_on(0, wq, &s.work));
         wait_until(&s.started, 1);
 
-        /* A spinner of ours on CPU 0 for 3 s, then the callback wakes up
-         * behind it: runnable, hardly ever running. */
-        spinner_end_ns = now_ns() + 3000 * 1000000LL;
+        /* A spinner of ours on CPU 0 until the end, then the callback wakes
+         * up behind it: runnable, hardly ever running. */
         atomic_store(&spinner_spinning, 0);
+        atomic_store(&spinner_stop, 0);
         CPU_ZERO(&only0);
         CPU_SET(0, &only0);
         pthread_attr_init(&attr);
@@ -838,22 +997,30 @@ START_TEST(test_a_starved_callback_thread_does_not_hold_its_cpu) {
         pthread_cond_signal(&s.cond);
         pthread_mutex_unlock(&s.lock);
         /* cmwqd counts it running again once it got the CPU for a moment. */
-        for (int waited = 0; pools_sum_now("running") < 1; waited++) {
-                ck_assert_msg(waited < 100, "cmwqd never saw the callback thread run again");
+        wait_until(&s.woke, 1);
+        deadline = now_ns() + 60 * 1000000000LL;
+        while (pools_sum_now("running") < 1) {
+                ck_assert_msg(now_ns() < deadline, "cmwqd never saw the callback thread run again");
                 usleep(10000);
         }
+        starved_cpu_ns = clock_ns(s.clock) - atomic_load(&s.woke_cpu_ns);
+        ck_assert_msg(starved_cpu_ns < 5000000, "precondition: the SCHED_IDLE callback already ran %.1f ms of CPU time",
+                      starved_cpu_ns / 1e6);
 
         ck_assert_int_eq(cmwq_exec(wq, &exec, &id), 0);
         ck_assert_int_eq(cmwq_exec_wait(c, id, &res), 0);
-        done_ns = now_ns();
+        starved_cpu_ns = clock_ns(s.clock) - atomic_load(&s.woke_cpu_ns);
         ck_assert_int_eq(res->exit_status, 0);
         cmwq_exec_result_free(res);
-        ck_assert_msg(done_ns < spinner_end_ns - 1500 * 1000000LL,
-                      "the exec item ended only %.0f ms before the spinner stopped",
-                      (spinner_end_ns - done_ns) / 1e6);
+        ck_assert_msg(starved_cpu_ns < 10000000,
+                      "the exec item waited until the starved callback had run %.1f ms of CPU time",
+                      starved_cpu_ns / 1e6);
 
+        /* Back to normal priority, so that it sees the stop soon. */
         atomic_store(&s.stop, 1);
+        atomic_store(&spinner_stop, 1);
         pthread_join(spinner, NULL);
+        ck_assert_int_eq(pthread_setschedparam(s.thread, SCHED_OTHER, &(struct sched_param) { 0 }), 0);
         ck_assert_int_ge(cmwq_flush_work(&s.work), 0);
         cmwq_disconnect(c);
 }
@@ -917,18 +1084,17 @@ START_TEST(test_idle_threads_end_after_the_idle_timeout) {
 
         /* Idle now: all but two end, in the daemon's pools and here. */
         for (waited = 0; pools_sum_now("callback_threads") > 2; waited++) {
-                ck_assert_msg(waited < 200, "still %ld callback threads after %d s", pools_sum_now("callback_threads"),
-                              waited / 20);
+                ck_assert_msg(waited < 1200, "still %ld callback threads after 60 s", pools_sum_now("callback_threads"));
                 usleep(50000);
         }
         ck_assert_int_eq(pools_sum_now("callback_threads"), 2);
         for (waited = 0; count_fds(d.pid) > fds_busy - (N - 2); waited++) {
-                ck_assert_msg(waited < 200, "the daemon keeps %d fds (%d with %d threads)", count_fds(d.pid),
+                ck_assert_msg(waited < 1200, "the daemon keeps %d fds (%d with %d threads)", count_fds(d.pid),
                               fds_busy, N);
                 usleep(50000);
         }
         for (waited = 0; own_threads() > threads_before + 2 + 2; waited++) {   /* + the manager and the timer */
-                ck_assert_msg(waited < 200, "%d threads here, %d before", own_threads(), threads_before);
+                ck_assert_msg(waited < 1200, "%d threads here, %d before", own_threads(), threads_before);
                 usleep(50000);
         }
 
@@ -953,7 +1119,6 @@ START_TEST(test_kill_9_of_a_client_leaves_nothing_behind) {
         /* Once, so that the daemon's one-time allocations are made. */
         kill_a_busy_client();
         wait_doomed_gone();
-        usleep(200000);
         fds_before = count_fds(d.pid);
         rss_before = rss_kb(d.pid);
 
@@ -961,14 +1126,17 @@ START_TEST(test_kill_9_of_a_client_leaves_nothing_behind) {
                 kill_a_busy_client();
                 wait_doomed_gone();
         }
-        for (int waited = 0; waited < 5000; waited += 50) {
+        /* Not "equal": the baseline may include the fd of a cmwqctl
+         * connection the daemon had not yet seen end.  Three killed clients
+         * that each leaked an fd would still show. */
+        for (int64_t deadline = now_ns() + 60 * 1000000000LL;;) {
                 fds_after = count_fds(d.pid);
-                if (fds_after == fds_before)
+                if (fds_after <= fds_before || now_ns() > deadline)
                         break;
                 usleep(50000);
         }
         rss_after = rss_kb(d.pid);
-        ck_assert_int_eq(fds_after, fds_before);
+        ck_assert_int_le(fds_after, fds_before);
         /* Under AddressSanitizer freed memory sits in its quarantine (and
          * LeakSanitizer checks the daemon at its exit instead). */
         long slack_kb = daemon_has_asan(d.pid) ? 32 * 1024 : 1024;
@@ -1753,6 +1921,7 @@ int main(void) {
         tcase_add_test(tc, test_cancel_work_sync_waits_for_a_running_item);
         tcase_add_test(tc, test_delayed_work_fires_not_before_its_time);
         tcase_add_test(tc, test_two_clients_share_a_cpu);
+        tcase_add_test(tc, test_a_preempted_callback_keeps_its_cpu);
         tcase_add_test(tc, test_kill_9_of_a_client_leaves_nothing_behind);
         tcase_add_test(tc, test_daemon_death_ends_a_waiting_flush);
         tcase_add_test(tc, test_bound_max_active_limits_callbacks_per_cpu);

@@ -194,11 +194,11 @@ START_TEST(test_exec_on_cpu_key_timeout) {
         ck_assert_str_eq(res->out, "0\n");
         cmwq_exec_result_free(res);
 
-        /* A key that is pending: no second item. */
+        /* A key that is pending (for an hour): no second item. */
         ck_assert_int_eq(cmwq_exec(wq, &(struct cmwq_exec_args) {
-                                 .argv = ARGV("/bin/true"), .key = "k", .delay_usec = 2000000 }, &id1), 0);
+                                 .argv = ARGV("/bin/true"), .key = "k", .delay_usec = 3600ULL * 1000000 }, &id1), 0);
         ck_assert_int_eq(cmwq_exec(wq, &(struct cmwq_exec_args) {
-                                 .argv = ARGV("/bin/true"), .key = "k", .delay_usec = 2000000 }, &id2), 1);
+                                 .argv = ARGV("/bin/true"), .key = "k", .delay_usec = 3600ULL * 1000000 }, &id2), 1);
         ck_assert_uint_eq(id1, id2);
         ck_assert_int_eq(cmwq_exec_cancel(c, id1), 0);
         ck_assert_int_eq(cmwq_exec_wait(c, id1, &res), 0);

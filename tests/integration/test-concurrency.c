@@ -7,7 +7,10 @@
  * Every test runs twice, once per sleep detector (TCase "perf" and TCase
  * "proc"), each with a fresh daemon.  The tests assert properties -- how many
  * items overlapped, in which order they ran, which pool ran them -- and never
- * absolute timings, except "started before a 300+ ms item ended".
+ * timings: an item that must still run while others start waits at a gate
+ * (a file the test holds locked: "probe wait" blocks on it, "probe
+ * spin-until" computes until it opens) that the test opens once it has seen
+ * what it waits for, so a loaded machine only makes a test slower.
  *
  * Where a property needs several items to be pending at the same moment
  * (rather than trickling in at cmwqctl's pace), the queue is FREEZABLE: it is
@@ -26,13 +29,14 @@
 #include "harness.h"
 
 #define MAX_SPANS 32
-#define START_TIMEOUT_MS 10000
+/* Only for what must happen eventually: a failing test waits this long. */
+#define START_TIMEOUT_MS 60000
 
 static struct cmwqd d;
 
-/* Waits up to 5 s for the daemon's log to say @what. */
+/* Waits up to 60 s for the daemon's log to say @what. */
 static bool log_says(const char *what) {
-        for (int waited = 0; waited <= 5000; waited += 10) {
+        for (int waited = 0; waited <= 60000; waited += 10) {
                 char *log = read_file(d.log);
                 bool found = strstr(log, what) != NULL;
 
@@ -103,6 +107,40 @@ static void submit_probe_n(const char *queue, int cpu, const char *mode, int ms,
                 snprintf(tag, sizeof(tag), "i%d", k);
                 free(submit_probe(queue, cpu, mode, ms, log, tag));
         }
+}
+
+/* Queues "probe MODE GATE LOG TAG" (MODE "wait" or "spin-until") on @queue
+ * (on CPU @cpu unless it is < 0) and returns the item's id (free it). */
+static char *submit_gated(const char *queue, int cpu, const char *mode, const struct file_gate *g, const char *log,
+                          const char *tag) {
+        char cpu_s[16];
+
+        snprintf(cpu_s, sizeof(cpu_s), "%d", cpu);
+        if (cpu < 0)
+                return CTL_OK(&d, "submit", queue, "--", d.probe, mode, g->path, log, tag);
+        return CTL_OK(&d, "submit", queue, "--cpu", cpu_s, "--", d.probe, mode, g->path, log, tag);
+}
+
+/* @n of them, tagged i0, i1, ...; their ids into @ids unless it is NULL. */
+static void submit_gated_n(const char *queue, int cpu, const char *mode, const struct file_gate *g, const char *log,
+                           int n, char **ids) {
+        for (int k = 0; k < n; k++) {
+                char tag[16], *id;
+
+                snprintf(tag, sizeof(tag), "i%d", k);
+                id = submit_gated(queue, cpu, mode, g, log, tag);
+                if (ids)
+                        ids[k] = id;
+                else
+                        free(id);
+        }
+}
+
+/* Waits (START_TIMEOUT_MS) for @n "WHAT" lines in @log, or fails with @why. */
+static void wait_lines_or_fail(const char *log, const char *what, int n, const char *why) {
+        if (!wait_for_probe_lines(log, what, n, START_TIMEOUT_MS))
+                ck_abort_msg("%s (%d of %d '%s' lines in %d s); log:\n%s", why, count_probe_lines(log, what), n, what,
+                             START_TIMEOUT_MS / 1000, read_file(log));
 }
 
 static void flush(const char *queue) {
@@ -228,17 +266,22 @@ static bool item_cpu_intensive(const char *id) {
 /* ---- concurrency management --------------------------------------------- */
 
 /* Blocking items on one CPU: each one's block starts the next at once, so
- * all of them sleep at the same time although the pool lets only one run. */
+ * all of them are blocked at the same time although the pool lets only one
+ * run (none ends before all have started: they wait at a gate). */
 START_TEST(test_blocking_items_progress_together) {
         const int n = 6;
         struct span spans[MAX_SPANS];
+        struct file_gate g;
         char log[400];
 
         test_path(&d, "blocking.log", log, sizeof(log));
+        file_gate_close(&d, &g, "blocking.gate");
         free(CTL_OK(&d, "create", "q", "--freezable"));
         free(CTL_OK(&d, "freeze", "q"));
-        submit_probe_n("q", 0, "sleep", 500, log, n);
+        submit_gated_n("q", 0, "wait", &g, log, n, NULL);
         free(CTL_OK(&d, "thaw", "q"));
+        wait_lines_or_fail(log, "start", n, "blocked items did not let the next ones start");
+        file_gate_open(&g);
         flush("q");
 
         spans_of(log, spans, n);
@@ -262,7 +305,7 @@ START_TEST(test_cpu_bound_items_take_turns) {
         test_path(&d, "spin.log", log, sizeof(log));
         free(CTL_OK(&d, "create", "q", "--freezable"));
         free(CTL_OK(&d, "freeze", "q"));
-        submit_probe_n("q", 0, "spin", 3, log, n);
+        submit_probe_n("q", 0, "burn", 3, log, n);
         free(CTL_OK(&d, "thaw", "q"));
         flush("q");
 
@@ -286,17 +329,22 @@ END_TEST
 
 /* WQ_CPU_INTENSIVE: items do not count toward the concurrency level, so
  * CPU-bound ones on one CPU all run at once -- and, not being counted, never
- * show up as CPU-intensive violations. */
+ * show up as CPU-intensive violations.  They compute until all have
+ * started. */
 START_TEST(test_cpu_intensive_queue_items_overlap) {
         const int n = 4;
         struct span spans[MAX_SPANS];
+        struct file_gate g;
         char log[400];
 
         test_path(&d, "intensive.log", log, sizeof(log));
+        file_gate_close(&d, &g, "intensive.gate");
         free(CTL_OK(&d, "create", "q", "--cpu-intensive", "--freezable"));
         free(CTL_OK(&d, "freeze", "q"));
-        submit_probe_n("q", 0, "spin", 200, log, n);
+        submit_gated_n("q", 0, "spin-until", &g, log, n, NULL);
         free(CTL_OK(&d, "thaw", "q"));
+        wait_lines_or_fail(log, "up", n, "CPU_INTENSIVE items did not all start while the first computed");
+        file_gate_open(&g);
         flush("q");
 
         spans_of(log, spans, n);
@@ -312,13 +360,18 @@ END_TEST
 START_TEST(test_cpu_hog_is_marked_intensive) {
         struct span spans[MAX_SPANS];
         const struct span *hog, *next;
+        struct file_gate g;
         char log[400], *hog_id, *next_id;
 
         test_path(&d, "hog.log", log, sizeof(log));
+        file_gate_close(&d, &g, "hog.gate");
         free(CTL_OK(&d, "create", "q"));
-        hog_id = submit_probe("q", 0, "spin", 300, log, "hog");
-        ck_assert_msg(wait_for_lines(log, 1, START_TIMEOUT_MS), "the hog did not start");
-        next_id = submit_probe("q", 0, "spin", 3, log, "next");
+        hog_id = submit_gated("q", 0, "spin-until", &g, log, "hog");
+        wait_lines_or_fail(log, "up", 1, "the hog did not start");
+        next_id = submit_probe("q", 0, "burn", 3, log, "next");
+        /* The hog computes until the next item has run. */
+        wait_lines_or_fail(log, "end", 1, "the item behind a CPU hog waited for it");
+        file_gate_open(&g);
         flush("q");
 
         spans_of(log, spans, 2);
@@ -328,7 +381,7 @@ START_TEST(test_cpu_hog_is_marked_intensive) {
         ck_assert_ptr_nonnull(next);
         ck_assert_int_eq(hog->cpu, 0);
         ck_assert_int_eq(next->cpu, 0);
-        ck_assert_msg(next->start < hog->end, "the item behind a 300 ms CPU hog waited for it to end; log:\n%s",
+        ck_assert_msg(next->start < hog->end, "the item behind a CPU hog waited for it to end; log:\n%s",
                       read_file(log));
         ck_assert_int_ge(stat_of("q", "cpu_intensive"), 1);
         ck_assert_msg(item_cpu_intensive(hog_id), "the hog is not shown as cpu_intensive");
@@ -405,12 +458,14 @@ END_TEST
 
 /* A highpri queue's items run in the CPU's highpri pool, not its normal one. */
 START_TEST(test_highpri_runs_in_highpri_pool) {
+        struct file_gate g;
         char log[400], *pools;
 
         test_path(&d, "highpri-pool.log", log, sizeof(log));
+        file_gate_close(&d, &g, "highpri-pool.gate");
         free(CTL_OK(&d, "create", "hq", "--highpri"));
-        free(submit_probe("hq", 0, "sleep", 1500, log, "hp"));
-        ck_assert_msg(wait_for_lines(log, 1, START_TIMEOUT_MS), "the highpri item did not start");
+        free(submit_gated("hq", 0, "wait", &g, log, "hp"));
+        wait_lines_or_fail(log, "start", 1, "the highpri item did not start");
 
         pools = CTL_OK(&d, "--json", "pools");
         ck_assert_msg(pool_of(pools, 0, true, "busy") == 1, "CPU 0's highpri pool is not running the item: %s",
@@ -418,6 +473,7 @@ START_TEST(test_highpri_runs_in_highpri_pool) {
         ck_assert_msg(pool_of(pools, 0, true, "workers") >= 1, "pools: %s", pools);
         ck_assert_msg(pool_of(pools, 0, false, "busy") == 0, "CPU 0's normal pool runs something: %s", pools);
         free(pools);
+        file_gate_open(&g);
         flush("hq");
 }
 END_TEST
@@ -427,14 +483,19 @@ END_TEST
 START_TEST(test_highpri_not_held_by_normal_pool) {
         struct span spans[MAX_SPANS];
         const struct span *hog, *hp;
+        struct file_gate g;
         char log[400];
 
         test_path(&d, "highpri.log", log, sizeof(log));
+        file_gate_close(&d, &g, "highpri.gate");
         free(CTL_OK(&d, "create", "nq"));
         free(CTL_OK(&d, "create", "hq", "--highpri"));
-        free(submit_probe("nq", 0, "spin", 300, log, "hog"));
-        ck_assert_msg(wait_for_lines(log, 1, START_TIMEOUT_MS), "the hog did not start");
+        free(submit_gated("nq", 0, "spin-until", &g, log, "hog"));
+        wait_lines_or_fail(log, "up", 1, "the hog did not start");
         free(submit_probe("hq", 0, "sleep", 10, log, "hp"));
+        /* The hog computes until the highpri item has run. */
+        wait_lines_or_fail(log, "end", 1, "the highpri item waited for a normal item that computes");
+        file_gate_open(&g);
         flush("hq");
         flush("nq");
 
@@ -469,17 +530,38 @@ END_TEST
 
 /* ---- max_active --------------------------------------------------------- */
 
+/* The items of @ids from @first on wait for max_active: "inactive". */
+static void assert_inactive(char **ids, int first, int n) {
+        for (int k = first; k < n; k++) {
+                char *shown = CTL_OK(&d, "--json", "show", ids[k]);
+
+                ck_assert_msg(json_str_is(shown, shown + strlen(shown), "state", "inactive"),
+                              "item i%d is not waiting for max_active: %s", k, shown);
+                free(shown);
+        }
+}
+
 /* Bound: max_active is per CPU.  Blocking items would all run (see above);
- * the limit keeps them at 2, the rest wait and run later. */
+ * the limit keeps them at 2 while the first ones block, the rest wait and
+ * run later. */
 START_TEST(test_max_active_bound) {
         const int n = 6;
         struct span spans[MAX_SPANS];
-        char log[400];
+        struct file_gate g;
+        char log[400], *ids[6];
 
         test_path(&d, "max-active.log", log, sizeof(log));
-        free(CTL_OK(&d, "create", "q", "--max-active", "2"));
-        submit_probe_n("q", 0, "sleep", 300, log, n);
+        file_gate_close(&d, &g, "max-active.gate");
+        free(CTL_OK(&d, "create", "q", "--max-active", "2", "--freezable"));
+        free(CTL_OK(&d, "freeze", "q"));
+        submit_gated_n("q", 0, "wait", &g, log, n, ids);
+        free(CTL_OK(&d, "thaw", "q"));
+        wait_lines_or_fail(log, "start", 2, "two items of a max_active 2 queue did not start");
+        assert_inactive(ids, 2, n);
+        file_gate_open(&g);
         flush("q");
+        for (int k = 0; k < n; k++)
+                free(ids[k]);
 
         spans_of(log, spans, n);
         assert_all_on_cpu(log, spans, n, 0);
@@ -492,12 +574,21 @@ END_TEST
 START_TEST(test_max_active_unbound) {
         const int n = 8;
         struct span spans[MAX_SPANS];
-        char log[400];
+        struct file_gate g;
+        char log[400], *ids[8];
 
         test_path(&d, "max-active-unbound.log", log, sizeof(log));
-        free(CTL_OK(&d, "create", "q", "--unbound", "--max-active", "3"));
-        submit_probe_n("q", -1, "sleep", 300, log, n);
+        file_gate_close(&d, &g, "max-active-unbound.gate");
+        free(CTL_OK(&d, "create", "q", "--unbound", "--max-active", "3", "--freezable"));
+        free(CTL_OK(&d, "freeze", "q"));
+        submit_gated_n("q", -1, "wait", &g, log, n, ids);
+        free(CTL_OK(&d, "thaw", "q"));
+        wait_lines_or_fail(log, "start", 3, "three items of a max_active 3 queue did not start");
+        assert_inactive(ids, 3, n);
+        file_gate_open(&g);
         flush("q");
+        for (int k = 0; k < n; k++)
+                free(ids[k]);
 
         spans_of(log, spans, n);
         ck_assert_msg(max_overlap(spans, n) == 3, "max overlap %d with max_active 3; log:\n%s", max_overlap(spans, n),
@@ -509,14 +600,16 @@ END_TEST
 START_TEST(test_set_max_active_releases_waiting) {
         struct span spans[MAX_SPANS];
         const struct span *a, *b, *c;
+        struct file_gate g;
         char log[400], *b_id, *shown;
 
         test_path(&d, "set-max-active.log", log, sizeof(log));
+        file_gate_close(&d, &g, "set-max-active.gate");
         free(CTL_OK(&d, "create", "q", "--max-active", "1"));
-        free(submit_probe("q", 0, "sleep", 1500, log, "a"));
-        b_id = submit_probe("q", 0, "sleep", 100, log, "b");
-        free(submit_probe("q", 0, "sleep", 100, log, "c"));
-        ck_assert_msg(wait_for_lines(log, 1, START_TIMEOUT_MS), "the first item did not start");
+        free(submit_gated("q", 0, "wait", &g, log, "a"));
+        b_id = submit_gated("q", 0, "wait", &g, log, "b");
+        free(submit_gated("q", 0, "wait", &g, log, "c"));
+        wait_lines_or_fail(log, "start", 1, "the first item did not start");
 
         shown = CTL_OK(&d, "--json", "show", b_id);
         ck_assert_msg(json_str_is(shown, shown + strlen(shown), "state", "inactive"),
@@ -525,6 +618,9 @@ START_TEST(test_set_max_active_releases_waiting) {
         free(b_id);
 
         free(CTL_OK(&d, "set-max-active", "q", "3"));
+        /* All three run while the first still blocks. */
+        wait_lines_or_fail(log, "start", 3, "raising max_active did not start the waiting items");
+        file_gate_open(&g);
         flush("q");
 
         spans_of(log, spans, 3);
@@ -547,18 +643,24 @@ END_TEST
 START_TEST(test_unbound_cpu_bound_items_all_run) {
         const int n = 6;
         struct span spans[MAX_SPANS];
+        struct file_gate g;
         char log[400];
 
         test_path(&d, "unbound.log", log, sizeof(log));
+        file_gate_close(&d, &g, "unbound.gate");
         free(CTL_OK(&d, "create", "q", "--unbound", "--freezable"));
         free(CTL_OK(&d, "freeze", "q"));
-        submit_probe_n("q", -1, "spin", 150, log, n);
+        submit_gated_n("q", -1, "spin-until", &g, log, n, NULL);
         free(CTL_OK(&d, "thaw", "q"));
+        wait_lines_or_fail(log, "up", n, "unbound CPU-bound items did not all start while the first computed");
+        file_gate_open(&g);
         flush("q");
 
         spans_of(log, spans, n);
         ck_assert_msg(max_overlap(spans, n) == n, "unbound CPU-bound items overlapped only %d at most; log:\n%s",
                       max_overlap(spans, n), read_file(log));
+        /* Not concurrency managed: none had to be let go as CPU-intensive. */
+        ck_assert_int_eq(stat_of("q", "cpu_intensive"), 0);
 }
 END_TEST
 

@@ -247,8 +247,10 @@ static void blocking_fn(struct cmwq_work *w) {
 }
 
 /* The child: uid 65534 queues 6 callbacks that block on CPU 0, each of
- * which would get a thread of its own; exits 0 once all have run. */
-static int callback_threads_child(const char *socket) {
+ * which would get a thread of its own; once all have run it says so on
+ * @done_fd and keeps its connection (and threads) until @go_fd has a byte
+ * or is closed; exits 0. */
+static int callback_threads_child(const char *socket, int done_fd, int go_fd) {
         struct blocking_work works[6];
         atomic_int ran = 0;
         struct cmwq *c;
@@ -268,6 +270,8 @@ static int callback_threads_child(const char *socket) {
         }
         if (cmwq_flush_workqueue(wq) < 0)
                 return 13;
+        (void) !write(done_fd, "d", 1);
+        (void) !read(go_fd, &(char) { 0 }, 1);
         cmwq_disconnect(c);
         return atomic_load(&ran) == 6 ? 0 : 14;
 }
@@ -277,25 +281,46 @@ static int callback_threads_child(const char *socket) {
  * for the threads the user has (the library tries again with a back-off),
  * and all of it runs. */
 START_TEST(test_callback_threads_per_user) {
-        int status, most = 0;
-        pid_t pid = fork();
+        int status, most = 0, done[2], go[2];
+        bool finished = false;
+        pid_t pid;
 
+        ck_assert_int_eq(pipe2(done, O_CLOEXEC | O_NONBLOCK), 0);
+        ck_assert_int_eq(pipe2(go, O_CLOEXEC), 0);
+        pid = fork();
         ck_assert_int_ge(pid, 0);
-        if (pid == 0)
-                _exit(callback_threads_child(d.socket));
-        for (;;) {
+        if (pid == 0) {
+                close(done[0]);
+                close(go[1]);
+                _exit(callback_threads_child(d.socket, done[1], go[0]));
+        }
+        close(done[1]);
+        close(go[0]);
+        /* Sampled while the work runs, and once more after all of it ran
+         * (its threads are still registered then, however fast or slow
+         * the machine was meanwhile). */
+        for (bool last = false; !last;) {
                 struct ctl_result r = {};
+                char ch;
                 int n;
 
+                last = finished;
                 ck_assert_int_eq(CTL(&d, &r, "--json", "pools"), 0);
                 n = (int) json_sum(r.out, "callback_threads");
                 ctl_result_free(&r);
                 if (n > most)
                         most = n;
-                if (waitpid(pid, &status, WNOHANG) == pid)
-                        break;
-                usleep(20000);
+                if (!finished) {
+                        ssize_t got = read(done[0], &ch, 1);
+
+                        finished = got >= 0;    /* a byte, or EOF: the child failed early */
+                        if (!finished)
+                                usleep(20000);
+                }
         }
+        close(go[1]);
+        close(done[0]);
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
         ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the client failed: status 0x%x", status);
         ck_assert_msg(most <= 2, "uid %d had %d callback threads at once, over its limit 2", USER_UID, most);
         ck_assert_msg(most >= 1, "no callback thread seen");

@@ -980,12 +980,14 @@ static bool file_exists(const char *path) {
  * runs as exec_start() would have run it, stamped at go. */
 START_TEST(test_prepare_then_go) {
         char *dir = make_temp_dir(0755), *mark = path_join(dir, "ran");
-        char *argv[] = { "sh", "-c", "touch \"$0\"; echo ok", mark, NULL };
+        char *argv[] = { "sh", "-c", "touch \"$0\"; echo ok; exec sleep 600", mark, NULL };
         struct exec_spec spec = spec_self("/bin/sh", argv, NULL);
         struct run run = {};
-        uint64_t t_go;
+        uint64_t t_go, t_go_mono;
 
-        /* Shorter than the wait before go below: it counts from go only. */
+        /* Shorter than the wait before go below: it counts from go only.
+         * The item runs until the timeout stops it, so that only lower
+         * bounds of time are checked. */
         spec.timeout_usec = 1 * USEC_PER_SEC;
         run.base = event_base_new();
         ck_assert_ptr_nonnull(run.base);
@@ -1001,11 +1003,16 @@ START_TEST(test_prepare_then_go) {
         ck_assert(!file_exists(mark));
 
         t_go = now_usec(CLOCK_REALTIME);
+        t_go_mono = now_usec(CLOCK_MONOTONIC);
         ck_assert_int_eq(exec_go(run.proc), 0);
         ck_assert_uint_ge(exec_proc_started_usec(run.proc), t_go);
         ck_assert_int_eq(exec_go(run.proc), -EINVAL);   /* once */
         run_finish(&run);
-        assert_success(&run);           /* not timed out */
+        /* Stopped by its timeout a full second after go, not at once (as
+         * a timeout counted from the prepare would have, before it ran). */
+        ck_assert_int_eq(run.r.exec_errno, 0);
+        ck_assert(run.r.timed_out);
+        ck_assert_uint_ge(run.done_mono_usec - t_go_mono, spec.timeout_usec);
         assert_buf(run.r.out, run.r.out_len, "ok\n");
         ck_assert_uint_ge(run.r.started_usec, t_go);
         ck_assert(file_exists(mark));
