@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -16,6 +17,8 @@ struct bus_event {
         struct event *timer;
         struct event *kick;     /* run one round from the loop */
         int fd;
+        bus_event_disconnected_fn disconnected;
+        void *userdata;
 };
 
 static void bus_event_run(struct bus_event *be);
@@ -62,6 +65,7 @@ static void bus_event_arm(struct bus_event *be) {
 }
 
 static void bus_event_run(struct bus_event *be) {
+        bool closed;
         int r;
 
         /* Process everything that is ready: sd-bus handles one message per
@@ -74,7 +78,16 @@ static void bus_event_run(struct bus_event *be) {
         if (r < 0 && r != -ECONNRESET && r != -ENOTCONN)
                 log_warning_errno(r, "Processing a D-Bus connection failed: %m");
         bus_event_arm(be);
+        closed = r == -ECONNRESET || r == -ENOTCONN || sd_bus_is_open(be->bus) <= 0;
         sd_bus_unref(be->bus);
+        /* Last: the handler may only schedule, never detach @be here. */
+        if (closed && be->disconnected)
+                be->disconnected(be->userdata);
+}
+
+void bus_event_on_disconnected(struct bus_event *be, bus_event_disconnected_fn fn, void *userdata) {
+        be->disconnected = fn;
+        be->userdata = userdata;
 }
 
 int bus_event_attach(sd_bus *bus, struct event_base *base, struct bus_event **ret) {

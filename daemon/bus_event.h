@@ -22,3 +22,8 @@ struct bus_event;
 int bus_event_attach(sd_bus *bus, struct event_base *base, struct bus_event **ret);
 struct bus_event *bus_event_detach(struct bus_event *be);
 void bus_event_kick(struct bus_event *be);
+/* @fn is called, from the loop, after a round in which the connection was
+ * found closed (the bus daemon went away): it may schedule, but must not
+ * detach @be from inside the call. */
+typedef void (*bus_event_disconnected_fn)(void *userdata);
+void bus_event_on_disconnected(struct bus_event *be, bus_event_disconnected_fn fn, void *userdata);

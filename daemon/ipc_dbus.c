@@ -586,6 +586,125 @@ int ipc_dbus_send_durable(struct ipc_dbus *d, sd_bus_message *reply) {
         return 1;
 }
 
+/* ---- losing the bus and coming back ------------------------------------ */
+
+static void on_bus_disconnected(void *userdata);
+
+/* The name is ours again after a reconnect (or it is not). */
+static int on_name_requested(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+        struct ipc_dbus *d = userdata;
+        const sd_bus_error *e = sd_bus_message_get_error(m);
+        uint32_t result = 0;
+
+        d->lost = false;
+        if (e || sd_bus_message_read(m, "u", &result) < 0 ||
+            (result != 1 /* DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER */ &&
+             result != 4 /* DBUS_REQUEST_NAME_REPLY_ALREADY_OWNER */)) {
+                log_warning("Back on the bus, but the name %s cannot be had (%s): D-Bus requests are not served",
+                            CMWQ_DBUS_NAME, e && e->message ? e->message : "taken by another connection");
+                return 0;
+        }
+        d->backoff_usec = IPC_DBUS_RECONNECT_MIN_USEC;
+        log_info("Back on the bus as %s", CMWQ_DBUS_NAME);
+        return 0;
+}
+
+/*
+ * Opens the bus, publishes the objects (objects first, then the name: no
+ * call arrives before its object), watches for clients leaving and asks for
+ * the name.  The objects of every workqueue are served from the core's
+ * list (a fallback vtable and an enumerator), so they are all back with it.
+ * @async (reconnecting): the loop does not wait for the bus daemon's
+ * answers; on_name_requested() gets the name's.
+ */
+static int dbus_connect(struct ipc_dbus *d, bool async) {
+        int r;
+
+        /* $DBUS_SYSTEM_BUS_ADDRESS / $DBUS_SESSION_BUS_ADDRESS, as usual. */
+        r = d->user_mode ? sd_bus_open_user(&d->bus) : sd_bus_open_system(&d->bus);
+        if (r < 0) {
+                d->bus = NULL;
+                return r;
+        }
+        (void) sd_bus_set_description(d->bus, "cmwqd");
+        r = ipc_dbus_objects_add(d);
+        if (r >= 0)
+                r = async ? sd_bus_match_signal_async(d->bus, NULL, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                                      "org.freedesktop.DBus", "NameOwnerChanged",
+                                                      on_name_owner_changed, NULL, d)
+                          : sd_bus_match_signal(d->bus, NULL, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                                "org.freedesktop.DBus", "NameOwnerChanged", on_name_owner_changed, d);
+        if (r >= 0)
+                r = async ? sd_bus_request_name_async(d->bus, NULL, CMWQ_DBUS_NAME, 0, on_name_requested, d)
+                          : sd_bus_request_name(d->bus, CMWQ_DBUS_NAME, 0);
+        if (r >= 0)
+                r = bus_event_attach(d->bus, d->base, &d->event);
+        if (r < 0) {
+                d->bus = sd_bus_close_unref(d->bus);
+                return r;
+        }
+        bus_event_on_disconnected(d->event, on_bus_disconnected, d);
+        return 0;
+}
+
+/* Everything that hung on the old connection goes with it: its clients are
+ * gone (their unique names die with the bus daemon), so are the callers of
+ * the waiting calls and of the held replies. */
+static void dbus_drop_bus(struct ipc_dbus *d) {
+        if (!d->lost) {
+                log_warning("Lost the D-Bus connection (the bus daemon went away); calls in flight are dropped, "
+                            "reconnecting");
+                d->lost = true;
+                d->backoff_usec = IPC_DBUS_RECONNECT_MIN_USEC;
+        }
+        while (!list_empty(&d->calls))
+                dbus_call_free(list_first_entry(&d->calls, struct dbus_call, entry));
+        while (!list_empty(&d->held)) {
+                struct dbus_held_reply *h = list_first_entry(&d->held, struct dbus_held_reply, entry);
+
+                list_del_init(&h->entry);
+                sd_bus_message_unref(h->reply);
+                free(h);
+        }
+        /* Releases their 'connections' and their subscriptions. */
+        while (!list_empty(&d->senders))
+                dbus_sender_forget(d, list_first_entry(&d->senders, struct dbus_sender, entry));
+        d->event = bus_event_detach(d->event);
+        d->bus = sd_bus_close_unref(d->bus);
+}
+
+/* A timer: drops a dead connection, or tries a new one; on failure, again
+ * after the back-off, doubled each time. */
+static void on_reconnect(evutil_socket_t fd, short what, void *userdata) {
+        struct ipc_dbus *d = userdata;
+        struct timeval tv;
+        int r;
+
+        if (d->stopped)
+                return;
+        if (d->bus)
+                dbus_drop_bus(d);
+        else {
+                r = dbus_connect(d, true);
+                if (r >= 0)
+                        return;         /* on_name_requested(), or dropped again */
+                log_debug_errno(r, "Cannot reconnect to the bus yet: %m");
+        }
+        tv = timeval_from_usec(d->backoff_usec);
+        d->backoff_usec = d->backoff_usec * 2 > IPC_DBUS_RECONNECT_MAX_USEC ? IPC_DBUS_RECONNECT_MAX_USEC
+                                                                             : d->backoff_usec * 2;
+        evtimer_add(d->reconnect, &tv);
+}
+
+/* From bus_event_run(): the bus is closed.  Drop it from the loop, not
+ * from inside the round that found it closed. */
+static void on_bus_disconnected(void *userdata) {
+        struct ipc_dbus *d = userdata;
+
+        if (!d->stopped)
+                event_active(d->reconnect, EV_TIMEOUT, 0);
+}
+
 int ipc_dbus_new(struct event_base *base, struct core *core, bool user_mode, struct ipc_dbus **ret) {
         struct ipc_dbus *d;
         struct workqueue *wq;
@@ -595,7 +714,9 @@ int ipc_dbus_new(struct event_base *base, struct core *core, bool user_mode, str
         if (!d)
                 return -ENOMEM;
         d->core = core;
+        d->base = base;
         d->user_mode = user_mode;
+        d->backoff_usec = IPC_DBUS_RECONNECT_MIN_USEC;
         list_init(&d->senders);
         list_init(&d->calls);
         list_init(&d->workqueues);
@@ -611,14 +732,9 @@ int ipc_dbus_new(struct event_base *base, struct core *core, bool user_mode, str
         };
         list_init(&d->observer.entry);
 
-        /* $DBUS_SYSTEM_BUS_ADDRESS / $DBUS_SESSION_BUS_ADDRESS, as usual. */
-        r = user_mode ? sd_bus_open_user(&d->bus) : sd_bus_open_system(&d->bus);
-        if (r < 0)
-                goto fail;
-        (void) sd_bus_set_description(d->bus, "cmwqd");
-
         d->announce = event_new(base, -1, 0, on_announce, d);
-        if (!d->announce) {
+        d->reconnect = evtimer_new(base, on_reconnect, d);
+        if (!d->announce || !d->reconnect) {
                 r = -ENOMEM;
                 goto fail;
         }
@@ -628,19 +744,7 @@ int ipc_dbus_new(struct event_base *base, struct core *core, bool user_mode, str
                         goto fail;
                 }
 
-        /* Objects first, then the name: no call arrives before its object. */
-        r = ipc_dbus_objects_add(d);
-        if (r < 0)
-                goto fail;
-        r = sd_bus_match_signal(d->bus, NULL, "org.freedesktop.DBus", "/org/freedesktop/DBus",
-                                "org.freedesktop.DBus", "NameOwnerChanged", on_name_owner_changed, d);
-        if (r < 0)
-                goto fail;
-        r = sd_bus_request_name(d->bus, CMWQ_DBUS_NAME, 0);
-        if (r < 0)
-                goto fail;
-
-        r = bus_event_attach(d->bus, base, &d->event);
+        r = dbus_connect(d, false);
         if (r < 0)
                 goto fail;
         core_observer_add(core, &d->observer);
@@ -673,6 +777,10 @@ void ipc_dbus_stop(struct ipc_dbus *d) {
         if (d->announce) {
                 event_free(d->announce);
                 d->announce = NULL;
+        }
+        if (d->reconnect) {
+                event_free(d->reconnect);
+                d->reconnect = NULL;
         }
 }
 

@@ -47,7 +47,14 @@ struct ipc_dbus;
 
 /* Connects to the bus, publishes the objects and takes the name.  Returns a
  * negative errno when there is no bus or the name cannot be had; the
- * caller logs that and goes on without D-Bus. */
+ * caller logs that and goes on without D-Bus.  When the bus daemon goes
+ * away later (restarted), the connection is dropped with what hung on it
+ * (waiting calls, held replies, the clients, their counted connections and
+ * subscriptions: all gone with the old bus) and made again with back-off,
+ * IPC_DBUS_RECONNECT_MIN_USEC doubling up to IPC_DBUS_RECONNECT_MAX_USEC,
+ * until the objects are published and the name is taken again. */
+#define IPC_DBUS_RECONNECT_MIN_USEC (100 * 1000ULL)
+#define IPC_DBUS_RECONNECT_MAX_USEC (10 * 1000 * 1000ULL)
 int ipc_dbus_new(struct event_base *base, struct core *core, bool user_mode, struct ipc_dbus **ret);
 /* The first step of shutting down, before the core goes: waiting calls are
  * answered with ShuttingDown, the clients let go of their connections, no
@@ -117,6 +124,12 @@ struct ipc_dbus {
         struct store_listener store_listener;
         struct list_head held;          /* struct dbus_held_reply, by seq */
         bool stopped;                   /* ipc_dbus_stop() ran */
+        /* The bus daemon went away (restarted): @bus is dropped and a new
+         * connection is tried after @backoff_usec, doubled each time. */
+        struct event_base *base;
+        struct event *reconnect;
+        uint64_t backoff_usec;
+        bool lost;                      /* from the drop until the name is ours again */
 };
 
 /* Sends @reply (taking it) once everything the store took so far is on
