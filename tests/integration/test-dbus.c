@@ -63,6 +63,7 @@ static void write_file(const char *path, const char *text) {
 }
 
 static int bus_try_connect(sd_bus **ret);
+static void bus_spawn(void);
 
 /*
  * The default policy of Debian 12's system bus (/usr/share/dbus-1/system.conf),
@@ -138,6 +139,16 @@ static void bus_start_with(bool system) {
                 system ? "system" : "session", sock, policy);
         ck_assert_int_eq(fclose(f), 0);
 
+        bus_spawn();
+}
+
+/* Starts dbus-daemon on the configuration and address of bus_start_with()
+ * (again, for a restart) and connects the test's client. */
+static void bus_spawn(void) {
+        char conf[96], sock[96];
+
+        snprintf(conf, sizeof(conf), "%s/bus.conf", bus_dir);
+        snprintf(sock, sizeof(sock), "%s/bus", bus_dir);
         bus_pid = fork();
         ck_assert_int_ge(bus_pid, 0);
         if (bus_pid == 0) {
@@ -1708,6 +1719,108 @@ START_TEST(test_both_front_ends_see_the_same_state) {
 }
 END_TEST
 
+/* The bus daemon crashes and is started again on the same address, after
+ * a while during which cmwqd finds no bus; then cmwqd must take its name
+ * again by itself (within a generous 30 s: its back-off tops at 10 s). */
+static void bus_restart(void) {
+        char sock[96];
+
+        bus = sd_bus_flush_close_unref(bus);
+        ck_assert_int_eq(kill(bus_pid, SIGKILL), 0);
+        ck_assert_int_eq(waitpid(bus_pid, NULL, 0), bus_pid);
+        bus_pid = 0;
+        snprintf(sock, sizeof(sock), "%s/bus", bus_dir);
+        (void) unlink(sock);
+        sleep_ms(500);
+        /* Meanwhile the socket serves. */
+        free(CTL_OK(&d, "list"));
+        bus_spawn();
+        for (int waited = 0; !name_has_owner(bus); waited += 50) {
+                ck_assert_msg(waited < 30000, "cmwqd did not take %s again within 30 s of the restart; log:\n%s",
+                              NAME, read_file(d.log));
+                sleep_ms(50);
+        }
+}
+
+/* The bus daemon restarts (issue 12): cmwqd connects again, publishes its
+ * objects and takes its name again, by itself; what it had before is there
+ * after, and it says so in one line each way. */
+START_TEST(test_reconnects_when_the_bus_restarts) {
+        struct item_info info;
+        sd_bus_message *reply;
+        const char *name, *opath;
+        char *log, *p;
+        bool found = false;
+        int lost = 0;
+        uint64_t id;
+
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "CreateWorkqueue", "suu", "survivor", (uint32_t) 0, (uint32_t) 2));
+        subscribe();
+
+        bus_restart();
+        reply = call_ok(PATH, MANAGER, "ListWorkqueues", NULL);
+        ck_assert_int_ge(sd_bus_message_enter_container(reply, 'a', "(souuubbbttt)"), 0);
+        while (sd_bus_message_read(reply, "(souuubbbttt)", &name, &opath, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                   NULL, NULL) > 0)
+                if (strcmp(name, "survivor") == 0) {
+                        found = true;
+                        ck_assert_str_eq(opath, ROOTS "survivor");
+                }
+        sd_bus_message_unref(reply);
+        ck_assert_msg(found, "the queue created before the restart is not listed after it");
+        ck_assert_uint_eq(property_u64(ROOTS "survivor", "MaxActive", 'u'), 2);
+
+        id = submit("survivor", (const char *const[]) { "/bin/sh", "-c", "echo back", NULL }, NULL, 0, NULL);
+        item_call("WaitItem", id, &info);
+        ck_assert_str_eq(info.state, "finished");
+        ck_assert_int_eq(info.exit_status, 0);
+        ck_assert_str_eq(info.out, "back\n");
+
+        /* Signals reach who subscribes on the new bus. */
+        subscribe();
+        free(CTL_OK(&d, "create", "after"));
+        ck_assert_msg(saw("InterfacesAdded", PATH, ROOTS "after"), "no InterfacesAdded after the restart");
+
+        log = read_file(d.log);
+        for (p = log; (p = strstr(p, "Lost the D-Bus connection")); p++)
+                lost++;
+        ck_assert_msg(lost == 1, "expected one line about the lost bus, got %d; log:\n%s", lost, log);
+        ck_assert_msg(strstr(log, "Back on the bus as " NAME), "log:\n%s", log);
+        free(log);
+}
+END_TEST
+
+/* A bus restart lets go of the clients of the old bus (issue 12): their
+ * unique names died with it, and so must their places in their uid's
+ * 'connections'. */
+START_TEST(test_bus_restart_releases_bus_clients) {
+        struct watcher w1, w2;
+        struct ctl_result r;
+        char *out;
+
+        cmwqd_stop(&d);
+        cmwqd_start(&d, (const char *const[]) { "--no-sleep-inhibitor", "--limit", "connections=2", NULL });
+        for (int waited = 0; !name_has_owner(bus); waited += 20) {
+                ck_assert_msg(waited < 15000, "cmwqd did not take %s within 15 s", NAME);
+                sleep_ms(20);
+        }
+        watcher_start(&w1, NOBODY, "w1");
+        watcher_start(&w2, NOBODY, "w2");
+        ck_assert_int_ne(CTL_AS(&d, NOBODY, &r, "list"), 0);
+        ck_assert_msg(strstr(r.err, "connections"), "%s", r.err);
+        ctl_result_free(&r);
+
+        bus_restart();
+        ck_assert_msg(CTL_AS(&d, NOBODY, &r, "list") == 0,
+                      "uid 65534 still refused after its bus clients went with the old bus: %s", r.err);
+        ctl_result_free(&r);
+        ck_assert_int_eq(BUSCTL(NOBODY, &out, "call", "--", NAME, PATH, MANAGER, "ListWorkqueues"), 0);
+        free(out);
+        watcher_stop(&w1);
+        watcher_stop(&w2);
+}
+END_TEST
+
 /* No bus: one readable line, and the socket serves alone.  --no-dbus: the
  * bus is not touched. */
 START_TEST(test_without_a_bus) {
@@ -1773,6 +1886,7 @@ int main(void) {
         tcase_add_test(tc, test_wrong_user_refused);
         tcase_add_test(tc, test_item_gets_no_group_of_a_program_the_caller_execd);
         tcase_add_test(tc, test_both_front_ends_see_the_same_state);
+        tcase_add_test(tc, test_reconnects_when_the_bus_restarts);
         tcase_add_test(tc, test_without_a_bus);
         tcase_add_test(tc, test_system_bus_policy_file);
         tcase_add_test(tc, test_no_acknowledgement_at_shutdown_without_the_disk);
@@ -1784,6 +1898,7 @@ int main(void) {
         tcase_set_timeout(tc, 90);
         tcase_add_test(tc, test_signals_reach_only_whom_they_concern);
         tcase_add_test(tc, test_bus_clients_count_as_connections);
+        tcase_add_test(tc, test_bus_restart_releases_bus_clients);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
