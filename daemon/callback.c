@@ -516,8 +516,8 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
         c = calloc(1, sizeof(*c));
         if (!c)
                 return core_error_set(e, -ENOMEM, "out of memory");
-        k = callback_shm_new(r->core->base, callback_shm_op, callback_shm_broken, c, &c->shm, ret_memfd, ret_eventfd,
-                             e);
+        k = callback_shm_new(r->core->base, pid, callback_shm_op, callback_shm_broken, c, &c->shm, ret_memfd,
+                             ret_eventfd, e);
         if (k < 0) {
                 free(c);
                 return k;

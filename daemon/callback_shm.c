@@ -7,6 +7,7 @@
 #include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/time.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -19,16 +20,36 @@
 #include "log.h"
 #include "util.h"
 
+/*
+ * Each client's budget of ring entries: a token bucket, refilled at
+ * CALLBACK_SHM_RATE entries a second up to a ring's worth (CMWQ_SHM_RING);
+ * each entry read costs one.  A well-behaved client needs about two entries
+ * per grant (DEMAND, IDLE), and the block-heavy library benchmark makes at
+ * most ~20,000 grants a second per process: 50,000 entries a second leaves
+ * it room, and the burst a whole ring (all its threads' outstanding
+ * requests at once, see proto/shm.h).  A client spending faster than that
+ * (IDLE/DEMAND pairs in a loop) is read at that rate and no faster: it only
+ * slows itself down, and cmwqd spends a bounded share of a CPU on it.
+ */
+#define CALLBACK_SHM_RATE 50000u
+/* An empty bucket is looked at again this much later (500 entries' worth),
+ * not at once: at most 100 extra turns of the loop a second per client. */
+#define CALLBACK_SHM_RESUME_USEC 10000u
+
 struct callback_shm {
         struct cmwq_shm *shm;           /* mapped, shared with the client */
         int eventfd;
-        struct event *doorbell;
-        struct event *resume;           /* a ring's worth was read: the rest on a later turn */
+        struct event *doorbell;         /* not listened to while out of budget */
+        struct event *resume;           /* out of budget: read again when there is some */
         uint32_t head;                  /* ours: the client may scribble on sq_head */
         callback_shm_op_fn op;
         callback_shm_broken_fn broken;
         void *userdata;
+        pid_t pid;                      /* for the log */
+        unsigned tokens;                /* entries it may still have read, <= CMWQ_SHM_RING */
+        uint64_t refilled_usec;         /* when tokens were last added */
         bool is_broken;
+        bool warned;                    /* it was logged as over its budget */
 };
 
 /* The reader itself: consumes at most @max entries after *@head, checks
@@ -77,33 +98,66 @@ static void callback_shm_break(struct callback_shm *s, const char *why) {
         s->broken(why, s->userdata);
 }
 
+/* Adds what the time since the last refill bought.  The time is the loop's,
+ * taken once a turn (libevent's cached time): whoever drains more than once
+ * in a turn (a doorbell, a batch of switches, a request on the socket) gets
+ * no more than a ring's worth in it. */
+static void callback_shm_refill(struct callback_shm *s) {
+        struct timeval tv;
+        uint64_t now, credit;
+
+        if (event_base_gettimeofday_cached(event_get_base(s->resume), &tv) < 0)
+                return;
+        now = (uint64_t) tv.tv_sec * 1000000u + (uint64_t) tv.tv_usec;
+        if (now < s->refilled_usec) {   /* the clock went back: start from now */
+                s->refilled_usec = now;
+                return;
+        }
+        credit = (now - s->refilled_usec) * CALLBACK_SHM_RATE / 1000000u;
+        if (credit == 0)
+                return;
+        if (credit >= CMWQ_SHM_RING - s->tokens) {
+                s->tokens = CMWQ_SHM_RING;
+                s->refilled_usec = now;
+        } else {
+                s->tokens += (unsigned) credit;
+                /* Keep the fraction of an entry not paid out yet. */
+                s->refilled_usec += credit * 1000000u / CALLBACK_SHM_RATE;
+        }
+}
+
 int callback_shm_drain(struct callback_shm *s) {
-        unsigned budget = CMWQ_SHM_RING;
         const char *why = NULL;
         int r;
 
         if (s->is_broken)
                 return -EBADMSG;
-        /* This turn's ring's worth is spent (a well-behaved client never
-         * has that many entries out): no request on the socket buys more. */
+        /* Out of budget: nothing until the timer, whatever asks (a doorbell,
+         * a batch of switches, a request on the socket). */
         if (evtimer_pending(s->resume, NULL))
                 return 0;
+        callback_shm_refill(s);
         for (;;) {
-                r = callback_shm_consume(s->shm, &s->head, budget, s->op, s->userdata, &why);
+                r = callback_shm_consume(s->shm, &s->head, s->tokens, s->op, s->userdata, &why);
                 if (r < 0) {
                         callback_shm_break(s, why);
                         return r;
                 }
-                budget -= (unsigned) r;
-                if (budget == 0) {
-                        /* A ring's worth in one go (the client may refill it
-                         * as fast as we read): the rest on a later turn of
-                         * the loop, after everyone else.  A timer, not
-                         * event_active(), which would run us again in this
-                         * same pass, before the loop looks at anyone's fd. */
-                        static const struct timeval now = { 0, 0 };
+                s->tokens -= (unsigned) r;
+                if (s->tokens == 0) {
+                        /* The rest later, when the bucket has some again: a
+                         * timer, not an immediate turn, and its doorbell
+                         * unheard meanwhile (ringing it costs us nothing). */
+                        static const struct timeval later = { 0, CALLBACK_SHM_RESUME_USEC };
 
-                        evtimer_add(s->resume, &now);
+                        if (!s->warned) {
+                                s->warned = true;
+                                log_warning("Client PID %d exceeded its budget of %u shared memory ring entries a "
+                                            "second; its entries are read at that rate",
+                                            (int) s->pid, CALLBACK_SHM_RATE);
+                        }
+                        event_del(s->doorbell);
+                        evtimer_add(s->resume, &later);
                         return 0;
                 }
                 /* Asleep from now on: the client's next entry rings.  Then
@@ -117,7 +171,11 @@ int callback_shm_drain(struct callback_shm *s) {
 static void callback_shm_resume(evutil_socket_t fd, short what, void *userdata) {
         struct callback_shm *s = userdata;
 
-        evtimer_del(s->resume);         /* a new turn, a new ring's worth */
+        evtimer_del(s->resume);
+        if (s->is_broken)
+                return;
+        /* A ring made while we did not listen is heard now. */
+        (void) event_add(s->doorbell, NULL);
         (void) callback_shm_drain(s);
 }
 
@@ -163,7 +221,7 @@ uint64_t callback_shm_run_cpu_ns(struct callback_shm *s, unsigned slot) {
         return __atomic_load_n(&s->shm->slots[slot].run_cpu_ns, __ATOMIC_RELAXED);
 }
 
-int callback_shm_new(struct event_base *base, callback_shm_op_fn op, callback_shm_broken_fn broken,
+int callback_shm_new(struct event_base *base, pid_t pid, callback_shm_op_fn op, callback_shm_broken_fn broken,
                      void *userdata, struct callback_shm **ret, int *ret_memfd, int *ret_eventfd,
                      struct core_error *e) {
         _cleanup_(closep) int memfd = -1, efd = -1;
@@ -200,6 +258,9 @@ int callback_shm_new(struct event_base *base, callback_shm_op_fn op, callback_sh
         s->op = op;
         s->broken = broken;
         s->userdata = userdata;
+        s->pid = pid;
+        s->tokens = CMWQ_SHM_RING;
+        s->refilled_usec = now_usec(CLOCK_REALTIME);
         s->doorbell = event_new(base, efd, EV_READ | EV_PERSIST, callback_shm_doorbell, s);
         s->resume = evtimer_new(base, callback_shm_resume, s);
         if (!s->doorbell || !s->resume || event_add(s->doorbell, NULL) < 0) {

@@ -9,15 +9,17 @@
  *
  * Nothing read from the region is trusted.  Entries are read once each and
  * checked (op, slot) before they reach the caller's op function, the ring's
- * fill level is bounded by its size, and a doorbell drains at most one
- * ring's worth of entries per turn of the event loop, so that a client
- * filling its ring as fast as it can delays nobody else.  A region found
- * broken is reported once through the broken function; the owner ends that
- * client's connection.
+ * fill level is bounded by its size, and each client has a budget of
+ * entries (a token bucket: so many a second, at most a ring's worth per turn
+ * of the event loop), so that a client filling its ring as fast as it can
+ * slows only itself and delays nobody else.  A region found broken is
+ * reported once through the broken function; the owner ends that client's
+ * connection.
  */
 
 #include <event2/event.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "core.h"
 #include "shm.h"
@@ -40,15 +42,15 @@ typedef void (*callback_shm_broken_fn)(const char *why, void *userdata);
  * them rather than take the client's: a file descriptor a client passes
  * could be anything, and closing one (a lingering socket, a file on the
  * client's FUSE mount) can block the event loop. */
-int callback_shm_new(struct event_base *base, callback_shm_op_fn op, callback_shm_broken_fn broken,
+int callback_shm_new(struct event_base *base, pid_t pid, callback_shm_op_fn op, callback_shm_broken_fn broken,
                      void *userdata, struct callback_shm **ret, int *ret_memfd, int *ret_eventfd,
                      struct core_error *e);
 struct callback_shm *callback_shm_free(struct callback_shm *s);
 
-/* Reads what the ring holds now: at most one ring's worth, and nothing if a
- * ring's worth was read on this turn of the loop already (the rest comes on
- * a later one).  Returns 0, or a negative errno if the ring is broken (and
- * reports it). */
+/* Reads what the ring holds now, as far as the client's budget goes; once
+ * it is spent, nothing until a timer reads the rest when the budget allows
+ * (its doorbell unheard meanwhile).  Returns 0, or a negative errno if the
+ * ring is broken (and reports it). */
 int callback_shm_drain(struct callback_shm *s);
 
 /* Grants the thread in @slot its CPU for the @seq-th time and wakes it. */

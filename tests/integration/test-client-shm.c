@@ -8,6 +8,9 @@
  * exec work, a callback that holds its CPU meanwhile, a freeze), that the
  * scribbler's connection is ended (its calls fail, none hangs), that its log
  * says why, and that nothing of the scribbler stays in the daemon (its fds).
+ * And a client that fills its ring with valid entries as fast as it can
+ * (DEMAND/IDLE pairs in a loop) gets a budget: cmwqd spends a bounded share
+ * of a CPU on it and serves everyone else meanwhile.
  */
 #include <check.h>
 #include <dirent.h>
@@ -21,6 +24,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +38,11 @@ static struct cmwqd d;
 
 static void setup(void) {
         cmwqd_start(&d, NULL);
+}
+
+/* As a system's cmwqd logs: not every entry of a ring at debug level. */
+static void setup_info(void) {
+        cmwqd_start(&d, (const char *const[]) { "--log-level", "info", NULL });
 }
 
 static void teardown(void) {
@@ -567,6 +576,185 @@ START_TEST(test_a_busy_client_is_not_disturbed_by_a_scribbler) {
 }
 END_TEST
 
+/* ---- a client filling its ring with valid entries as fast as it can ------ */
+
+/* Shared with the flooder (a child process). */
+struct flood {
+        atomic_uint pushed;     /* entries it appended */
+};
+
+/* Its exit status if it cannot start: it floods until killed. */
+enum {
+        FLOODER_NO_CONNECTION = 10,
+        FLOODER_NO_CALLBACK,
+        FLOODER_NO_REGION,
+};
+
+/* The library's eventfds (its doorbell among them). */
+static int list_eventfds(int *fds, int max) {
+        struct dirent *de;
+        DIR *dir = opendir("/proc/self/fd");
+        int n = 0;
+
+        if (!dir)
+                return 0;
+        while (n < max && (de = readdir(dir))) {
+                char path[300], target[64];
+                ssize_t len;
+
+                snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+                len = readlink(path, target, sizeof(target) - 1);
+                if (len < 0)
+                        continue;
+                target[len] = '\0';
+                if (strcmp(target, "anon_inode:[eventfd]") == 0 && atoi(de->d_name) != dirfd(dir))
+                        fds[n++] = atoi(de->d_name);
+        }
+        closedir(dir);
+        return n;
+}
+
+/* Runs in the child: a callback on every CPU (slot 0 is a registered
+ * thread's, CPU 0's), one held on CPU 0, then DEMAND/IDLE pairs for slot 0 as fast as the ring takes
+ * them, ringing the doorbell whenever the daemon asks for it, until
+ * killed. */
+static int flooder_main(struct flood *f, int report_fd) {
+        struct cmwq *c;
+        struct cmwq_workqueue *wq;
+        struct cmwq_work w;
+        struct cmwq_shm *shm;
+        struct gated_work g = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+        int fds[16], nr_fds;
+
+        alarm(120);
+        c = cmwq_connect(d.socket);
+        if (!c)
+                return FLOODER_NO_CONNECTION;
+        wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        CMWQ_WORK_INIT(&w, scribbler_fn);
+        for (int cpu = 0; cpu < nr_cpus(); cpu++)
+                if (!cmwq_queue_work_on(cpu, wq, &w) || cmwq_flush_work(&w) < 0)
+                        return FLOODER_NO_CALLBACK;
+        /* Its thread of slot 0 (CPU 0's) held in a callback for good: the
+         * library pushes nothing more (it keeps its own copy of sq_tail, so
+         * an entry of its own would go over ours and break the ring). */
+        CMWQ_WORK_INIT(&g.work, gated_fn);
+        if (!cmwq_queue_work_on(0, wq, &g.work))
+                return FLOODER_NO_CALLBACK;
+        while (atomic_load(&g.started) < 1)
+                usleep(1000);
+        shm = find_region();
+        if (!shm)
+                return FLOODER_NO_REGION;
+        nr_fds = list_eventfds(fds, 16);
+        wait_ring_quiet(shm);
+        (void) !write(report_fd, "r", 1);
+
+        for (;;) {
+                uint32_t tail = __atomic_load_n(&shm->sq_tail, __ATOMIC_ACQUIRE);
+
+                /* Room left for what the library's own threads push. */
+                if (tail - __atomic_load_n(&shm->sq_head, __ATOMIC_ACQUIRE) <= CMWQ_SHM_RING / 2) {
+                        push_entry(shm, CMWQ_SHM_ENTRY(CMWQ_SHM_OP_DEMAND, 0));
+                        push_entry(shm, CMWQ_SHM_ENTRY(CMWQ_SHM_OP_IDLE, 0));
+                        atomic_fetch_add(&f->pushed, 2);
+                }
+                if (__atomic_load_n(&shm->need_wakeup, __ATOMIC_SEQ_CST) &&
+                    __atomic_exchange_n(&shm->need_wakeup, 0, __ATOMIC_SEQ_CST))
+                        for (int i = 0; i < nr_fds; i++)
+                                (void) eventfd_write(fds[i], 1);
+        }
+}
+
+/* cmwqd's CPU time (user and system), in seconds. */
+static double daemon_cpu_seconds(void) {
+        char *stat, *p;
+        unsigned long utime, stime;
+        char path[64];
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int) d.pid);
+        stat = read_file(path);
+        ck_assert_ptr_nonnull(stat);
+        p = strrchr(stat, ')');
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime), 2);
+        free(stat);
+        return (double) (utime + stime) / (double) sysconf(_SC_CLK_TCK);
+}
+
+static double monotonic_seconds(void) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+START_TEST(test_a_client_flooding_its_ring_only_slows_itself) {
+        struct flood *f = mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        struct cmwq *c = connect_ok(&d);
+        double t0, t1, cpu0, cpu1;
+        unsigned pushed;
+        int report[2], status;
+        pid_t p;
+        char ch;
+
+        ck_assert_ptr_ne(f, MAP_FAILED);
+        callbacks_still_run(c);
+        ck_assert_int_eq(pipe(report), 0);
+        p = fork();
+        ck_assert_int_ge(p, 0);
+        if (p == 0) {
+                close(report[0]);
+                _exit(flooder_main(f, report[1]));
+        }
+        close(report[1]);
+        ck_assert_msg(read(report[0], &ch, 1) == 1, "the flooder did not get to flood");
+        close(report[0]);
+        /* Past the burst of a ring's worth: on its budget from now on. */
+        while (atomic_load(&f->pushed) < 4 * CMWQ_SHM_RING)
+                usleep(1000);
+
+        /* Over 3 s of its flood, cmwqd spends a bounded share of a CPU on
+         * it (about all of one without a budget; a loaded machine gives it
+         * less, not more)... */
+        t0 = monotonic_seconds();
+        cpu0 = daemon_cpu_seconds();
+        pushed = atomic_load(&f->pushed);
+        while (monotonic_seconds() - t0 < 3.0)
+                usleep(50000);
+        cpu1 = daemon_cpu_seconds();
+        pushed = atomic_load(&f->pushed) - pushed;
+        t1 = monotonic_seconds();
+        fprintf(stderr, "cmwqd used %.2f s of CPU in %.2f s of a client's flood (%u entries read)\n", cpu1 - cpu0,
+                t1 - t0, pushed);
+        ck_assert_msg(cpu1 - cpu0 < 0.6 * (t1 - t0), "cmwqd used %.2f s of CPU in %.2f s of a client's flood",
+                      cpu1 - cpu0, t1 - t0);
+        /* Its ring is read at its budget, 50,000 entries a second (cmwqd(8)),
+         * whatever CPU cmwqd could have spent on it (the flooder pushes only
+         * where the daemon has read: within half a ring of it). */
+        ck_assert_msg(pushed < 2 * 50000 * (t1 - t0) + CMWQ_SHM_RING,
+                      "cmwqd read %u entries of a client's ring in %.2f s", pushed, t1 - t0);
+
+        /* ...and serves everyone else while it goes on. */
+        pushed = atomic_load(&f->pushed);
+        exec_work_still_runs();
+        callbacks_still_run(c);
+        ck_assert_msg(atomic_load(&f->pushed) > pushed, "the flooder stopped flooding");
+
+        /* It was slowed down, not thrown out: still flooding (its own
+         * callbacks are its business: its entries raced its threads'). */
+        ck_assert_msg(waitpid(p, &status, WNOHANG) == 0, "the flooder ended with status 0x%x", status);
+        ck_assert_int_eq(kill(p, SIGKILL), 0);
+        ck_assert_int_eq(waitpid(p, &status, 0), p);
+        ck_assert_int_eq(log_count("broke the memory it shares with cmwqd"), 0);
+        ck_assert_int_eq(log_count("exceeded its budget of"), 1);
+        daemon_alive();
+        callbacks_still_run(c);
+        cmwq_disconnect(c);
+        munmap(f, sizeof(*f));
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("client-shm");
         TCase *tc = tcase_create("client-shm");
@@ -581,6 +769,11 @@ int main(void) {
         tcase_add_test(tc, test_a_granted_thread_of_another_client_keeps_its_cpu);
         tcase_add_test(tc, test_a_busy_client_is_not_disturbed_by_a_scribbler);
         tcase_add_test(tc, test_a_freeze_does_not_wait_for_a_scribbler);
+        suite_add_tcase(s, tc);
+        tc = tcase_create("client-shm-flood");
+        tcase_add_checked_fixture(tc, setup_info, teardown);
+        tcase_set_timeout(tc, 180);
+        tcase_add_test(tc, test_a_client_flooding_its_ring_only_slows_itself);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
