@@ -131,6 +131,7 @@ struct exec_proc {
         bool dispatching;               /* inside the done callback */
         int go_fd;                      /* our end of the child's go socket, until "go" */
         uint64_t timeout_usec;
+        uint64_t timeout_at_usec;       /* CLOCK_MONOTONIC: when it times out */
 };
 
 /* Everything the child needs, prepared by the parent before fork(). */
@@ -463,11 +464,20 @@ static void exec_proc_on_exit(evutil_socket_t fd, short what, void *userdata) {
 
 static void exec_proc_on_timeout(evutil_socket_t fd, short what, void *userdata) {
         struct exec_proc *p = userdata;
+        uint64_t now = now_usec(CLOCK_MONOTONIC);
 
         /* An item that already exited on its own did not time out, even if
          * the loop has not seen its pidfd yet. */
         if (exec_proc_has_exited(p))
                 return;
+        /* The loop's timers may go by a coarse clock (cmwqd's do with the
+         * perf detector), up to a jiffy ahead of this one: never early. */
+        if (now < p->timeout_at_usec) {
+                struct timeval tv = timeval_from_usec(p->timeout_at_usec - now);
+
+                (void) evtimer_add(&p->ev_timer, &tv);
+                return;
+        }
         p->timed_out = true;
         exec_proc_kill_tree(p);
 }
@@ -1684,6 +1694,7 @@ int exec_go(struct exec_proc *p) {
         if (p->timeout_usec > 0) {
                 struct timeval tv = timeval_from_usec(p->timeout_usec);
 
+                p->timeout_at_usec = now_usec(CLOCK_MONOTONIC) + p->timeout_usec;
                 if (evtimer_add(&p->ev_timer, &tv) < 0)
                         return -ENOMEM;
         }
