@@ -98,7 +98,7 @@ static int cgroup_read_file(int dirfd, const char *path, size_t max, char **ret)
         return 0;
 }
 
-static int cgroup_write_file(int dirfd, const char *path, const char *value) {
+int cgroup_write_file(int dirfd, const char *path, const char *value) {
         _cleanup_(closep) int fd = -1;
         size_t len = strlen(value);
         ssize_t n;

@@ -83,6 +83,11 @@ const char *cgroup_root_path(const struct cgroup_root *root);
  */
 int cgroup_find_own_dir(const char *mountinfo, const char *self_cgroup, char **ret_dir);
 
+/* Writes @value to the control file @path (relative to @dirfd, or
+ * AT_FDCWD) in one write(): 0, or a negative errno (-EIO if short).  For
+ * either cgroup hierarchy: the v2 one here, the v1 pids one in pids.c. */
+int cgroup_write_file(int dirfd, const char *path, const char *value);
+
 /* Creates a new, empty item cgroup. */
 int cgroup_item_new(struct cgroup_root *root, struct cgroup_item **ret);
 

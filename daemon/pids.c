@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cgroup.h"
 #include "list.h"
 #include "pids.h"
 #include "util.h"
@@ -31,19 +32,11 @@ struct pids_item {
 };
 
 static int write_file(const char *dir, const char *name, const char *value) {
-        _cleanup_(closep) int fd = -1;
         char path[PATH_MAX];
-        size_t len = strlen(value);
-        ssize_t n;
 
-        snprintf(path, sizeof(path), "%s/%s", dir, name);
-        fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
-        if (fd < 0)
-                return -errno;
-        n = write(fd, value, len);
-        if (n < 0)
-                return -errno;
-        return (size_t) n == len ? 0 : -EIO;
+        if ((size_t) snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path))
+                return -ENAMETOOLONG;
+        return cgroup_write_file(AT_FDCWD, path, value);
 }
 
 /* The mount point of the v1 hierarchy with the pids controller, from
