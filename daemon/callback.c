@@ -139,7 +139,7 @@ static void callback_describe(struct worker *pw, char *buf, size_t size) {
 
 /* CPU time of the thread (not of one item: a grant runs many; see
  * callback_item_start_cpu_usec()), from the sleep detector, which watches
- * the thread anyway: with perf, one read() of a task-clock counter. */
+ * the thread anyway: with perf, from its switch records, no system call. */
 static uint64_t callback_cpu_usec(struct worker *pw) {
         struct callback_worker *w = pw->userdata;
 

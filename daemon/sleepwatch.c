@@ -191,6 +191,15 @@ struct sleepwatch_target {
         size_t n_tasks, n_tasks_allocated;
 
         int clock_fd;           /* task-clock counter, inherited like the events; -1: none */
+        /* A thread target's CPU time, from its own switch records: the
+         * on-CPU intervals between a switch-in and the next switch-out on
+         * the same CPU (ring), so no read() of a counter, which costs a
+         * system call and, while the thread runs on another CPU, an IPI
+         * there.  Per ring, since the rings are read in no time order, but
+         * each ring holds one CPU's records in order. */
+        uint64_t *oncpu_since;  /* per ring: its switch-in there not yet followed by a switch-out; 0: none */
+        uint64_t oncpu_ns;      /* the intervals closed so far */
+        bool oncpu_valid;       /* no record lost since it was watched */
 
         /* proc */
         DIR *task_dir;          /* /proc/PID/task, pins the process */
@@ -523,6 +532,23 @@ uint64_t sleepwatch_target_cpu_usec(struct sleepwatch_target *t) {
 
         if (!t)
                 return UINT64_MAX;
+        if (t->oncpu_valid) {
+                uint64_t ns = t->oncpu_ns, since = 0, now;
+
+                /* On a CPU since its latest switch-in, unless a switch-out
+                 * not read yet says other: then this counts a little more
+                 * than it ran, until that record is read. */
+                for (size_t i = 0; i < t->n_fds; i++)
+                        if (t->oncpu_since[i] > since)
+                                since = t->oncpu_since[i];
+                if (since && (now = now_nsec()) > since)
+                        ns += now - since;
+                v = ns / 1000;
+                if (v < t->cpu_last_usec)
+                        v = t->cpu_last_usec;
+                t->cpu_last_usec = v;
+                return v;
+        }
         if (t->clock_fd >= 0) {
                 uint64_t ns;
 
@@ -604,9 +630,19 @@ static void target_update_task(struct sleepwatch_target *t, pid_t tid,
 /* Sets every task we know of (and the main process's threads) from /proc,
  * as of now; records older than this are ignored afterwards. */
 static void target_resync(struct sleepwatch_target *t) {
-        uint64_t now = now_nsec();
+        uint64_t now = now_nsec(), raw;
         char path[64];
         DIR *d;
+
+        if (t->oncpu_valid) {
+                /* An interval's end may be among the lost records: from
+                 * here on /proc tells, carried on from what we said last. */
+                t->oncpu_valid = false;
+                if (proc_threads_cpu_usec(t->pid, t->only_tid, &raw) < 0)
+                        t->cpu_base_usec = UINT64_MAX;
+                else
+                        t->cpu_base_usec = raw > t->cpu_last_usec ? raw - t->cpu_last_usec : 0;
+        }
 
         for (size_t i = 0; i < t->n_tasks; i++) {
                 struct sleepwatch_task *k = &t->tasks[i];
@@ -670,7 +706,7 @@ static bool target_evaluate_perf(struct sleepwatch_target *t) {
 
 /* ---- perf: rings -------------------------------------------------------- */
 
-static struct sleepwatch_target *sleepwatch_find_target(struct sleepwatch *sw, uint64_t id) {
+static struct sleepwatch_target *sleepwatch_find_target(struct sleepwatch *sw, uint64_t id, size_t *ret_ring) {
         struct sleepwatch_target *t;
 
         if (sw->last_hit && id >= sw->last_hit->id_min && id <= sw->last_hit->id_max)
@@ -689,9 +725,24 @@ static struct sleepwatch_target *sleepwatch_find_target(struct sleepwatch *sw, u
         for (size_t i = 0; i < t->n_fds; i++)
                 if (t->ids[i] == id) {
                         sw->last_hit = t;
+                        *ret_ring = i;  /* target_watch_perf() opened fds[i] on rings[i] */
                         return t;
                 }
         return NULL;
+}
+
+/* A thread target's switch on ring @ring at @time: closes or opens an
+ * on-CPU interval.  Records of one ring come in time order. */
+static void target_account_switch(struct sleepwatch_target *t, size_t ring, bool out, uint64_t time) {
+        uint64_t *since = &t->oncpu_since[ring];
+
+        if (!out) {
+                *since = time;
+                return;
+        }
+        if (*since && time > *since)
+                t->oncpu_ns += time - *since;
+        *since = 0;
 }
 
 static void sleepwatch_handle_record(struct sleepwatch *sw, const void *rec, size_t size) {
@@ -699,6 +750,7 @@ static void sleepwatch_handle_record(struct sleepwatch *sw, const void *rec, siz
         const struct sleepwatch_task_record *body = (const void *) (h + 1);
         struct sleepwatch_sample_id sid;
         struct sleepwatch_target *t;
+        size_t ring;
 
         if (h->type == PERF_RECORD_LOST) {
                 sw->need_resync = true;
@@ -709,12 +761,14 @@ static void sleepwatch_handle_record(struct sleepwatch *sw, const void *rec, siz
         if (size < sizeof(*h) + sizeof(sid))
                 return;
         memcpy(&sid, (const char *) rec + size - sizeof(sid), sizeof(sid));
-        t = sleepwatch_find_target(sw, sid.id);
+        t = sleepwatch_find_target(sw, sid.id, &ring);
         if (!t)
                 return;
 
         switch (h->type) {
         case PERF_RECORD_SWITCH:
+                if (t->oncpu_since && (pid_t) sid.tid == t->only_tid)
+                        target_account_switch(t, ring, h->misc & PERF_RECORD_MISC_SWITCH_OUT, sid.time);
                 if (!(h->misc & PERF_RECORD_MISC_SWITCH_OUT))
                         target_update_task(t, (pid_t) sid.tid, SW_TASK_RUNNING, sid.time);
                 else if (h->misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT)
@@ -1128,24 +1182,27 @@ static int target_watch_perf(struct sleepwatch_target *t) {
                         t->id_max = t->ids[i];
         }
 
-        /* CPU time over the same tasks as the records, from the same
-         * execve(): read() of an inherited counter adds up the live
-         * descendants' counts and those of the ones that exited.  Without
-         * it, /proc or the cgroup tell (sleepwatch_target_cpu_usec()). */
-        clock_attr(&attr);
         if (t->only_tid > 0) {
-                /* A client's callback thread, asked at every grant and
-                 * every CPU-intensive check: one read() instead of four
-                 * system calls for /proc/PID/task/TID/schedstat. */
-                attr.disabled = 0;
-                attr.enable_on_exec = 0;
-                attr.inherit = 0;
+                /* A client's callback thread, asked at every grant, every
+                 * wake-up and every CPU-intensive check: its own switch
+                 * records tell its CPU time (struct sleepwatch_target). */
+                t->oncpu_since = calloc(sw->n_rings, sizeof(*t->oncpu_since));
+                if (!t->oncpu_since)
+                        return -ENOMEM;
+                t->oncpu_valid = true;
+        } else {
+                /* CPU time over the same tasks as the records, from the
+                 * same execve(): read() of an inherited counter adds up the
+                 * live descendants' counts and those of the ones that
+                 * exited.  Without it, /proc or the cgroup tell
+                 * (sleepwatch_target_cpu_usec()). */
+                clock_attr(&attr);
+                r = perf_open(&attr, t->pid, -1);
+                if (r < 0)
+                        log_debug_errno(r, "sleepwatch: task-clock counter refused for PID %d: %m", (int) t->pid);
+                else
+                        t->clock_fd = r;
         }
-        r = perf_open(&attr, t->only_tid > 0 ? t->only_tid : t->pid, -1);
-        if (r < 0)
-                log_debug_errno(r, "sleepwatch: task-clock counter refused for PID %d: %m", (int) t->pid);
-        else
-                t->clock_fd = r;
 
         /* The main process runs (or is about to) until a record says other. */
         r = target_add_task(t, t->only_tid > 0 ? t->only_tid : t->pid, &k);
@@ -1157,6 +1214,9 @@ static int target_watch_perf(struct sleepwatch_target *t) {
 
 static void target_close_perf(struct sleepwatch_target *t) {
         t->clock_fd = safe_close(t->clock_fd);
+        free(t->oncpu_since);
+        t->oncpu_since = NULL;
+        t->oncpu_valid = false;
         for (size_t i = 0; i < t->n_fds; i++)
                 close(t->fds[i]);
         t->n_fds = 0;

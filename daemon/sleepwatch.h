@@ -125,10 +125,12 @@ int sleepwatch_target_use_cgroup(struct sleepwatch_target *t, int cgroup_dir_fd)
  * otherwise the item's cgroup (cpu.stat) tells, or, without one, the
  * scheduler's run time of the main process's live threads.  0 before
  * execve(), UINT64_MAX when it cannot be told.  Never decreases.
+ * A perf thread target (sleepwatch_watch_thread()) is timed from its own
+ * switch records, since it was watched, with no system call: a switch-out
+ * not read yet makes it count up to that much more for a moment, and after
+ * lost records /proc tells, carried on from the last figure.
  */
 uint64_t sleepwatch_target_cpu_usec(struct sleepwatch_target *t);
-/* (For a thread target, its CPU time since it was watched: perf's
- * task-clock of that thread, or /proc.) */
 
 /* The state letter of a /proc/PID/stat line ("R", "S", "D", ...), found
  * after the last ')' so that any command name parses; -EINVAL if malformed.

@@ -15,6 +15,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -73,6 +74,29 @@ static int helper(const char *mode) {
                 helper_wait();
                 helper_spin();
                 _exit(0);
+        }
+        if (strcmp(mode, "cpu") == 0) {
+                /* Per control byte: use 30 ms of CPU, then report on fd 4
+                 * this thread's CPU clock before and after; blocks between. */
+                helper_status('r');
+                for (;;) {
+                        struct timespec ts;
+                        uint64_t span[2];
+                        char c;
+
+                        if (read(3, &c, 1) != 1)
+                                _exit(0);
+                        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+                        span[0] = (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+                        do {
+                                for (volatile int i = 0; i < 10000; i++)
+                                        ;
+                                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+                                span[1] = (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+                        } while (span[1] - span[0] < 30000000u);
+                        if (write(4, span, sizeof(span)) != sizeof(span))
+                                _exit(6);
+                }
         }
         if (strcmp(mode, "fork") == 0) {
                 pid_t pid = fork();
@@ -698,6 +722,77 @@ START_TEST(test_watch_invalid) {
 }
 END_TEST
 
+/* Reads the helper's report of one "cpu" round: its CPU time in it, µs. */
+static uint64_t child_cpu_round(struct child *c) {
+        uint64_t span[2];
+        struct pollfd p = { .fd = c->status, .events = POLLIN };
+
+        child_poke(c);
+        ck_assert_int_eq(poll(&p, 1, (int) (TIMEOUT_USEC / USEC_PER_MSEC)), 1);
+        ck_assert_int_eq(read(c->status, span, sizeof(span)), (ssize_t) sizeof(span));
+        return (span[1] - span[0]) / 1000;
+}
+
+/* Until the helper sleeps in read() again, then a while for its last
+ * switch records to be read. */
+static void child_settle(struct event_base *base, struct child *c, struct recorder *rec) {
+        ck_assert(loop_until(base, &(struct until) { .child = c, .rec = rec, .proc_state = 'S', .running = 0 }));
+        loop_for(base, 50 * USEC_PER_MSEC);
+}
+
+/* A thread target's CPU time comes from its switch records: it grows by
+ * what the thread computed, not by the time it slept. */
+START_TEST(test_thread_cpu_from_switch_records) {
+        struct event_base *base = event_base_new();
+        struct recorder rec = { 0 };
+        struct pollfd p;
+        struct sleepwatch *sw;
+        struct child c;
+        uint64_t cpu[3], own[2];
+        char b;
+
+        sw = new_sleepwatch(base, SLEEPWATCH_PERF);
+        if (!sw) {
+                event_base_free(base);
+                return;
+        }
+        child_fork(&c, "cpu");
+        child_go(&c);
+        p = (struct pollfd) { .fd = c.status, .events = POLLIN };
+        ck_assert_int_eq(poll(&p, 1, (int) (TIMEOUT_USEC / USEC_PER_MSEC)), 1);
+        ck_assert_int_eq(read(c.status, &b, 1), 1);
+        ck_assert_int_eq(b, 'r');
+
+        ck_assert_int_eq(sleepwatch_watch_thread(sw, c.pid, c.pid, record_cb, &rec, &rec.target), 0);
+        child_settle(base, &c, &rec);
+        cpu[0] = sleepwatch_target_cpu_usec(rec.target);
+
+        own[0] = child_cpu_round(&c);
+        child_settle(base, &c, &rec);
+        cpu[1] = sleepwatch_target_cpu_usec(rec.target);
+
+        /* Asleep a while: that must not count. */
+        loop_for(base, 100 * USEC_PER_MSEC);
+        own[1] = child_cpu_round(&c);
+        child_settle(base, &c, &rec);
+        cpu[2] = sleepwatch_target_cpu_usec(rec.target);
+
+        for (int i = 0; i < 2; i++) {
+                uint64_t seen = cpu[i + 1] - cpu[i];
+
+                ck_assert_uint_ne(cpu[i + 1], UINT64_MAX);
+                ck_assert_msg(seen + 3000 >= own[i] && seen <= own[i] + 3000,
+                              "round %d: the records say %" PRIu64 " us, the thread used %" PRIu64 " us", i, seen,
+                              own[i]);
+        }
+
+        sleepwatch_target_free(rec.target);
+        child_finish(&c);
+        sleepwatch_free(sw);
+        event_base_free(base);
+}
+END_TEST
+
 int main(int argc, char *argv[]) {
         Suite *s;
         TCase *tc;
@@ -718,6 +813,7 @@ int main(int argc, char *argv[]) {
         tcase_add_test(tc, test_proc_sees_main_process_only);
         tcase_add_loop_test(tc, test_two_targets, SLEEPWATCH_PERF, SLEEPWATCH_PROC + 1);
         tcase_add_test(tc, test_ring_overflow);
+        tcase_add_test(tc, test_thread_cpu_from_switch_records);
         tcase_add_loop_test(tc, test_free_is_silent, SLEEPWATCH_PERF, SLEEPWATCH_PROC + 1);
         tcase_add_loop_test(tc, test_target_outlives_detector, SLEEPWATCH_PERF, SLEEPWATCH_PROC + 1);
         tcase_add_loop_test(tc, test_watch_invalid, SLEEPWATCH_PERF, SLEEPWATCH_PROC + 1);
