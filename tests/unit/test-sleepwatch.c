@@ -734,9 +734,12 @@ static uint64_t child_cpu_round(struct child *c) {
 }
 
 /* Until the helper sleeps in read() again, then a while for its last
- * switch records to be read. */
-static void child_settle(struct event_base *base, struct child *c, struct recorder *rec) {
-        ck_assert(loop_until(base, &(struct until) { .child = c, .rec = rec, .proc_state = 'S', .running = 0 }));
+ * switch records to be read.  @after_round: it ran since the last look,
+ * so its records end with a block; right after the watch began there may
+ * be no record at all (it was asleep already), and no block to wait for. */
+static void child_settle(struct event_base *base, struct child *c, struct recorder *rec, bool after_round) {
+        ck_assert(loop_until(base, &(struct until) { .child = c, .rec = rec, .proc_state = 'S',
+                                                     .running = after_round ? 0 : -1 }));
         loop_for(base, 50 * USEC_PER_MSEC);
 }
 
@@ -764,17 +767,17 @@ START_TEST(test_thread_cpu_from_switch_records) {
         ck_assert_int_eq(b, 'r');
 
         ck_assert_int_eq(sleepwatch_watch_thread(sw, c.pid, c.pid, record_cb, &rec, &rec.target), 0);
-        child_settle(base, &c, &rec);
+        child_settle(base, &c, &rec, false);
         cpu[0] = sleepwatch_target_cpu_usec(rec.target);
 
         own[0] = child_cpu_round(&c);
-        child_settle(base, &c, &rec);
+        child_settle(base, &c, &rec, true);
         cpu[1] = sleepwatch_target_cpu_usec(rec.target);
 
         /* Asleep a while: that must not count. */
         loop_for(base, 100 * USEC_PER_MSEC);
         own[1] = child_cpu_round(&c);
-        child_settle(base, &c, &rec);
+        child_settle(base, &c, &rec, true);
         cpu[2] = sleepwatch_target_cpu_usec(rec.target);
 
         for (int i = 0; i < 2; i++) {
