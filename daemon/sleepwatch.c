@@ -197,9 +197,9 @@ struct sleepwatch_target {
          * system call and, while the thread runs on another CPU, an IPI
          * there.  Per ring, since the rings are read in no time order, but
          * each ring holds one CPU's records in order. */
-        uint64_t *oncpu_since;  /* per ring: its switch-in there not yet followed by a switch-out; 0: none */
+        uint64_t *oncpu_since;  /* per ring: its switch-in there not yet followed by a switch-out, 0: none;
+                                 * NULL: not timed so (not a thread, or records were lost) */
         uint64_t oncpu_ns;      /* the intervals closed so far */
-        bool oncpu_valid;       /* no record lost since it was watched */
 
         /* proc */
         DIR *task_dir;          /* /proc/PID/task, pins the process */
@@ -532,7 +532,7 @@ uint64_t sleepwatch_target_cpu_usec(struct sleepwatch_target *t) {
 
         if (!t)
                 return UINT64_MAX;
-        if (t->oncpu_valid) {
+        if (t->oncpu_since) {
                 uint64_t ns = t->oncpu_ns, since = 0, now;
 
                 /* On a CPU since its latest switch-in, unless a switch-out
@@ -544,24 +544,22 @@ uint64_t sleepwatch_target_cpu_usec(struct sleepwatch_target *t) {
                 if (since && (now = now_nsec()) > since)
                         ns += now - since;
                 v = ns / 1000;
-                if (v < t->cpu_last_usec)
-                        v = t->cpu_last_usec;
-                t->cpu_last_usec = v;
-                return v;
-        }
-        if (t->clock_fd >= 0) {
-                uint64_t ns;
+        } else {
+                if (t->clock_fd >= 0) {
+                        uint64_t ns;
 
-                if (read(t->clock_fd, &ns, sizeof(ns)) == (ssize_t) sizeof(ns))
-                        return ns / 1000;
+                        if (read(t->clock_fd, &ns, sizeof(ns)) == (ssize_t) sizeof(ns))
+                                return ns / 1000;
+                }
+                if (!t->exec_seen)
+                        return 0;
+                if (t->cpu_base_usec == UINT64_MAX || target_raw_cpu_usec(t, &raw) < 0)
+                        return UINT64_MAX;
+                v = raw > t->cpu_base_usec ? raw - t->cpu_base_usec : 0;
         }
-        if (!t->exec_seen)
-                return 0;
-        if (t->cpu_base_usec == UINT64_MAX || target_raw_cpu_usec(t, &raw) < 0)
-                return UINT64_MAX;
-        v = raw > t->cpu_base_usec ? raw - t->cpu_base_usec : 0;
-        /* Threads that exited take their time out of a /proc sum: never
-         * report less than before. */
+        /* Threads that exited take their time out of a /proc sum, and an
+         * estimate from the records may have run ahead: never report less
+         * than before. */
         if (v < t->cpu_last_usec)
                 v = t->cpu_last_usec;
         t->cpu_last_usec = v;
@@ -634,10 +632,11 @@ static void target_resync(struct sleepwatch_target *t) {
         char path[64];
         DIR *d;
 
-        if (t->oncpu_valid) {
+        if (t->oncpu_since) {
                 /* An interval's end may be among the lost records: from
                  * here on /proc tells, carried on from what we said last. */
-                t->oncpu_valid = false;
+                free(t->oncpu_since);
+                t->oncpu_since = NULL;
                 if (proc_threads_cpu_usec(t->pid, t->only_tid, &raw) < 0)
                         t->cpu_base_usec = UINT64_MAX;
                 else
@@ -1189,7 +1188,6 @@ static int target_watch_perf(struct sleepwatch_target *t) {
                 t->oncpu_since = calloc(sw->n_rings, sizeof(*t->oncpu_since));
                 if (!t->oncpu_since)
                         return -ENOMEM;
-                t->oncpu_valid = true;
         } else {
                 /* CPU time over the same tasks as the records, from the
                  * same execve(): read() of an inherited counter adds up the
@@ -1216,7 +1214,6 @@ static void target_close_perf(struct sleepwatch_target *t) {
         t->clock_fd = safe_close(t->clock_fd);
         free(t->oncpu_since);
         t->oncpu_since = NULL;
-        t->oncpu_valid = false;
         for (size_t i = 0; i < t->n_fds; i++)
                 close(t->fds[i]);
         t->n_fds = 0;

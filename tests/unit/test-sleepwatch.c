@@ -186,6 +186,16 @@ static void child_go(struct child *c) {
         c->go = -1;
 }
 
+/* The helper's next status byte; fails the test if none comes in time. */
+static char child_read_status(struct child *c) {
+        struct pollfd p = { .fd = c->status, .events = POLLIN };
+        char b;
+
+        ck_assert_int_eq(poll(&p, 1, (int) (TIMEOUT_USEC / USEC_PER_MSEC)), 1);
+        ck_assert_int_eq(read(c->status, &b, 1), 1);
+        return b;
+}
+
 static void child_poke(struct child *c) {
         ck_assert_int_eq(write(c->ctl, "x", 1), 1);
 }
@@ -570,9 +580,7 @@ START_TEST(test_ring_overflow) {
         struct event_base *base = event_base_new();
         struct recorder rec = { 0 };
         struct sleepwatch *sw;
-        struct pollfd p;
         struct child c;
-        char b;
 
         sw = new_sleepwatch(base, SLEEPWATCH_PERF);
         if (!sw) {
@@ -586,9 +594,7 @@ START_TEST(test_ring_overflow) {
         child_go(&c);
 
         /* Without running the loop: wait for the burst to end ... */
-        p = (struct pollfd) { .fd = c.status, .events = POLLIN };
-        ck_assert_int_eq(poll(&p, 1, (int) (TIMEOUT_USEC / USEC_PER_MSEC)), 1);
-        ck_assert_int_eq(read(c.status, &b, 1), 1);
+        child_read_status(&c);
         /* ... and for the helper to sleep in read(). */
         for (uint64_t deadline = now_usec(CLOCK_MONOTONIC) + TIMEOUT_USEC; proc_state_of(c.pid) != 'S';) {
                 ck_assert(now_usec(CLOCK_MONOTONIC) < deadline);
@@ -748,11 +754,9 @@ static void child_settle(struct event_base *base, struct child *c, struct record
 START_TEST(test_thread_cpu_from_switch_records) {
         struct event_base *base = event_base_new();
         struct recorder rec = { 0 };
-        struct pollfd p;
         struct sleepwatch *sw;
         struct child c;
         uint64_t cpu[3], own[2];
-        char b;
 
         sw = new_sleepwatch(base, SLEEPWATCH_PERF);
         if (!sw) {
@@ -761,10 +765,7 @@ START_TEST(test_thread_cpu_from_switch_records) {
         }
         child_fork(&c, "cpu");
         child_go(&c);
-        p = (struct pollfd) { .fd = c.status, .events = POLLIN };
-        ck_assert_int_eq(poll(&p, 1, (int) (TIMEOUT_USEC / USEC_PER_MSEC)), 1);
-        ck_assert_int_eq(read(c.status, &b, 1), 1);
-        ck_assert_int_eq(b, 'r');
+        ck_assert_int_eq(child_read_status(&c), 'r');
 
         ck_assert_int_eq(sleepwatch_watch_thread(sw, c.pid, c.pid, record_cb, &rec, &rec.target), 0);
         child_settle(base, &c, &rec, false);
