@@ -16,16 +16,16 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include "cgroup.h"
-#include "config_file.h"
-#include "core.h"
-#include "exec.h"
-#include "ipc_dbus.h"
-#include "ipc_socket.h"
-#include "log.h"
-#include "pids.h"
-#include "sleep.h"
-#include "sleepwatch.h"
+#include "base/log.h"
+#include "cm/sleepwatch.h"
+#include "core/config-file.h"
+#include "core/core.h"
+#include "dbus/bus.h"
+#include "dbus/sleep.h"
+#include "exec/cgroup.h"
+#include "exec/exec.h"
+#include "exec/pids.h"
+#include "ipc/socket.h"
 #include "util.h"
 
 /* A day: a longer stall is not something to be told about later. */
@@ -399,7 +399,7 @@ int main(int argc, char **argv) {
         signal(SIGPIPE, SIG_IGN);
 
         /* The helper that creates the items' processes, forked now, while
-         * our heap is small (see exec.c). */
+         * our heap is small (see exec/exec.c). */
         r = exec_spawner_start();
         if (r < 0)
                 log_warning_errno(r, "Cannot start the spawner, items will be forked by cmwqd itself: %m");

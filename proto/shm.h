@@ -49,7 +49,7 @@
  * others: it can move the start of the measurement no earlier than the
  * grant or the thread's last wake-up, nor later than the thread's CPU time
  * now, and once the thread has been asked to yield (other work waits), no
- * later than what it said then (callback.c): claiming a fresh start again
+ * later than what it said then (daemon/callback/callback.c): claiming a fresh start again
  * and again does not keep a thread that will not yield counted.
  *
  * doc/design.md §6 walks through the protocol with the functions on both

@@ -211,7 +211,7 @@ echo "2. block reaction: a running item blocks (nanosleep), the item queued behi
 echo "   CPU must start; $REPS reps per detector (target: detection median < 100 us with perf)"
 # trace_daemon PID FILE: records (CLOCK_MONOTONIC), in the background, when
 # cmwqd returns from epoll_wait() (it woke up) and when it sends a 1-byte
-# message on a go socket (daemon/exec.c: "attached" when an item's process is
+# message on a go socket (daemon/exec/exec.c: "attached" when an item's process is
 # ready, "go" when it may run); sets TRACE_PID (empty when perf cannot)
 trace_daemon() {
         local ev e

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * A stand-in for exec.c in the dispatch fuzzer, linked in place of it with
+ * A stand-in for daemon/exec/exec.c in the dispatch fuzzer, linked in place of it with
  * -Wl,--wrap: items "run" without a process, so that every input can submit,
  * run, block, finish, requeue, cancel and freeze items through the real core
  * and pools at the speed of a function call, and no input forks anything.
@@ -24,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "exec.h"
+#include "exec/exec.h"
 #include "fake-exec.h"
 #include "util.h"
 
@@ -183,12 +183,12 @@ uint64_t __wrap_exec_proc_cpu_usec(const struct exec_proc *p) {
         return 1;
 }
 
-/* Nothing in the daemon may fork under the fuzzer: should exec.c gain an
- * entry point that item.c calls and that is not wrapped above, the real one
+/* Nothing in the daemon may fork under the fuzzer: should daemon/exec/exec.c gain an
+ * entry point that daemon/core/item.c calls and that is not wrapped above, the real one
  * would fork an item per input.  Stop at once and say which. */
 pid_t __wrap_fork(void);
 pid_t __wrap_fork(void) {
-        fprintf(stderr, "fake-exec: the daemon called fork(): an exec.c entry point it uses is not "
+        fprintf(stderr, "fake-exec: the daemon called fork(): a daemon/exec/exec.c entry point it uses is not "
                         "replaced by tests/fuzz/fake-exec.c (add it there and to FAKE_EXEC_WRAP)\n");
         abort();
 }

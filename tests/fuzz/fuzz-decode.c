@@ -2,7 +2,7 @@
 /*
  * Fuzz target "decode": the daemon's message decoder alone.  The input is a
  * client's byte stream; frames are cut with frame_parse() and unpacked as
- * cmwq.Request with the limits the daemon uses, as ipc_socket.c does.
+ * cmwq.Request with the limits the daemon uses, as daemon/ipc/socket.c does.
  *
  * Beyond the sanitizers: a request that decodes packs again, and that packing
  * decodes to a message that packs to the very same bytes (what the daemon

@@ -24,13 +24,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "cmwq.pb-c.h"
-#include "core.h"
+#include "core/core.h"
 #include "fake-exec.h"
 #include "frame.h"
 #include "fuzz.h"
-#include "ipc_socket.h"
-#include "log.h"
+#include "ipc/socket.h"
 
 /* Turns of the loop after the last byte was written and nothing moved, to
  * let items end and waiters be answered. */

@@ -2,8 +2,8 @@
 /*
  * Fuzz target "shm-ring": a libcmwq-client process scribbling on the memory
  * it shares with cmwqd for callback work (proto/shm.h), against the daemon's
- * real reader of it (daemon/callback_shm.c) and the real callback registry
- * behind it (daemon/callback.c, the pools of a fresh core).
+ * real reader of it (daemon/callback/callback-shm.c) and the real callback registry
+ * behind it (daemon/callback/callback.c, the pools of a fresh core).
  *
  * For each input: a fresh core, a callback registry, and one client attached
  * as the library attaches, mapping the sealed memfd cmwqd made and writing
@@ -21,7 +21,7 @@
  *   - the broken function is called at most once, and once it was, the
  *     client holds no CPU and waits for none, no freeze waits for its
  *     answer, and no ring entry reaches the
- *     pools any more (the pool calls of callback.c are wrapped and counted:
+ *     pools any more (the pool calls of daemon/callback/callback.c are wrapped and counted:
  *     -Wl,--wrap, see Makefile.am);
  *   - one turn of the event loop consumes at most one ring's worth of
  *     entries, however fast the client refills its ring (else a client
@@ -46,14 +46,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "callback.h"
-#include "core.h"
-#include "fuzz.h"
+#include "base/log.h"
+#include "callback/callback.h"
+#include "cm/pool.h"
+#include "cm/sleepwatch.h"
+#include "core/core.h"
 #include "fuzz-shm-ring.h"
-#include "log.h"
-#include "pool.h"
+#include "fuzz.h"
 #include "shm.h"
-#include "sleepwatch.h"
 
 /* Turns of the loop at the end, to let a ring drained in parts go on. */
 #define SETTLE_TURNS 4
@@ -117,7 +117,7 @@ static void race(void) {
         __atomic_store_n(&shm->sq_tail, tail + 1, __ATOMIC_RELEASE);
 }
 
-/* What callback.c does to the pools for a ring entry (and on unregister and
+/* What daemon/callback/callback.c does to the pools for a ring entry (and on unregister and
  * free).  After the client was found broken, only its end may touch them. */
 static void pool_call(const char *what) {
         if (run.nr_broken && !run.tearing_down) {

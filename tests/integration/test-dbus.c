@@ -1513,7 +1513,7 @@ START_TEST(test_no_acknowledgement_at_shutdown_without_the_disk) {
         close(fd);
 
         /* Larger than the room cmwqd keeps allocated past the end of its
-         * log for a full file system (store.c, STORE_RESERVE_BYTES): this
+         * log for a full file system (daemon/store/store.c, STORE_RESERVE_BYTES): this
          * record cannot reach the disk. */
         memset(big, 'x', sizeof(big) - 1);
         big[sizeof(big) - 1] = 0;

@@ -19,8 +19,8 @@
 
 #include <event2/event.h>
 
-#include "cgroup.h"
-#include "exec.h"
+#include "exec/cgroup.h"
+#include "exec/exec.h"
 #include "util.h"
 
 /* Generous: the machine running this may be small and busy. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * Unit tests for daemon/pool.c: the pool is driven with synthetic events
+ * Unit tests for daemon/cm/pool.c: the pool is driven with synthetic events
  * (block, wake, done, kick) through a mock executor, and every test asserts
  * what the kernel's workqueue semantics say a user would observe.  After
  * every event the pool's counters are checked against its lists.
@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "pool.h"
+#include "cm/pool.h"
 #include "util.h"
 
 /* ------------------------------------------------------------------------ */

@@ -2,7 +2,7 @@
 
 /*
  * The sleep detector against real processes.  Children are started the way
- * exec.c starts an item: fork, attach the detector, then let the child
+ * daemon/exec/exec.c starts an item: fork, attach the detector, then let the child
  * execve().  The program they exec is this test binary in a helper mode,
  * steered through pipes, so every phase (spinning, blocked in read(), gone)
  * lasts until the test ends it: nothing here depends on timing, and the
@@ -27,7 +27,7 @@
 
 #include <event2/event.h>
 
-#include "sleepwatch.h"
+#include "cm/sleepwatch.h"
 #include "util.h"
 
 #define TIMEOUT_USEC (30 * USEC_PER_SEC)
@@ -144,7 +144,7 @@ static void record_cb(struct sleepwatch_target *t, bool running, void *userdata)
         rec->n++;
 }
 
-/* Forks a helper that waits for "go" before it execs, like exec.c's child. */
+/* Forks a helper that waits for "go" before it execs, like daemon/exec/exec.c's child. */
 static void child_fork(struct child *c, const char *mode) {
         int go[2], ctl[2], st[2];
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The durable log's record format and its reading back (store_format.c),
- * and store.c on a real file: a torn end is cut off, the rest replayed. */
+/* The durable log's record format and its reading back (daemon/store/format.c),
+ * and daemon/store/store.c on a real file: a torn end is cut off, the rest replayed. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store.h"
-#include "store_format.h"
+#include "store/format.h"
+#include "store/store.h"
 
 /* A log image: the magic and @n ItemStarted records with ids 1..n; the
  * offsets where each record starts go to @starts. */

@@ -1,0 +1,291 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The shared region of a callback client, see callback/callback-shm.h and proto/shm.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/time.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "callback/callback-shm.h"
+#include "util.h"
+
+/*
+ * Each client's budget of ring entries: a token bucket, refilled at
+ * CALLBACK_SHM_RATE entries a second up to a ring's worth (CMWQ_SHM_RING);
+ * each entry read costs one.  A well-behaved client needs about two entries
+ * per grant (DEMAND, IDLE), and the block-heavy library benchmark makes at
+ * most ~20,000 grants a second per process: 50,000 entries a second leaves
+ * it room, and the burst a whole ring (all its threads' outstanding
+ * requests at once, see proto/shm.h).  A client spending faster than that
+ * (IDLE/DEMAND pairs in a loop) is read at that rate and no faster: it only
+ * slows itself down, and cmwqd spends a bounded share of a CPU on it.
+ */
+#define CALLBACK_SHM_RATE 50000u
+/* An empty bucket is looked at again this much later (500 entries' worth),
+ * not at once: at most 100 extra turns of the loop a second per client. */
+#define CALLBACK_SHM_RESUME_USEC 10000u
+
+struct callback_shm {
+        struct cmwq_shm *shm;           /* mapped, shared with the client */
+        int eventfd;
+        struct event *doorbell;         /* not listened to while out of budget */
+        struct event *resume;           /* out of budget: read again when there is some */
+        uint32_t head;                  /* ours: the client may scribble on sq_head */
+        callback_shm_op_fn op;
+        callback_shm_broken_fn broken;
+        void *userdata;
+        pid_t pid;                      /* for the log */
+        unsigned tokens;                /* entries it may still have read, <= CMWQ_SHM_RING */
+        uint64_t refilled_usec;         /* when tokens were last added */
+        bool is_broken;
+        bool warned;                    /* it was logged as over its budget */
+};
+
+/* The reader itself: consumes at most @max entries after *@head, checks
+ * each and passes it to @op, and publishes the new head.  Returns the number
+ * consumed, or -EBADMSG with *@why set when the ring or an entry is broken
+ * (or the op function's error). */
+static int callback_shm_consume(struct cmwq_shm *shm, uint32_t *head, unsigned max, callback_shm_op_fn op,
+                                void *userdata, const char **why) {
+        uint32_t tail = __atomic_load_n(&shm->sq_tail, __ATOMIC_ACQUIRE);
+        uint32_t n = tail - *head;
+        unsigned done = 0;
+
+        if (n > CMWQ_SHM_RING) {
+                *why = "its submission ring holds more entries than it has room for";
+                return -EBADMSG;
+        }
+        for (; done < n && done < max; done++) {
+                uint32_t e = __atomic_load_n(&shm->sq[*head & (CMWQ_SHM_RING - 1)], __ATOMIC_RELAXED);
+                uint32_t o = CMWQ_SHM_ENTRY_OP(e), slot = CMWQ_SHM_ENTRY_SLOT(e);
+
+                (*head)++;
+                if (o < CMWQ_SHM_OP_DEMAND || o > CMWQ_SHM_OP_FREEZE_ACK) {
+                        *why = "an entry of its submission ring has an unknown op";
+                        return -EBADMSG;
+                }
+                if (o != CMWQ_SHM_OP_FREEZE_ACK && slot >= CMWQ_SHM_SLOTS) {
+                        *why = "an entry of its submission ring names a slot out of range";
+                        return -EBADMSG;
+                }
+                if (op((enum cmwq_shm_op) o, slot, userdata) < 0) {
+                        *why = "an entry of its submission ring names a slot with no registered thread";
+                        return -EBADMSG;
+                }
+        }
+        /* Room for the client only once the entries are read. */
+        __atomic_store_n(&shm->sq_head, *head, __ATOMIC_RELEASE);
+        return (int) done;
+}
+
+static void callback_shm_break(struct callback_shm *s, const char *why) {
+        if (s->is_broken)
+                return;
+        s->is_broken = true;
+        event_del(s->doorbell);
+        event_del(s->resume);
+        s->broken(why, s->userdata);
+}
+
+/* Adds what the time since the last refill bought.  The time is the loop's,
+ * taken once a turn (libevent's cached time): whoever drains more than once
+ * in a turn (a doorbell, a batch of switches, a request on the socket) gets
+ * no more than a ring's worth in it. */
+static void callback_shm_refill(struct callback_shm *s) {
+        struct timeval tv;
+        uint64_t now, credit;
+
+        if (event_base_gettimeofday_cached(event_get_base(s->resume), &tv) < 0)
+                return;
+        now = (uint64_t) tv.tv_sec * 1000000u + (uint64_t) tv.tv_usec;
+        if (now < s->refilled_usec) {   /* the clock went back: start from now */
+                s->refilled_usec = now;
+                return;
+        }
+        credit = (now - s->refilled_usec) * CALLBACK_SHM_RATE / 1000000u;
+        if (credit == 0)
+                return;
+        if (credit >= CMWQ_SHM_RING - s->tokens) {
+                s->tokens = CMWQ_SHM_RING;
+                s->refilled_usec = now;
+        } else {
+                s->tokens += (unsigned) credit;
+                /* Keep the fraction of an entry not paid out yet. */
+                s->refilled_usec += credit * 1000000u / CALLBACK_SHM_RATE;
+        }
+}
+
+int callback_shm_drain(struct callback_shm *s) {
+        const char *why = NULL;
+        int r;
+
+        if (s->is_broken)
+                return -EBADMSG;
+        /* Out of budget: nothing until the timer, whatever asks (a doorbell,
+         * a batch of switches, a request on the socket). */
+        if (evtimer_pending(s->resume, NULL))
+                return 0;
+        callback_shm_refill(s);
+        for (;;) {
+                r = callback_shm_consume(s->shm, &s->head, s->tokens, s->op, s->userdata, &why);
+                if (r < 0) {
+                        callback_shm_break(s, why);
+                        return r;
+                }
+                s->tokens -= (unsigned) r;
+                if (s->tokens == 0) {
+                        /* The rest later, when the bucket has some again: a
+                         * timer, not an immediate turn, and its doorbell
+                         * unheard meanwhile (ringing it costs us nothing). */
+                        static const struct timeval later = { 0, CALLBACK_SHM_RESUME_USEC };
+
+                        if (!s->warned) {
+                                s->warned = true;
+                                log_warning("Client PID %d exceeded its budget of %u shared memory ring entries a "
+                                            "second; its entries are read at that rate",
+                                            (int) s->pid, CALLBACK_SHM_RATE);
+                        }
+                        event_del(s->doorbell);
+                        evtimer_add(s->resume, &later);
+                        return 0;
+                }
+                /* Asleep from now on: the client's next entry rings.  Then
+                 * look again, for an entry added before it could see that. */
+                __atomic_store_n(&s->shm->need_wakeup, 1, __ATOMIC_SEQ_CST);
+                if (__atomic_load_n(&s->shm->sq_tail, __ATOMIC_SEQ_CST) == s->head)
+                        return 0;
+        }
+}
+
+static void callback_shm_resume(evutil_socket_t fd, short what, void *userdata) {
+        struct callback_shm *s = userdata;
+
+        evtimer_del(s->resume);
+        if (s->is_broken)
+                return;
+        /* A ring made while we did not listen is heard now. */
+        (void) event_add(s->doorbell, NULL);
+        (void) callback_shm_drain(s);
+}
+
+static void callback_shm_doorbell(evutil_socket_t fd, short what, void *userdata) {
+        struct callback_shm *s = userdata;
+        uint64_t count;
+        struct iovec iov = { .iov_base = &count, .iov_len = sizeof(count) };
+
+        /* The client holds the same eventfd and may have made it blocking:
+         * RWF_NOWAIT reads it without blocking whatever its flags say. */
+        (void) preadv2(fd, &iov, 1, -1, RWF_NOWAIT);
+        (void) callback_shm_drain(s);
+}
+
+static void futex_wake(uint32_t *word) {
+        /* Not FUTEX_PRIVATE: the client waits on its own mapping of the page. */
+        (void) syscall(SYS_futex, word, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+void callback_shm_grant(struct callback_shm *s, unsigned slot, uint32_t seq) {
+        struct cmwq_shm_slot *sl = &s->shm->slots[slot];
+
+        __atomic_store_n(&sl->grant, seq, __ATOMIC_RELEASE);
+        futex_wake(&sl->grant);
+}
+
+void callback_shm_reset_slot(struct callback_shm *s, unsigned slot, bool lazy_doorbell) {
+        __atomic_store_n(&s->shm->slots[slot].grant, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&s->shm->slots[slot].yield, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&s->shm->slots[slot].lazy_doorbell, lazy_doorbell, __ATOMIC_RELEASE);
+}
+
+void callback_shm_yield(struct callback_shm *s, unsigned slot, uint32_t seq) {
+        __atomic_store_n(&s->shm->slots[slot].yield, seq, __ATOMIC_RELEASE);
+}
+
+void callback_shm_records(struct callback_shm *s, unsigned slot, uint64_t *started, uint64_t *finished) {
+        *started = __atomic_load_n(&s->shm->slots[slot].started, __ATOMIC_RELAXED);
+        *finished = __atomic_load_n(&s->shm->slots[slot].finished, __ATOMIC_RELAXED);
+}
+
+uint64_t callback_shm_run_cpu_ns(struct callback_shm *s, unsigned slot) {
+        return __atomic_load_n(&s->shm->slots[slot].run_cpu_ns, __ATOMIC_RELAXED);
+}
+
+int callback_shm_new(struct event_base *base, pid_t pid, callback_shm_op_fn op, callback_shm_broken_fn broken,
+                     void *userdata, struct callback_shm **ret, int *ret_memfd, int *ret_eventfd,
+                     struct core_error *e) {
+        _cleanup_(closep) int memfd = -1, efd = -1;
+        struct callback_shm *s;
+        struct cmwq_shm *shm;
+
+        memfd = memfd_create("cmwq-callbacks", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (memfd < 0)
+                return core_error_set(e, -errno, "cannot make the shared memory: %s", strerror(errno));
+        /* The client cannot resize it under our mapping (SIGBUS), nor
+         * unseal it. */
+        if (ftruncate(memfd, sizeof(*shm)) < 0 ||
+            fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+                return core_error_set(e, -errno, "cannot size the shared memory: %s", strerror(errno));
+        /* Not a semaphore: one read empties it whatever the client writes. */
+        efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (efd < 0)
+                return core_error_set(e, -errno, "cannot make the doorbell: %s", strerror(errno));
+        shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+        if (shm == MAP_FAILED)
+                return core_error_set(e, -errno, "cannot map the shared memory: %s", strerror(errno));
+        shm->magic = CMWQ_SHM_MAGIC;
+        shm->version = CMWQ_SHM_VERSION;
+        shm->nr_slots = CMWQ_SHM_SLOTS;
+        shm->ring_size = CMWQ_SHM_RING;
+        shm->need_wakeup = 1;
+
+        s = calloc(1, sizeof(*s));
+        if (!s) {
+                munmap(shm, sizeof(*shm));
+                return core_error_set(e, -ENOMEM, "out of memory");
+        }
+        s->shm = shm;
+        s->op = op;
+        s->broken = broken;
+        s->userdata = userdata;
+        s->pid = pid;
+        s->tokens = CMWQ_SHM_RING;
+        s->refilled_usec = now_usec(CLOCK_REALTIME);
+        s->doorbell = event_new(base, efd, EV_READ | EV_PERSIST, callback_shm_doorbell, s);
+        s->resume = evtimer_new(base, callback_shm_resume, s);
+        if (!s->doorbell || !s->resume || event_add(s->doorbell, NULL) < 0) {
+                if (s->doorbell)
+                        event_free(s->doorbell);
+                if (s->resume)
+                        event_free(s->resume);
+                munmap(shm, sizeof(*shm));
+                free(s);
+                return core_error_set(e, -ENOMEM, "out of memory");
+        }
+        s->eventfd = efd;
+        *ret_eventfd = TAKE_FD(efd);
+        *ret_memfd = TAKE_FD(memfd);
+        *ret = s;
+        return 0;
+}
+
+struct callback_shm *callback_shm_free(struct callback_shm *s) {
+        if (!s)
+                return NULL;
+        event_free(s->doorbell);
+        event_free(s->resume);
+        close(s->eventfd);
+        munmap(s->shm, sizeof(*s->shm));
+        free(s);
+        return NULL;
+}

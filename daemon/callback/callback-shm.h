@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/*
+ * The daemon's side of the memory one libcmwq-client process shares with it
+ * (layout and protocol in proto/shm.h): checking the memfd and the doorbell
+ * a client passed, reading its submission ring, and writing grants into its
+ * workers' control blocks.
+ *
+ * Nothing read from the region is trusted.  Entries are read once each and
+ * checked (op, slot) before they reach the caller's op function, the ring's
+ * fill level is bounded by its size, and each client has a budget of
+ * entries (a token bucket: so many a second, at most a ring's worth per turn
+ * of the event loop), so that a client filling its ring as fast as it can
+ * slows only itself and delays nobody else.  A region found broken is
+ * reported once through the broken function; the owner ends that client's
+ * connection.
+ */
+
+#include <event2/event.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/core.h"
+#include "shm.h"
+
+struct callback_shm;
+
+/* One checked ring entry: @arg is a slot below CMWQ_SHM_SLOTS, or for
+ * FREEZE_ACK a sequence number.  A negative errno rejects it: the client
+ * broke the protocol (e.g. a slot it never registered), and its region is
+ * broken. */
+typedef int (*callback_shm_op_fn)(enum cmwq_shm_op op, unsigned arg, void *userdata);
+/* The client broke its region; @why says how, for the log. */
+typedef void (*callback_shm_broken_fn)(const char *why, void *userdata);
+
+/* Makes the region and its doorbell for a client: a memfd of
+ * sizeof(struct cmwq_shm) sealed against resizing and further sealing,
+ * mapped here, and a (non-semaphore) eventfd cmwqd listens on.  The client
+ * gets them over the socket: *@ret_memfd is the caller's to send and close;
+ * *@ret_eventfd stays the region's (send it, do not close it).  cmwqd makes
+ * them rather than take the client's: a file descriptor a client passes
+ * could be anything, and closing one (a lingering socket, a file on the
+ * client's FUSE mount) can block the event loop. */
+int callback_shm_new(struct event_base *base, pid_t pid, callback_shm_op_fn op, callback_shm_broken_fn broken,
+                     void *userdata, struct callback_shm **ret, int *ret_memfd, int *ret_eventfd,
+                     struct core_error *e);
+struct callback_shm *callback_shm_free(struct callback_shm *s);
+
+/* Reads what the ring holds now, as far as the client's budget goes; once
+ * it is spent, nothing until a timer reads the rest when the budget allows
+ * (its doorbell unheard meanwhile).  Returns 0, or a negative errno if the
+ * ring is broken (and reports it). */
+int callback_shm_drain(struct callback_shm *s);
+
+/* Grants the thread in @slot its CPU for the @seq-th time and wakes it. */
+void callback_shm_grant(struct callback_shm *s, unsigned slot, uint32_t seq);
+/* A thread is registered in @slot, which another may have used before:
+ * its grant and yield words start from 0 again.  @lazy_doorbell: cmwqd
+ * sees it switch out at once (proto/shm.h). */
+void callback_shm_reset_slot(struct callback_shm *s, unsigned slot, bool lazy_doorbell);
+/* Asks the thread in @slot to give its @seq-th grant back after its current item. */
+void callback_shm_yield(struct callback_shm *s, unsigned slot, uint32_t seq);
+/* The client's completion records of @slot, as it wrote them: for display
+ * and for telling progress from a stall, never for a decision about others. */
+void callback_shm_records(struct callback_shm *s, unsigned slot, uint64_t *started, uint64_t *finished);
+/* The CPU time (ns) the thread had used under its grant when its current
+ * callback started, as the client wrote it; 0 if it wrote none.  Believed
+ * only within what the thread's CPU time itself bounds (cm/pool.c). */
+uint64_t callback_shm_run_cpu_ns(struct callback_shm *s, unsigned slot);

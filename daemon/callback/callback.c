@@ -1,0 +1,793 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Callback work: client worker threads as pool workers, see callback/callback.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "callback/callback-shm.h"
+#include "callback/callback.h"
+#include "util.h"
+
+struct callback_registry {
+        struct core *core;
+        struct list_head clients;
+};
+
+struct callback_client {
+        struct callback_registry *registry;
+        struct list_head entry;
+        pid_t pid;
+        int pidfd;                      /* the process that connected; -1: none */
+        const struct core_caller *caller;
+        struct callback_shm *shm;
+        callback_freeze_fn freeze;
+        callback_broken_fn broken;
+        void *userdata;
+        struct list_head workers;
+        unsigned nr_workers;
+        struct callback_worker *slots[CMWQ_SHM_SLOTS];
+        struct list_head holds;         /* struct callback_hold: freezes it has not answered */
+        uint32_t freeze_seq;            /* the last freeze notice's number */
+        bool is_broken;                 /* broke its shared memory: nothing it says there counts */
+        bool limit_logged;              /* a thread was refused for the per-user limit */
+        struct pool_work_stats stats;
+};
+
+struct callback_worker {
+        struct callback_client *client;
+        struct list_head entry;
+        pid_t tid;
+        unsigned slot;                  /* its control block in the shared region */
+        uint32_t grant_seq;             /* grants so far: ours, not the region's */
+        struct pool *pool;
+        struct pool_work work;          /* the demand: queued while it waits */
+        struct worker *granted;         /* the pool's worker while it holds a grant */
+        struct sleepwatch_target *target;
+        bool yield_sent;
+        uint64_t granted_usec;          /* CLOCK_MONOTONIC, while granted */
+        uint64_t granted_finished;      /* its completion record then */
+        uint64_t counted_finished;      /* its completion record, as last added to the pool's count */
+        struct user_usage *usage;       /* its uid's, counting it; NULL for root */
+        struct event *yield_timer;      /* asked to yield: how long it may take */
+        uint64_t yield_asked_usec;      /* CLOCK_MONOTONIC, when it was asked to yield */
+        uint64_t yield_cpu_usec;        /* its CPU time then */
+        uint64_t granted_cpu_usec;      /* its CPU time (our clock) at the grant, or POOL_CPU_UNKNOWN */
+        uint64_t yield_item_start_usec; /* its reported callback start then (callback_item_start_cpu_usec()) */
+};
+
+static int callback_execute(struct worker *pw, struct pool_work *work);
+static uint64_t callback_cpu_usec(struct worker *pw);
+static uint64_t callback_item_start_cpu_usec(struct worker *pw);
+static void callback_cpu_intensive(struct worker *pw);
+static void callback_describe(struct worker *pw, char *buf, size_t size);
+static void callback_sync(struct worker *pw);
+
+static const struct pool_work_ops callback_ops = {
+        .execute = callback_execute,
+        .cpu_usec = callback_cpu_usec,
+        .item_start_cpu_usec = callback_item_start_cpu_usec,
+        .cpu_intensive = callback_cpu_intensive,
+        .describe = callback_describe,
+        .sync = callback_sync,
+};
+
+/* Reads what @w's client pushed to its ring without ringing the doorbell
+ * (proto/shm.h, lazy_doorbell): entries that matter once @w's thread stops
+ * holding its CPU, which is what the caller is about to act on. */
+static void callback_worker_sync(struct callback_worker *w) {
+        (void) callback_shm_drain(w->client->shm);
+}
+
+static void callback_sync(struct worker *pw) {
+        struct callback_worker *w = pw->userdata;
+
+        if (w)
+                callback_worker_sync(w);
+}
+
+static int callback_execute(struct worker *pw, struct pool_work *work) {
+        struct callback_worker *w = container_of(work, struct callback_worker, work);
+
+        pw->userdata = w;
+        w->granted = pw;
+        w->yield_sent = false;
+        w->granted_usec = now_usec(CLOCK_MONOTONIC);
+        callback_shm_records(w->client->shm, w->slot, &(uint64_t) { 0 }, &w->granted_finished);
+        /* The pool took its CPU-time baseline before it knew the thread:
+         * take it now, so that the CPU-intensive threshold counts CPU time,
+         * not the wall time.  Each callback the grant runs counts from its
+         * own start (callback_item_start_cpu_usec()). */
+        pw->cpu_baseline_usec = callback_cpu_usec(pw);
+        w->granted_cpu_usec = pw->cpu_baseline_usec;
+        /* It waits for this grant asleep; from now on it runs. */
+        sleepwatch_target_assume_running(w->target);
+        log_debug("callback: thread %d (PID %d) granted CPU %d", (int) w->tid, (int) w->client->pid, w->pool->cpu);
+        callback_shm_grant(w->client->shm, w->slot, ++w->grant_seq);
+        return 0;
+}
+
+/* From the client's completion records, which it may have scribbled on:
+ * words for a log, nothing decided by them. */
+static void callback_describe(struct worker *pw, char *buf, size_t size) {
+        struct callback_worker *w = pw->userdata;
+        uint64_t started, finished;
+
+        if (!w) {
+                snprintf(buf, size, "a client's callback thread");
+                return;
+        }
+        callback_shm_records(w->client->shm, w->slot, &started, &finished);
+        snprintf(buf, size,
+                 "callback thread %d of PID %d (UID %u), granted %" PRIu64 " s ago, %" PRIu64
+                 " callbacks returned since, %s",
+                 (int) w->tid, (int) w->client->pid, (unsigned) w->client->caller->uid,
+                 (now_usec(CLOCK_MONOTONIC) - w->granted_usec) / USEC_PER_SEC, finished - w->granted_finished,
+                 started == finished + 1 ? "one running now" : "none running now");
+}
+
+/* CPU time of the thread (not of one item: a grant runs many; see
+ * callback_item_start_cpu_usec()), from the sleep detector, which watches
+ * the thread anyway: with perf, from its switch records, no system call. */
+static uint64_t callback_cpu_usec(struct worker *pw) {
+        struct callback_worker *w = pw->userdata;
+
+        return w ? sleepwatch_target_cpu_usec(w->target) : POOL_CPU_UNKNOWN;
+}
+
+/* The thread's CPU time when its current callback started, on our clock:
+ * its time at the grant plus what its client reports it used under the
+ * grant before that callback (proto/shm.h; 0 from a client that reports
+ * nothing: the grant).  The pool counts the CPU-intensive threshold from
+ * there, per callback, as the kernel per work item.  A memory read, only
+ * when the pool's threshold timer fires; cm/pool.c bounds it by the grant's
+ * (or the last wake-up's) baseline and by the CPU time now, so a client
+ * can only make its own thread count sooner or later within that. */
+static uint64_t callback_reported_start_usec(struct callback_worker *w) {
+        uint64_t ns = callback_shm_run_cpu_ns(w->client->shm, w->slot);
+
+        if (w->granted_cpu_usec == POOL_CPU_UNKNOWN)
+                return POOL_CPU_UNKNOWN;
+        return w->granted_cpu_usec + ns / 1000;        /* no overflow: ns / 1000 < 2^54 */
+}
+
+/* Once the thread was asked to yield, what it reported then: an honest
+ * thread starts no callback after the request, and one that will not
+ * yield cannot stay counted by claiming fresh starts while others wait. */
+static uint64_t callback_item_start_cpu_usec(struct worker *pw) {
+        struct callback_worker *w = pw->userdata;
+
+        if (!w)
+                return POOL_CPU_UNKNOWN;
+        return w->yield_sent ? w->yield_item_start_usec : callback_reported_start_usec(w);
+}
+
+static void callback_worker_ask_yield(struct callback_worker *w);
+
+/* The pool stopped counting the thread (a callback past the threshold, its
+ * queue's CPU_INTENSIVE flag, or starved while asked to yield): it gives
+ * the grant back after its current callback, so that the next one counts
+ * again under a new grant -- the kernel clears WORKER_CPU_INTENSIVE after
+ * each item -- instead of running uncounted beside the workers started
+ * meanwhile. */
+static void callback_cpu_intensive(struct worker *pw) {
+        struct callback_worker *w = pw->userdata;
+
+        if (w && w->granted == pw && !w->yield_sent)
+                callback_worker_ask_yield(w);
+}
+
+/* A granted thread asked to yield that keeps its grant, and got less than
+ * 1/CALLBACK_STARVED_SHARE of a CPU since it was asked, stops counting
+ * toward its pool once CALLBACK_STARVED_USEC have passed: one that the
+ * scheduler keeps from running (its own SCHED_IDLE spinners, its cgroup's
+ * quota) never reaches the CPU-intensive threshold, and would hold the
+ * CPU's other work back.  One that runs, only slowly because the machine
+ * is loaded, is left to that threshold, as the kernel leaves it: wall time
+ * says nothing of what a work item does with its CPU.  The window is long
+ * enough for the scheduler to have given a thread on a crowded run queue
+ * its turns (a SCHED_IDLE thread behind one spinner gets about 1/340 of
+ * the CPU; a normal one among 16 runnable tasks on 2 CPUs, 1/8).  Even so
+ * the share alone cannot tell starved from loaded: with autogroups a busy
+ * machine's CPU is split between sessions first, and a normal thread of a
+ * session with spinners of its own on that CPU got nothing for 20-30 ms and
+ * 1/45 of the CPU over 64 ms at load 15.  So only a thread kept from running
+ * by its own settings (SCHED_IDLE, a positive nice value, a cgroup with a
+ * CPU quota) stops counting; a normal one waits for its turn as any task of
+ * that CPU does, and starting other work beside it would only oversubscribe
+ * the CPU when it is busiest. */
+#define CALLBACK_YIELD_CHECK_USEC (2 * pool_cpu_intensive_thresh_usec)
+#define CALLBACK_STARVED_USEC (10 * CALLBACK_YIELD_CHECK_USEC)
+#define CALLBACK_STARVED_SHARE 32
+
+static void callback_yield_timer_arm(struct callback_worker *w) {
+        struct timeval tv = timeval_from_usec(CALLBACK_YIELD_CHECK_USEC);
+
+        evtimer_add(w->yield_timer, &tv);
+}
+
+
+/* Whether the cgroup v2 cgroup of thread @tid of @pid, or one above it, has
+ * a CPU quota (cpu.max other than "max"). */
+static bool callback_thread_cgroup_has_quota(pid_t pid, pid_t tid) {
+        char path[PATH_MAX + 64], line[PATH_MAX], *slash;
+        bool found = false;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/cgroup", (int) pid, (int) tid);
+        f = fopen(path, "re");
+        if (!f)
+                return false;
+        while (!found && fgets(line, sizeof(line), f))
+                found = strncmp(line, "0::/", 4) == 0;
+        fclose(f);
+        if (!found)
+                return false;
+        line[strcspn(line, "\n")] = 0;
+        for (char *dir = line + 3; dir[1];) {
+                char quota[32] = "";
+
+                snprintf(path, sizeof(path), "/sys/fs/cgroup%s/cpu.max", dir);
+                f = fopen(path, "re");
+                if (f) {
+                        bool limited = fscanf(f, "%31s", quota) == 1 && strcmp(quota, "max") != 0;
+
+                        fclose(f);
+                        if (limited)
+                                return true;
+                }
+                slash = strrchr(dir, '/');
+                if (slash == dir)
+                        break;
+                *slash = 0;
+        }
+        return false;
+}
+
+/* Why the scheduler gives @w's thread less than a normal thread, by the
+ * thread's own settings or its cgroup's; NULL if it does not. */
+static const char *callback_thread_runs_below_normal(const struct callback_worker *w, char *buf, size_t size) {
+        int policy, nice;
+
+        policy = sched_getscheduler(w->tid);
+        if (policy >= 0 && (policy & ~SCHED_RESET_ON_FORK) == SCHED_IDLE)
+                return "it runs SCHED_IDLE";
+        errno = 0;
+        nice = getpriority(PRIO_PROCESS, (id_t) w->tid);       /* the thread's, on Linux */
+        if (errno == 0 && nice > 0) {
+                snprintf(buf, size, "it runs at nice %d", nice);
+                return buf;
+        }
+        if (callback_thread_cgroup_has_quota(w->client->pid, w->tid))
+                return "its cgroup has a CPU quota";
+        return NULL;
+}
+
+static void callback_yield_overdue(evutil_socket_t fd, short what, void *userdata) {
+        struct callback_worker *w = userdata;
+        uint64_t cpu, waited;
+        const char *why;
+        char buf[64];
+
+        callback_worker_sync(w);
+        if (!w->granted || !worker_counts_running(w->granted))
+                return;
+        cpu = callback_cpu_usec(w->granted);
+        waited = now_usec(CLOCK_MONOTONIC) - w->yield_asked_usec;
+        if (waited < CALLBACK_STARVED_USEC ||
+            (cpu != POOL_CPU_UNKNOWN && w->yield_cpu_usec != POOL_CPU_UNKNOWN &&
+             cpu - w->yield_cpu_usec >= waited / CALLBACK_STARVED_SHARE)) {
+                callback_yield_timer_arm(w);
+                return;
+        }
+        /* Hardly ran: by its own doing, or only because other load has the
+         * CPU (then it waits for its turn like any task of that CPU). */
+        why = cpu == POOL_CPU_UNKNOWN ? "its CPU time cannot be read" : callback_thread_runs_below_normal(w, buf, sizeof(buf));
+        if (!why) {
+                callback_yield_timer_arm(w);
+                return;
+        }
+        log_debug("callback: thread %d (PID %d) has not yielded CPU %d in %" PRIu64
+                  " ms and hardly ran meanwhile (%s): it stops counting there",
+                  (int) w->tid, (int) w->client->pid, w->pool->cpu, waited / USEC_PER_MSEC, why);
+        pool_worker_cpu_intensive(w->granted);
+}
+
+static void callback_worker_ask_yield(struct callback_worker *w) {
+        w->yield_sent = true;
+        callback_shm_yield(w->client->shm, w->slot, w->grant_seq);
+        w->yield_asked_usec = now_usec(CLOCK_MONOTONIC);
+        w->yield_cpu_usec = callback_cpu_usec(w->granted);
+        w->yield_item_start_usec = callback_reported_start_usec(w);
+        callback_yield_timer_arm(w);
+}
+
+static void callback_sleep_changed(struct sleepwatch_target *t, bool running, void *userdata) {
+        struct callback_worker *w = userdata;
+
+        /* What it pushed without ringing before it switched out was read
+         * before this (callback_switches_seen()). */
+        if (!w->granted)
+                return;         /* waiting for a grant: that is not work blocking */
+        log_debug("callback: thread %d (PID %d) %s", (int) w->tid, (int) w->client->pid,
+                  running ? "runs again" : "blocked");
+        if (!running) {
+                pool_worker_sleeping(w->granted);
+                return;
+        }
+        pool_worker_running(w->granted);
+        /* Woke up to find others running: like the kernel's keep_working(),
+         * finish this item and go idle rather than take more, so that the
+         * CPU is not oversubscribed and no new thread is needed. */
+        if (worker_counts_running(w->granted) && w->pool->nr_running > 1 && !w->yield_sent)
+                callback_worker_ask_yield(w);
+}
+
+/* Other work waits for @p: threads of other clients holding it yield. */
+static void callback_pool_contended(struct pool *p, struct pool_work *work, void *userdata) {
+        struct callback_registry *r = userdata;
+        struct callback_client *owner = NULL, *c;
+        struct callback_worker *w;
+
+        if (work->ops == &callback_ops)
+                owner = container_of(work, struct callback_worker, work)->client;
+
+        list_for_each_entry(c, &r->clients, entry) {
+                if (c == owner)
+                        continue;       /* its own next demand: the thread keeps going */
+                list_for_each_entry(w, &c->workers, entry)
+                        if (w->pool == p && w->granted && !w->yield_sent && worker_counts_running(w->granted)) {
+                                log_debug("callback: thread %d (PID %d) asked to yield CPU %d", (int) w->tid,
+                                          (int) c->pid, p->cpu);
+                                callback_worker_ask_yield(w);
+                        }
+        }
+}
+
+/* Tells @c that @wq was frozen or thawed, under the name it knows.  Until
+ * it answers a freeze, @c holds it: its callbacks of @wq may still run. */
+static void callback_client_tell_freeze(struct callback_client *c, struct workqueue *wq) {
+        char name[WQ_NAME_MAX + 16];  /* UID/NAME */
+        struct callback_hold *h = NULL;
+        uint32_t seq = 0;
+
+        /* Its answer could not come: its connection is ending. */
+        if (c->is_broken || !workqueue_visible_to(wq, c->caller))
+                return;
+        if (wq->builtin || wq->owner == c->caller->uid)
+                snprintf(name, sizeof(name), "%s", wq->name);
+        else
+                snprintf(name, sizeof(name), "%u/%s", (unsigned) wq->owner, wq->name);
+        if (wq->frozen) {
+                c->freeze_seq = (c->freeze_seq + 1) & CMWQ_SHM_SEQ_MASK;
+                if (c->freeze_seq == 0)
+                        c->freeze_seq = 1;
+                seq = c->freeze_seq;
+                h = calloc(1, sizeof(*h));
+                if (h) {
+                        h->wq = wq;
+                        h->pid = c->pid;
+                        h->seq = seq;
+                        list_add_tail(&h->wq_entry, &wq->callback_holds);
+                        list_add_tail(&h->owner_entry, &c->holds);
+                } else
+                        log_warning("Out of memory: the freeze of %s does not wait for PID %d's callbacks", wq->name,
+                                    (int) c->pid);
+        }
+        c->freeze(name, wq->frozen, seq, c->userdata);
+}
+
+/* Whether notice @seq was sent no later than @acked (both modulo 2^24). */
+static bool freeze_seq_answered(uint32_t seq, uint32_t acked) {
+        return ((acked - seq) & CMWQ_SHM_SEQ_MASK) < (CMWQ_SHM_SEQ_MASK + 1) / 2;
+}
+
+/* @c says that no callback of a frozen queue runs, as of notice @acked.
+ * Taken on its word: a client that answers early lets only its own
+ * callbacks run into the freeze. */
+static void callback_client_freeze_answered(struct callback_client *c, uint32_t acked) {
+        struct callback_hold *h, *n;
+        bool freed = false;
+
+        list_for_each_entry_safe(h, n, &c->holds, owner_entry)
+                if (freeze_seq_answered(h->seq, acked)) {
+                        log_debug("callback: PID %d has no callback of %s running any more", (int) c->pid,
+                                  h->wq->name);
+                        workqueue_callback_hold_free(h);
+                        freed = true;
+                }
+        /* Only then: a client repeating its answer costs no walk of the queues. */
+        if (freed)
+                core_check_freezers(c->registry->core);
+}
+
+static void callback_freeze_changed(struct workqueue *wq, void *userdata) {
+        struct callback_registry *r = userdata;
+        struct callback_client *c;
+
+        list_for_each_entry(c, &r->clients, entry)
+                callback_client_tell_freeze(c, wq);
+}
+
+/* The threads of any client may have switched: what they pushed to their
+ * rings without ringing (their IDLE, their pools' next demands) is read
+ * before cmwqd acts on their switches (proto/shm.h, lazy_doorbell). */
+static void callback_switches_seen(void *userdata) {
+        struct callback_registry *r = userdata;
+        struct callback_client *c;
+
+        list_for_each_entry(c, &r->clients, entry)
+                (void) callback_shm_drain(c->shm);
+}
+
+static void callback_set_hooks(struct core *core, struct callback_registry *r) {
+        if (core->sleepwatch)
+                sleepwatch_set_batch_hook(core->sleepwatch, r ? callback_switches_seen : NULL, r);
+        core->freeze_changed = r ? callback_freeze_changed : NULL;
+        core->freeze_changed_userdata = r;
+        for (unsigned cpu = 0; cpu < core->nr_cpus; cpu++)
+                for (int hi = 0; hi < 2; hi++) {
+                        struct pool *p = &core->cpu_pools[cpu * 2 + hi];
+
+                        p->contended = r ? callback_pool_contended : NULL;
+                        p->contended_userdata = r;
+                }
+}
+
+int callback_registry_new(struct core *core, struct callback_registry **ret) {
+        struct callback_registry *r = calloc(1, sizeof(*r));
+
+        if (!r)
+                return -ENOMEM;
+        r->core = core;
+        list_init(&r->clients);
+        callback_set_hooks(core, r);
+        *ret = r;
+        return 0;
+}
+
+struct callback_registry *callback_registry_free(struct callback_registry *r) {
+        if (!r)
+                return NULL;
+        while (!list_empty(&r->clients))
+                callback_client_free(list_first_entry(&r->clients, struct callback_client, entry));
+        callback_set_hooks(r->core, NULL);
+        free(r);
+        return NULL;
+}
+
+static int callback_shm_op(enum cmwq_shm_op op, unsigned slot, void *userdata);
+
+static void callback_worker_release(struct callback_worker *w);
+
+/* @c's threads hold and wait for no CPU any more, and no freeze waits for
+ * its answer.  Demands first, so that no grant given back starts another of
+ * its threads. */
+static void callback_client_let_go(struct callback_client *c) {
+        struct callback_worker *w;
+
+        list_for_each_entry(w, &c->workers, entry)
+                if (!w->granted)
+                        callback_worker_release(w);
+        list_for_each_entry(w, &c->workers, entry)
+                callback_worker_release(w);
+        if (!list_empty(&c->holds)) {
+                while (!list_empty(&c->holds))
+                        workqueue_callback_hold_free(list_first_entry(&c->holds, struct callback_hold, owner_entry));
+                core_check_freezers(c->registry->core);
+        }
+}
+
+static void callback_shm_broken(const char *why, void *userdata) {
+        struct callback_client *c = userdata;
+
+        log_warning("Client PID %d broke the memory it shares with cmwqd: %s", (int) c->pid, why);
+        c->is_broken = true;
+        /* Now, not once its connection is freed, which waits until it took
+         * its unread replies.  Its answer to a freeze could only come
+         * through the ring: what its threads still run, they run outside
+         * cmwq's management. */
+        callback_client_let_go(c);
+        c->broken(why, c->userdata);
+}
+
+int callback_client_new(struct callback_registry *r, const struct core_caller *caller, int pidfd,
+                        callback_freeze_fn freeze, callback_broken_fn broken, void *userdata,
+                        struct callback_client **ret, int *ret_memfd, int *ret_eventfd, struct core_error *e) {
+        _cleanup_(closep) int owned_pidfd = pidfd;
+        struct callback_client *c;
+        struct workqueue *wq;
+        pid_t pid = caller->pid;
+        int k;
+
+        if (pid <= 0)
+                return core_error_set(e, -EINVAL, "the client's PID is unknown");
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return core_error_set(e, -ENOMEM, "out of memory");
+        k = callback_shm_new(r->core->base, pid, callback_shm_op, callback_shm_broken, c, &c->shm, ret_memfd,
+                             ret_eventfd, e);
+        if (k < 0) {
+                free(c);
+                return k;
+        }
+        c->registry = r;
+        c->pid = pid;
+        c->pidfd = TAKE_FD(owned_pidfd);
+        c->caller = caller;
+        c->freeze = freeze;
+        c->broken = broken;
+        c->userdata = userdata;
+        list_init(&c->workers);
+        list_init(&c->holds);
+        list_add_tail(&c->entry, &r->clients);
+        /* Before any grant: no callback of a frozen queue may start. */
+        list_for_each_entry(wq, &r->core->workqueues, entry)
+                if (wq->frozen)
+                        callback_client_tell_freeze(c, wq);
+        log_debug("callback: PID %d has its shared memory", (int) pid);
+        *ret = c;
+        return 0;
+}
+
+/* Adds the callbacks @w returned since the last look to its pool's count.
+ * The record is the client's: one that goes backwards or leaps is not
+ * believed, and it never counts for more than the client's own threads. */
+#define CALLBACK_COUNT_LEAP_MAX (UINT64_C(1) << 32)
+
+static void callback_worker_count(struct callback_worker *w) {
+        uint64_t started, finished;
+
+        callback_shm_records(w->client->shm, w->slot, &started, &finished);
+        if (finished >= w->counted_finished && finished - w->counted_finished <= CALLBACK_COUNT_LEAP_MAX)
+                w->pool->callbacks_returned += finished - w->counted_finished;
+        w->counted_finished = finished;
+}
+
+/* Gives back the grant or withdraws the demand. */
+static void callback_worker_release(struct callback_worker *w) {
+        struct worker *pw = w->granted;
+
+        callback_worker_count(w);
+        evtimer_del(w->yield_timer);
+        if (pw) {
+                log_debug("callback: thread %d (PID %d) gives CPU %d back%s", (int) w->tid, (int) w->client->pid,
+                          w->pool->cpu, pw->flags & WORKER_CPU_INTENSIVE ? " (was CPU-intensive)" : "");
+                w->granted = NULL;
+                pw->userdata = NULL;
+                pool_worker_done(pw);
+        } else if (list_linked(&w->work.entry))
+                pool_cancel_pending(w->pool, &w->work);
+}
+
+static void callback_worker_free(struct callback_worker *w) {
+        callback_worker_release(w);
+        event_free(w->yield_timer);
+        sleepwatch_target_free(w->target);
+        w->pool->nr_callback_threads--;
+        if (w->usage) {
+                w->usage->nr_callback_threads--;
+                user_usage_put(&w->client->registry->core->users, w->usage);
+        }
+        w->client->slots[w->slot] = NULL;
+        list_del_init(&w->entry);
+        w->client->nr_workers--;
+        free(w);
+}
+
+struct callback_client *callback_client_free(struct callback_client *c) {
+        if (!c)
+                return NULL;
+        /* Gone: none of its callbacks runs any more. */
+        callback_client_let_go(c);
+        while (!list_empty(&c->workers))
+                callback_worker_free(list_first_entry(&c->workers, struct callback_worker, entry));
+        callback_shm_free(c->shm);
+        if (c->pidfd >= 0)
+                close(c->pidfd);
+        list_del_init(&c->entry);
+        free(c);
+        return NULL;
+}
+
+static struct callback_worker *callback_worker_find(struct callback_client *c, pid_t tid) {
+        struct callback_worker *w;
+
+        list_for_each_entry(w, &c->workers, entry)
+                if (w->tid == tid)
+                        return w;
+        return NULL;
+}
+
+/* Whether the process that connected still lives, and so still has the pid
+ * c->pid: nothing else can have it then.  Without a pidfd (a kernel before
+ * 5.3) the pid is believed, as it was before pidfds. */
+static bool callback_client_alive(const struct callback_client *c) {
+        if (c->pidfd < 0)
+                return true;
+        return syscall(SYS_pidfd_send_signal, c->pidfd, 0, NULL, 0) == 0 || errno == EPERM;
+}
+
+/* Whether @tid is a thread of @pid (as the daemon sees the client). */
+static bool thread_of(pid_t pid, pid_t tid) {
+        char path[64];
+        struct stat st;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d", (int) pid, (int) tid);
+        return stat(path, &st) == 0;
+}
+
+int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot, unsigned cpu, bool highpri,
+                             struct core_error *e) {
+        struct core *core = c->registry->core;
+        struct user_usage *usage = NULL;
+        struct callback_worker *w;
+        int r;
+
+        if (tid <= 0 || !thread_of(c->pid, tid))
+                return core_error_set(e, -EINVAL, "thread %d is not a thread of the client (PID %d)", (int) tid,
+                                      (int) c->pid);
+        if (callback_worker_find(c, tid))
+                return core_error_set(e, -EEXIST, "thread %d is registered already", (int) tid);
+        if (slot >= CMWQ_SHM_SLOTS)
+                return core_error_set(e, -EINVAL, "slot %u is out of range (%u slots)", slot, CMWQ_SHM_SLOTS);
+        if (c->slots[slot])
+                return core_error_set(e, -EEXIST, "slot %u is taken by thread %d", slot, (int) c->slots[slot]->tid);
+        if (cpu >= core->nr_cpus || !CPU_ISSET(cpu, &core->cpus_allowed))
+                return core_error_set(e, -EINVAL, "CPU %u is offline or outside cmwqd's CPU set", cpu);
+        if (c->nr_workers >= CALLBACK_WORKERS_MAX)
+                return core_error_set(e, -ENOSPC, "a client may have at most %u callback worker threads",
+                                      CALLBACK_WORKERS_MAX);
+        if (!caller_is_privileged(c->caller)) {
+                usage = user_usage_get(&core->users, c->caller->uid);
+                if (!usage)
+                        return core_error_set(e, -ENOMEM, "out of memory");
+                if (usage->nr_callback_threads >= core->config.limits.value[LIMIT_CALLBACK_THREADS]) {
+                        user_usage_put(&core->users, usage);
+                        r = limit_refuse(&core->config.limits, LIMIT_CALLBACK_THREADS, c->caller->uid, e);
+                        /* Once per client: the library retries with a back-off. */
+                        if (!c->limit_logged)
+                                log_warning("Client PID %d: %s; its callbacks wait for the threads it has",
+                                            (int) c->pid, e ? e->message : "per-user limit 'callback-threads'");
+                        c->limit_logged = true;
+                        return r;
+                }
+        }
+
+        w = calloc(1, sizeof(*w));
+        if (!w) {
+                user_usage_put(&core->users, usage);
+                return core_error_set(e, -ENOMEM, "out of memory");
+        }
+        w->client = c;
+        w->tid = tid;
+        w->slot = slot;
+        w->pool = core_pool_for(core, (int) cpu, highpri);
+        list_init(&w->work.entry);
+        w->yield_timer = evtimer_new(core->base, callback_yield_overdue, w);
+        if (!w->yield_timer) {
+                user_usage_put(&core->users, usage);
+                free(w);
+                return core_error_set(e, -ENOMEM, "out of memory");
+        }
+        w->work.ops = &callback_ops;
+        w->work.identity = w;
+        w->work.stats = &c->stats;
+
+        r = sleepwatch_watch_thread(core->sleepwatch, c->pid, tid, callback_sleep_changed, w, &w->target);
+        if (r < 0) {
+                user_usage_put(&core->users, usage);
+                event_free(w->yield_timer);
+                free(w);
+                return core_error_set(e, r, "cannot watch thread %d: %s", (int) tid, strerror(-r));
+        }
+        /* The connection may outlive the process that made it (a child
+         * keeps it), and its pid may be another process's by now: the
+         * thread found above, and watched now, is the client's only if that
+         * process still lives after both. */
+        if (!callback_client_alive(c)) {
+                w->target = sleepwatch_target_free(w->target);
+                user_usage_put(&core->users, usage);
+                event_free(w->yield_timer);
+                free(w);
+                return core_error_set(e, -ESRCH, "the process that connected (PID %d) has exited: thread %d is not "
+                                      "its", (int) c->pid, (int) tid);
+        }
+        list_add_tail(&w->entry, &c->workers);
+        c->slots[slot] = w;
+        c->nr_workers++;
+        if (usage) {
+                usage->nr_callback_threads++;
+                w->usage = usage;
+        }
+        w->pool->nr_callback_threads++;
+        /* A slot freed by a thread that ended: the new one starts afresh. */
+        callback_shm_reset_slot(c->shm, slot, sleepwatch_target_is_perf(w->target));
+        /* Whatever the slot says now was not run on this pool's watch. */
+        callback_shm_records(c->shm, slot, &(uint64_t) { 0 }, &w->counted_finished);
+        log_debug("callback: PID %d registered worker thread %d on CPU %u%s", (int) c->pid, (int) tid, cpu,
+                  highpri ? " (highpri)" : "");
+        return 0;
+}
+
+static int callback_worker_get(struct callback_client *c, pid_t tid, struct callback_worker **ret,
+                               struct core_error *e) {
+        struct callback_worker *w = callback_worker_find(c, tid);
+
+        if (!w)
+                return core_error_set(e, -ENOENT, "thread %d is not a registered worker", (int) tid);
+        *ret = w;
+        return 0;
+}
+
+int callback_worker_unregister(struct callback_client *c, pid_t tid, struct core_error *e) {
+        struct callback_worker *w = NULL;
+        int r;
+
+        r = callback_worker_get(c, tid, &w, e);
+        if (r < 0)
+                return r;
+        callback_worker_free(w);
+        return 0;
+}
+
+/* The thread has work: queue its demand (a no-op if queued or granted). */
+static void callback_worker_demand(struct callback_worker *w) {
+        if (w->granted || list_linked(&w->work.entry))
+                return;
+        log_debug("callback: thread %d (PID %d) demands CPU %d (%u running there)", (int) w->tid,
+                  (int) w->client->pid, w->pool->cpu, w->pool->nr_running);
+        pool_queue_work(w->pool, &w->work);
+}
+
+/* Taken on the client's word: it cannot hold back anyone by it, only let
+ * others start, as its own threads outside cmwq would. */
+static void callback_worker_intensive(struct callback_worker *w) {
+        if (!w->granted)
+                return;         /* gave it back already, or never had it: nothing to stop counting */
+        log_debug("callback: thread %d (PID %d) runs CPU-intensive work on CPU %d", (int) w->tid,
+                  (int) w->client->pid, w->pool->cpu);
+        pool_worker_cpu_intensive(w->granted);
+}
+
+static int callback_shm_op(enum cmwq_shm_op op, unsigned arg, void *userdata) {
+        struct callback_client *c = userdata;
+        struct callback_worker *w;
+
+        if (op == CMWQ_SHM_OP_FREEZE_ACK) {
+                callback_client_freeze_answered(c, arg);
+                return 0;
+        }
+        w = c->slots[arg];
+        if (!w)
+                return -ENOENT;
+        switch (op) {
+        case CMWQ_SHM_OP_DEMAND:
+                callback_worker_demand(w);
+                break;
+        case CMWQ_SHM_OP_INTENSIVE:
+                callback_worker_intensive(w);
+                break;
+        case CMWQ_SHM_OP_IDLE:
+                callback_worker_release(w);
+                break;
+        case CMWQ_SHM_OP_FREEZE_ACK:
+                break;
+        }
+        return 0;
+}
+
+int callback_client_sync(struct callback_client *c) {
+        return callback_shm_drain(c->shm);
+}

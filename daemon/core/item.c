@@ -1,0 +1,914 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Exec work items: submission, execution through exec/exec.c under the pools'
+ * concurrency management, completion, requeue on EX_TEMPFAIL, cancel and
+ * wait, and the bounded history of finished items.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "core/core.h"
+#include "util.h"
+
+/* The identity of work queued under one key: at most one pending instance,
+ * and never two running at once (the pools see it as the work's identity).
+ * A key is the submitter's own: on a shared queue another user's pending
+ * item of the same name is other work, not something to hand out. */
+struct work_key {
+        struct work_key *next;
+        struct item *pending;
+        struct item *running;
+        uid_t uid;
+        char name[];
+};
+
+const char *item_state_to_string(enum item_state s) {
+        static const char *const names[] = {
+                [ITEM_DELAYED] = "delayed",     [ITEM_INACTIVE] = "inactive",
+                [ITEM_PENDING] = "pending",     [ITEM_RUNNING] = "running",
+                [ITEM_FINISHED] = "finished",   [ITEM_CANCELLED] = "cancelled",
+                [ITEM_FAILED] = "failed",       [ITEM_INTERRUPTED] = "interrupted",
+        };
+        return (unsigned) s < ELEMENTSOF(names) ? names[s] : "unknown";
+}
+
+const char *interrupt_policy_to_string(enum interrupt_policy p) {
+        return p == INTERRUPT_RERUN ? "rerun" : "drop";
+}
+
+static struct work_key *work_key_find(struct workqueue *wq, uid_t uid, const char *name) {
+        for (struct work_key *k = wq->keys; k; k = k->next)
+                if (k->uid == uid && strcmp(k->name, name) == 0)
+                        return k;
+        return NULL;
+}
+
+static struct work_key *work_key_get(struct workqueue *wq, uid_t uid, const char *name) {
+        struct work_key *k = work_key_find(wq, uid, name);
+        size_t n;
+
+        if (k)
+                return k;
+        n = strlen(name);
+        k = calloc(1, sizeof(*k) + n + 1);
+        if (!k)
+                return NULL;
+        memcpy(k->name, name, n + 1);
+        k->uid = uid;
+        k->next = wq->keys;
+        wq->keys = k;
+        return k;
+}
+
+static void work_key_release(struct workqueue *wq, struct work_key *k, struct item *i) {
+        if (k->pending == i)
+                k->pending = NULL;
+        if (k->running == i)
+                k->running = NULL;
+        if (k->pending || k->running)
+                return;
+        for (struct work_key **p = &wq->keys; *p; p = &(*p)->next)
+                if (*p == k) {
+                        *p = k->next;
+                        break;
+                }
+        free(k);
+}
+
+struct item *item_free(struct item *i) {
+        if (!i)
+                return NULL;
+        if (i->timer)
+                event_free(i->timer);
+        strv_free(i->argv);
+        strv_free(i->envp);
+        free(i->cwd);
+        free(i->program);
+        free(i->payload);
+        free(i->wq_name);
+        free(i->key_name);
+        free(i->out);
+        free(i->err);
+        free(i);
+        return NULL;
+}
+
+/* @w is called back once @i has ended; its item_id says which item. */
+static void item_add_waiter(struct item *i, struct core_waiter *w) {
+        w->item_id = i->id;
+        list_add_tail(&w->entry, &i->waiters);
+}
+
+static void item_waiters_complete(struct item *i, int r) {
+        while (!list_empty(&i->waiters)) {
+                struct core_waiter *w = list_first_entry(&i->waiters, struct core_waiter, entry);
+
+                list_del_init(&w->entry);
+                w->done(w, r);
+        }
+}
+
+static uint64_t strv_bytes(char *const *l) {
+        uint64_t n = 0;
+
+        for (; l && *l; l++)
+                n += strlen(*l) + 1;
+        return n;
+}
+
+static void item_history_evict(struct item *old) {
+        struct core *c = old->core;
+        struct user_usage *u = user_usage_get(&c->users, old->uid);
+
+        list_del_init(&old->history_entry);
+        c->nr_history--;
+        if (u) {
+                list_del_init(&old->user_history_entry);
+                u->nr_history--;
+                u->history_bytes -= old->history_bytes;
+                user_usage_put(&c->users, u);
+        }
+        core_item_unhash(c, old);
+        item_free(old);
+}
+
+/* Each uid's history is bounded on its own (limits history and
+ * history-bytes), so that one user's stream of finished work never pushes
+ * another user's results out.  The newest item always stays: its waiters
+ * are about to read it. */
+static void item_history_add(struct item *i) {
+        struct core *c = i->core;
+        const struct limits *l = &c->config.limits;
+        struct user_usage *u;
+
+        /* Its usage exists: the item was charged to it at submission. */
+        u = user_usage_get(&c->users, i->uid);
+        u->nr_items--;
+        u->queued_bytes -= i->queued_bytes;
+        i->queued_bytes = 0;
+
+        i->history_bytes = sizeof(*i) + strv_bytes(i->argv) + i->out_len + i->err_len;
+        list_add_tail(&i->history_entry, &c->history);
+        c->nr_history++;
+        list_add_tail(&i->user_history_entry, &u->history);
+        u->nr_history++;
+        u->history_bytes += i->history_bytes;
+        while (u->nr_history > l->value[LIMIT_HISTORY] ||
+               (u->nr_history > 1 && u->history_bytes > l->value[LIMIT_HISTORY_BYTES]))
+                item_history_evict(list_first_entry(&u->history, struct item, user_history_entry));
+}
+
+/* The item has ended for good: it leaves its queue and joins the history. */
+void item_retire(struct item *i, enum item_state state) {
+        struct workqueue *wq = i->wq;
+
+        i->state = state;
+        if (!i->finished_usec)
+                i->finished_usec = now_usec(CLOCK_REALTIME);
+        if (i->timer) {
+                event_free(i->timer);
+                i->timer = NULL;
+        }
+        i->deadline_usec = 0;
+        core_store_item_result(i);
+        list_del_init(&i->inflight_entry);
+        list_del_init(&i->wq_entry);
+        wq->nr_items--;
+        if (i->key)
+                work_key_release(wq, i->key, i);
+        i->key = NULL;
+        i->wq = NULL;
+        i->pwq = NULL;
+
+        /* What only the run needed goes now; the history keeps the result.
+         * (A prepared process is given back when the item leaves its pool;
+         * this is for any path that did not.) */
+        i->prepared = exec_proc_discard(i->prepared);
+        i->envp = strv_free(i->envp);
+        free(i->payload);
+        i->payload = NULL;
+        i->payload_len = 0;
+
+        core_notify_item_finished(i);
+        core_notify_workqueue_changed(wq);
+        item_history_add(i);
+        item_waiters_complete(i, 0);
+}
+
+static void item_timer_fired(evutil_socket_t fd, short what, void *userdata) {
+        struct item *i = userdata;
+
+        event_free(i->timer);
+        i->timer = NULL;
+        i->deadline_usec = 0;
+        item_queue(i);
+}
+
+static int item_arm_timer(struct item *i, uint64_t usec) {
+        struct timeval tv = timeval_from_usec(usec);
+
+        i->state = ITEM_DELAYED;
+        i->deadline_usec = now_usec(CLOCK_REALTIME) + usec;
+        if (!i->timer) {
+                i->timer = evtimer_new(i->core->base, item_timer_fired, i);
+                if (!i->timer)
+                        return -ENOMEM;
+        }
+        return evtimer_add(i->timer, &tv) < 0 ? -ENOMEM : 0;
+}
+
+int item_delay(struct item *i, uint64_t usec) {
+        return item_arm_timer(i, usec);
+}
+
+/* Queues the item on its pwq now: at submission, or when its delay or
+ * back-off is over. */
+void item_queue(struct item *i) {
+        struct workqueue *wq = i->wq;
+
+        /* Queued while it runs: go to the pool where it runs, so that the
+         * pool keeps the two apart (the kernel's __queue_work()). */
+        if (i->key && i->key->running && i->key->running->pwq)
+                i->pwq = i->key->running->pwq;
+        else
+                i->pwq = workqueue_pwq_for_cpu(wq, i->cpu);
+
+        i->seq = wq->next_seq++;
+        list_add_tail(&i->inflight_entry, &wq->inflight);
+        workqueue_item_activate(i);
+        core_notify_workqueue_changed(wq);
+}
+
+static void item_sleep_changed(struct sleepwatch_target *t, bool running, void *userdata) {
+        struct item *i = userdata;
+
+        if (!i->worker)
+                return;
+        if (running)
+                pool_worker_running(i->worker);
+        else
+                pool_worker_sleeping(i->worker);
+}
+
+static uint64_t requeue_backoff_usec(unsigned requeues) {
+        uint64_t usec = REQUEUE_BACKOFF_MIN_USEC;
+
+        for (unsigned n = 1; n < requeues && usec < REQUEUE_BACKOFF_MAX_USEC; n++)
+                usec *= 2;
+        return usec < REQUEUE_BACKOFF_MAX_USEC ? usec : REQUEUE_BACKOFF_MAX_USEC;
+}
+
+static void item_exec_done(struct exec_proc *p, struct exec_result *r, void *userdata) {
+        struct item *i = userdata;
+        struct worker *worker = i->worker;
+        struct workqueue *wq = i->wq;
+        bool requeue;
+
+        i->proc = NULL;
+        i->worker = NULL;
+        i->exit_status = r->exit_status;
+        i->signal = r->signal;
+        i->exec_errno = r->exec_errno;
+        i->cpu_usec += r->cpu_usec;
+        i->timed_out = r->timed_out;
+        i->finished_usec = r->finished_usec;
+        free(i->out);
+        free(i->err);
+        i->out = TAKE_PTR(r->out);
+        i->out_len = r->out_len;
+        i->out_truncated = r->out_truncated;
+        i->err = TAKE_PTR(r->err);
+        i->err_len = r->err_len;
+        i->err_truncated = r->err_truncated;
+        if ((worker->flags & WORKER_CPU_INTENSIVE) && !(wq->flags & WQ_CPU_INTENSIVE))
+                i->cpu_intensive = true;
+
+        wq->stats.cpu_usec += r->cpu_usec;
+        if (r->timed_out)
+                wq->stats.timed_out++;
+        if (r->exec_errno)
+                wq->stats.failed++;
+        i->pwq->nr_running--;
+        if (i->key && i->key->running == i)
+                i->key->running = NULL;
+        list_del_init(&i->inflight_entry);
+
+        /* EX_TEMPFAIL: "requeue me", with back-off, unless the key already
+         * has a pending instance that will do the same work. */
+        requeue = r->exit_status == REQUEUE_EXIT_STATUS && !r->signal && !r->exec_errno && !r->timed_out &&
+                  !i->cancel_requested && !i->core->shutting_down &&
+                  !(i->key && i->key->pending && i->key->pending != i);
+
+        workqueue_item_finished(i);
+        if (requeue) {
+                i->requeues++;
+                wq->stats.requeued++;
+                if (i->key)
+                        i->key->pending = i;
+                i->finished_usec = 0;
+                if (item_arm_timer(i, requeue_backoff_usec(i->requeues)) < 0)
+                        item_retire(i, ITEM_FAILED);
+                else
+                        core_store_item_requeued(i);
+        } else if (i->cancel_requested || r->killed)
+                item_retire(i, ITEM_CANCELLED);
+        else
+                item_retire(i, r->exec_errno ? ITEM_FAILED : ITEM_FINISHED);
+
+        pool_worker_done(worker);
+        /* A process just ended: a used rescuer can be made again. */
+        workqueue_rescuer_replenish(wq);
+        workqueue_check_waiters(wq);
+}
+
+/* How @i runs on @pool. */
+static struct exec_spec item_exec_spec(const struct item *i, const struct pool *pool) {
+        return (struct exec_spec) {
+                .program = i->program ? i->program : i->argv[0],
+                .argv = i->argv,
+                .envp = i->envp,
+                .cwd = i->cwd,
+                .payload = i->payload,
+                .payload_len = i->payload_len,
+                .uid = i->uid,
+                .cpu = pool->cpu,
+                /* The high-priority pool runs at the kernel's HIGHPRI_NICE_LEVEL,
+                 * but never at more priority than the submitter could get. */
+                .nice = pool->highpri && i->uid == 0 && geteuid() == 0 ? -20 : 0,
+                .timeout_usec = i->timeout_usec,
+                .output_limit = i->core->config.limits.value[LIMIT_OUTPUT_BYTES],
+                .cgroups = i->core->config.cgroups,
+                .pids = i->core->config.pids,
+                .item_tasks = i->core->config.limits.value[LIMIT_ITEM_TASKS],
+                .user_tasks = i->uid == 0 ? 0 : i->core->config.limits.value[LIMIT_USER_TASKS],
+        };
+}
+
+/* Makes the item's process, stopped before its program, unless it was made
+ * ahead.  Failing here (fork refused) leaves the item to the pool, which
+ * retries with back-off; a MEM_RECLAIM queue's rescuer may stand in. */
+static int item_make_process(struct item *i, struct pool *pool) {
+        struct core *c = i->core;
+        struct exec_spec spec;
+        bool had_rescuer;
+        int r;
+
+        if (i->prepared)
+                return 0;
+        spec = item_exec_spec(i, pool);
+        /* Only here, not to prepare ahead: a rescuer is for an item whose
+         * turn it is. */
+        spec.rescuer = &i->wq->rescuer;
+        had_rescuer = i->wq->rescuer;
+        r = exec_prepare(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->prepared);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to start item %" PRIu64 " of workqueue %s: %m", i->id, i->wq_name);
+                /* A process may be had again by now: be ready next time. */
+                workqueue_rescuer_replenish(i->wq);
+                return r;
+        }
+        if (had_rescuer && !i->wq->rescuer) {
+                /* Its own process could not be created: the kernel's mayday
+                 * call, answered by the rescuer. */
+                i->wq->stats.pool.mayday++;
+                i->wq->stats.pool.rescued++;
+                log_warning("No process could be created for item %" PRIu64 " of workqueue %s: its rescuer runs it",
+                            i->id, i->wq_name);
+        }
+        return 0;
+}
+
+/* Lets the item's process, made before, run its program. */
+static int item_exec_start(struct item *i) {
+        int r;
+
+        r = exec_go(i->prepared);
+        if (r < 0) {
+                log_warning_errno(r, "Failed to start item %" PRIu64 " of workqueue %s: %m", i->id, i->wq_name);
+                i->prepared = exec_proc_discard(i->prepared);
+                return r;
+        }
+        i->proc = TAKE_PTR(i->prepared);
+        i->started_usec = exec_proc_started_usec(i->proc);
+        return 0;
+}
+
+static void item_mark_running(struct item *i, struct worker *worker) {
+        i->worker = worker;
+        worker->userdata = i;
+        i->state = ITEM_RUNNING;
+        if (!i->started_usec)
+                i->started_usec = now_usec(CLOCK_REALTIME);
+        i->pwq->nr_running++;
+        if (i->key) {
+                if (i->key->pending == i)
+                        i->key->pending = NULL;
+                i->key->running = i;
+        }
+        core_notify_workqueue_changed(i->wq);
+}
+
+static int item_execute(struct worker *worker, struct pool_work *work) {
+        struct item *i = container_of(work, struct item, work);
+        struct core *c = i->core;
+        uint64_t seq;
+        int r;
+
+        if (c->shutting_down)
+                return -ESHUTDOWN;
+
+        r = item_make_process(i, worker->pool);
+        if (r < 0)
+                return r;
+
+        /* Its start is on disk before its process runs: after a crash an
+         * item is either known to have started (interrupted) or has not run
+         * at all, never run and still pending.  Its process waits for the
+         * release meanwhile. */
+        i->started_usec = 0;
+        seq = core_store_item_started(i);
+        if (seq > 0) {
+                item_mark_running(i, worker);
+                i->start_seq = seq;
+                list_add_tail(&i->starting_entry, &c->starting);
+                return 0;
+        }
+        r = item_exec_start(i);
+        if (r < 0)
+                return r;
+        item_mark_running(i, worker);
+        return 0;
+}
+
+/* The start records of the items on core->starting up to @seq are on disk. */
+void core_items_start_durable(struct core *c, uint64_t seq) {
+        while (!list_empty(&c->starting)) {
+                struct item *i = list_first_entry(&c->starting, struct item, starting_entry);
+                struct exec_result res = {};
+                int r;
+
+                if (i->start_seq > seq)
+                        break;
+                list_del_init(&i->starting_entry);
+                if (i->cancel_requested) {
+                        i->prepared = exec_proc_discard(i->prepared);
+                        res.killed = true;
+                } else {
+                        r = item_exec_start(i);
+                        if (r >= 0)
+                                continue;
+                        res.exec_errno = -r;
+                }
+                res.started_usec = res.finished_usec = now_usec(CLOCK_REALTIME);
+                item_exec_done(NULL, &res, i);
+        }
+}
+
+/* The item waits for its turn on a bound pool: its process is made now and
+ * waits, so that its start is only a release (see exec_prepare()). */
+static void item_prepare(struct pool_work *work) {
+        struct item *i = container_of(work, struct item, work);
+        struct core *c = i->core;
+        struct exec_spec spec;
+        int r;
+
+        if (i->prepared || c->shutting_down)
+                return;
+        spec = item_exec_spec(i, i->pwq->pool);
+        r = exec_prepare(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->prepared);
+        if (r < 0)
+                /* It is started the ordinary way when its turn comes. */
+                log_debug_errno(r, "Could not prepare item %" PRIu64 " ahead: %m", i->id);
+}
+
+static void item_unprepare(struct pool_work *work) {
+        struct item *i = container_of(work, struct item, work);
+
+        i->prepared = exec_proc_discard(i->prepared);
+}
+
+/* CPU time the item has used since it exec'd (see exec_proc_cpu_usec()). */
+static uint64_t item_cpu_usec(struct worker *worker) {
+        struct item *i = worker->userdata;
+        uint64_t usec;
+
+        if (!i || !i->proc)
+                return 0;       /* not started yet: nothing used */
+        usec = exec_proc_cpu_usec(i->proc);
+        return usec == UINT64_MAX ? POOL_CPU_UNKNOWN : usec;
+}
+
+/* A MEM_RECLAIM queue's item whose rescuer is ready. */
+static bool item_rescuable(struct pool_work *work) {
+        struct item *i = container_of(work, struct item, work);
+
+        return i->wq && i->wq->rescuer;
+}
+
+static const struct pool_work_ops item_work_ops = {
+        .execute = item_execute,
+        .cpu_usec = item_cpu_usec,
+        .prepare = item_prepare,
+        .unprepare = item_unprepare,
+        .rescuable = item_rescuable,
+};
+
+struct item *item_from_work(struct pool_work *work) {
+        /* Pools also run other work (callback/callback.c's grants). */
+        return work && work->ops == &item_work_ops ? container_of(work, struct item, work) : NULL;
+}
+
+/* Ends an unfinished item at daemon shutdown, without callbacks to exec. */
+void item_abort(struct item *i) {
+        if (i->proc) {
+                struct worker *worker = i->worker;
+
+                i->proc = exec_proc_abandon(i->proc);
+                i->worker = NULL;
+                i->pwq->nr_running--;
+                pool_worker_done(worker);
+        } else if (list_linked(&i->starting_entry)) {
+                struct worker *worker = i->worker;
+
+                list_del_init(&i->starting_entry);
+                i->worker = NULL;
+                i->pwq->nr_running--;
+                pool_worker_done(worker);
+        } else if (i->state == ITEM_PENDING)
+                pool_cancel_pending(i->pwq->pool, &i->work);
+        else if (i->state == ITEM_INACTIVE)
+                workqueue_item_unqueue(i);
+        item_retire(i, ITEM_CANCELLED);
+}
+
+/* The CPU the submitting process is on, as sched_getcpu() would say in it.
+ * @pid is the one the kernel or the bus recorded at connect(): should that
+ * process have died and its pid gone to another, this only picks another
+ * CPU, which the submitter may name itself anyway; nothing else of /proc/PID
+ * is believed. */
+static int caller_current_cpu(pid_t pid) {
+        char path[64], buf[1024];
+        const char *p;
+        ssize_t n;
+        int fd, field = 0;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int) pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return -1;
+        buf[n] = 0;
+        p = strrchr(buf, ')');
+        if (!p)
+                return -1;
+        /* Field 39 ("processor") counted from the state, which is field 3. */
+        for (p++; *p && field < 39 - 2; p++)
+                if (*p == ' ')
+                        field++;
+        return *p ? atoi(p) : -1;
+}
+
+static int copy_strv(char *const *src, size_t n, char ***ret) {
+        char **l = calloc(n + 1, sizeof(char *));
+
+        if (!l)
+                return -ENOMEM;
+        for (size_t k = 0; k < n; k++) {
+                l[k] = strdup(src[k]);
+                if (!l[k]) {
+                        strv_free(l);
+                        return -ENOMEM;
+                }
+        }
+        *ret = l;
+        return 0;
+}
+
+/* Checks @a against the fixed and the per-item limits; *ret_bytes is what
+ * the item will hold in memory while queued (argv, env, cwd, payload). */
+static int submit_args_validate(const struct submit_args *a, const struct limits *l, uint64_t *ret_bytes,
+                                struct core_error *e) {
+        size_t bytes = 0;
+
+        if (a->argc == 0 || !a->argv[0][0])
+                return core_error_set(e, -EINVAL, "no program given");
+        if (a->cpu < -1)
+                return core_error_set(e, -EINVAL, "CPU %d does not exist (-1 means the submitter's CPU)", a->cpu);
+        if (a->argc > ITEM_ARGV_MAX)
+                return core_error_set(e, -E2BIG, "too many arguments (%zu, the limit is %u)", a->argc, ITEM_ARGV_MAX);
+        if (a->envc > ITEM_ENV_MAX)
+                return core_error_set(e, -E2BIG, "too many environment variables (%zu, the limit is %u)", a->envc,
+                                      ITEM_ENV_MAX);
+        for (size_t k = 0; k < a->argc; k++)
+                bytes += strlen(a->argv[k]) + 1;
+        for (size_t k = 0; k < a->envc; k++) {
+                if (!strchr(a->envp[k], '=') || a->envp[k][0] == '=')
+                        return core_error_set(e, -EINVAL, "environment entry '%.64s' is not NAME=VALUE", a->envp[k]);
+                bytes += strlen(a->envp[k]) + 1;
+        }
+        if (a->cwd)
+                bytes += strlen(a->cwd);
+        if (bytes > l->value[LIMIT_ITEM_ARGS_BYTES])
+                return limit_refuse_item(l, LIMIT_ITEM_ARGS_BYTES, e, "arguments and environment take",
+                                         bytes);
+        if (a->cwd && a->cwd[0] && a->cwd[0] != '/')
+                return core_error_set(e, -EINVAL, "working directory '%.200s' is not absolute", a->cwd);
+        if (a->payload_len > l->value[LIMIT_ITEM_PAYLOAD_BYTES])
+                return limit_refuse_item(l, LIMIT_ITEM_PAYLOAD_BYTES, e, "the stdin payload takes",
+                                         a->payload_len);
+        if (a->key && (!a->key[0] || strlen(a->key) > ITEM_KEY_MAX))
+                return core_error_set(e, -EINVAL, "a work key must be 1-%u bytes", ITEM_KEY_MAX);
+        if (a->delay_usec > ITEM_DELAY_MAX_USEC)
+                return core_error_set(e, -EINVAL, "delay is over the limit of 30 days");
+        if (a->timeout_usec > ITEM_DELAY_MAX_USEC)
+                return core_error_set(e, -EINVAL, "timeout is over the limit of 30 days");
+        *ret_bytes = bytes + a->payload_len;
+        return 0;
+}
+
+int core_submit(struct core *c, const struct core_caller *caller, const struct submit_args *a,
+                struct core_waiter *wait, uint64_t *ret_id, bool *ret_already_pending,
+                struct core_error *e) {
+        _cleanup_(freep) char *program = NULL;
+        struct workqueue *wq;
+        const struct limits *l = &c->config.limits;
+        struct work_key *key = NULL;
+        struct user_usage *u;
+        struct item *i;
+        uint64_t bytes = 0;
+        int cpu = a->cpu, r;
+
+        r = core_store_refuse_change(c, e);
+        if (r < 0)
+                return r;
+        /* Whoever may see a queue may queue to it: its owner, root, and
+         * everybody for the shared built-in queues. */
+        r = core_workqueue_lookup(c, caller, a->workqueue, &wq, e);
+        if (r < 0)
+                return r;
+        if (wq->draining)
+                return core_error_set(e, -EBUSY, "workqueue '%s' is being %s; new work is refused", wq->name,
+                                      wq->destroying ? "destroyed" : "drained");
+        r = submit_args_validate(a, &c->config.limits, &bytes, e);
+        if (r < 0)
+                return r;
+
+        if (wq->flags & WQ_UNBOUND)
+                cpu = -1;
+        else {
+                if (cpu < 0)
+                        cpu = caller_current_cpu(caller->pid);
+                if (cpu < 0)
+                        cpu = sched_getcpu();
+                if (cpu < 0 || (unsigned) cpu >= c->nr_cpus)
+                        return core_error_set(e, -EINVAL, "CPU %d does not exist (this machine has CPUs 0-%u)",
+                                              a->cpu, c->nr_cpus - 1);
+                if (!CPU_ISSET(cpu, &c->cpus_allowed))
+                        return core_error_set(e, -EINVAL, "CPU %d is offline or outside cmwqd's CPU set", cpu);
+        }
+
+        r = exec_resolve_program(a->argv[0], c->config.plugin_dirs, &program);
+        if (r < 0)
+                return core_error_set(e, r, "program '%.200s' must be an absolute path, a plugin name or a command name",
+                                      a->argv[0]);
+
+        if (a->key) {
+                key = work_key_find(wq, caller->uid, a->key);
+                if (key && key->pending) {
+                        i = key->pending;
+                        *ret_id = i->id;
+                        *ret_already_pending = true;
+                        if (!wait)
+                                return 0;
+                        item_add_waiter(i, wait);
+                        return 1;
+                }
+        }
+
+        /* What the user holds already, before anything is copied. */
+        u = user_usage_get(&c->users, caller->uid);
+        if (!u)
+                return core_error_set(e, -ENOMEM, "out of memory");
+        bytes += sizeof(*i);
+        if (!caller_is_privileged(caller)) {
+                if (u->nr_items >= l->value[LIMIT_PENDING_ITEMS])
+                        r = limit_refuse(l, LIMIT_PENDING_ITEMS, caller->uid, e);
+                else if (u->queued_bytes + bytes > l->value[LIMIT_QUEUED_BYTES])
+                        r = limit_refuse(l, LIMIT_QUEUED_BYTES, caller->uid, e);
+                else
+                        r = 0;
+                if (r < 0) {
+                        user_usage_put(&c->users, u);
+                        return r;
+                }
+        }
+
+        i = item_alloc(c, wq);
+        if (!i) {
+                user_usage_put(&c->users, u);
+                return core_error_set(e, -ENOMEM, "out of memory");
+        }
+        i->cpu = cpu;
+        i->timeout_usec = a->timeout_usec;
+        i->uid = caller->uid;
+        i->queued_usec = now_usec(CLOCK_REALTIME);
+
+        r = -ENOMEM;
+        i->cwd = strdup(a->cwd && a->cwd[0] ? a->cwd : "/");
+        if (!i->cwd || copy_strv(a->argv, a->argc, &i->argv) < 0 ||
+            copy_strv(a->envp, a->envc, &i->envp) < 0)
+                goto fail;
+        if (a->payload_len > 0) {
+                i->payload = malloc(a->payload_len);
+                if (!i->payload)
+                        goto fail;
+                memcpy(i->payload, a->payload, a->payload_len);
+                i->payload_len = a->payload_len;
+        }
+        if (a->key && item_attach_key(i, a->key) < 0)
+                goto fail;
+        if (a->delay_usec > 0) {
+                r = item_arm_timer(i, a->delay_usec);
+                if (r < 0)
+                        goto fail;
+        }
+        i->program = TAKE_PTR(program);
+
+        i->id = c->next_id++;
+        i->queued_bytes = bytes;
+        u->nr_items++;
+        u->queued_bytes += bytes;
+        core_item_hash(c, i);
+        list_add_tail(&i->wq_entry, &wq->items);
+        wq->nr_items++;
+        core_store_item_queued(i);
+        log_debug("Queued item %" PRIu64 " on %s for uid %u: %s", i->id, wq->name, (unsigned) i->uid, i->argv[0]);
+
+        *ret_id = i->id;
+        *ret_already_pending = false;
+        if (wait)
+                item_add_waiter(i, wait);
+        if (a->delay_usec == 0)
+                item_queue(i);
+        else
+                core_notify_workqueue_changed(wq);
+        return wait ? 1 : 0;
+
+fail:
+        if (i->key)
+                work_key_release(wq, i->key, i);
+        item_free(i);
+        user_usage_put(&c->users, u);
+        return core_error_set(e, r, "out of memory");
+}
+
+int core_item_get(struct core *c, const struct core_caller *caller, uint64_t id, struct item **ret,
+                  struct core_error *e) {
+        struct item *i = core_item_lookup(c, id);
+
+        /* Another user's item gets the very answer an unknown id gets, so
+         * that nobody learns which ids exist (as workqueue names). */
+        if (!i || (i->uid != caller->uid && !caller_is_privileged(caller)))
+                return core_error_set(e, -ENOENT,
+                                      "no work item %" PRIu64 " (finished items are kept for the last %" PRIu64 " per user)",
+                                      id, c->config.limits.value[LIMIT_HISTORY]);
+        *ret = i;
+        return 0;
+}
+
+int core_item_wait(struct core *c, const struct core_caller *caller, uint64_t id, struct core_waiter *w,
+                   struct core_error *e) {
+        struct item *i;
+        int r;
+
+        r = core_item_get(c, caller, id, &i, e);
+        if (r < 0)
+                return r;
+        if (item_is_finished(i))
+                return 0;
+        item_add_waiter(i, w);
+        return 1;
+}
+
+int core_item_cancel(struct core *c, const struct core_caller *caller, uint64_t id, struct core_waiter *w,
+                     struct core_error *e) {
+        struct workqueue *wq;
+        struct item *i;
+        int r;
+
+        r = core_item_get(c, caller, id, &i, e);
+        if (r < 0)
+                return r;
+        if (item_is_finished(i))
+                return 0;
+
+        wq = i->wq;
+        switch (i->state) {
+        case ITEM_RUNNING:
+                /* cancel_work_sync(): stop it and wait until it has ended. */
+                if (!i->cancel_requested) {
+                        i->cancel_requested = true;
+                        if (i->proc)    /* else still waiting to start: it will not */
+                                exec_proc_kill(i->proc);
+                }
+                item_add_waiter(i, w);
+                return 1;
+        case ITEM_PENDING:
+                pool_cancel_pending(i->pwq->pool, &i->work);
+                list_del_init(&i->inflight_entry);
+                workqueue_item_finished(i);
+                break;
+        case ITEM_INACTIVE:
+                workqueue_item_unqueue(i);
+                list_del_init(&i->inflight_entry);
+                break;
+        default:
+                break;
+        }
+        item_retire(i, ITEM_CANCELLED);
+        workqueue_check_waiters(wq);
+        return 0;
+}
+
+const char *item_key_name(const struct item *i) {
+        return i->key_name;
+}
+
+/* A restored item is charged to its uid as core_submit() charges a new one,
+ * so that it leaves its usage the same way.  -ENOMEM if it cannot be. */
+int item_restore_charge(struct item *i) {
+        struct core *c = i->core;
+        struct user_usage *u = user_usage_get(&c->users, i->uid);
+
+        if (!u)
+                return -ENOMEM;
+        i->queued_bytes = sizeof(*i) + strv_bytes(i->argv) + strv_bytes(i->envp) + strlen(i->cwd) + i->payload_len;
+        u->nr_items++;
+        u->queued_bytes += i->queued_bytes;
+        return 0;
+}
+
+/* A charged item that had ended before the restart goes straight to the
+ * history, bounded per user as ever. */
+void item_restore_history(struct item *i) {
+        i->envp = strv_free(i->envp);
+        free(i->payload);
+        i->payload = NULL;
+        i->payload_len = 0;
+        item_history_add(i);
+}
+
+/* A new item of @wq (NULL: one restored into the history), on no list. */
+struct item *item_alloc(struct core *c, struct workqueue *wq) {
+        struct item *i = calloc(1, sizeof(*i));
+
+        if (!i)
+                return NULL;
+        i->core = c;
+        i->wq = wq;
+        i->cpu = -1;
+        list_init(&i->work.entry);
+        list_init(&i->share_entry);
+        list_init(&i->inflight_entry);
+        list_init(&i->wq_entry);
+        list_init(&i->history_entry);
+        list_init(&i->user_history_entry);
+        list_init(&i->starting_entry);
+        list_init(&i->waiters);
+        i->work.ops = &item_work_ops;
+        i->work.identity = i;
+        if (wq) {
+                i->work.stats = &wq->stats.pool;
+                i->work.cpu_intensive = wq->flags & WQ_CPU_INTENSIVE;
+                i->wq_name = strdup(wq->name);
+                if (!i->wq_name)
+                        return item_free(i);
+        }
+        return i;
+}
+
+/* Makes @key the pending instance of its work key (the submitter's own). */
+int item_attach_key(struct item *i, const char *key) {
+        struct work_key *k;
+
+        i->key_name = strdup(key);
+        if (!i->key_name)
+                return -ENOMEM;
+        k = work_key_get(i->wq, i->uid, key);
+        if (!k)
+                return -ENOMEM;
+        k->pending = i;
+        i->key = k;
+        i->work.identity = k;
+        return 0;
+}

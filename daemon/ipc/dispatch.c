@@ -1,0 +1,727 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Requests of the Unix socket protocol, mapped onto the core.  Replies borrow
+ * the core's strings (they are packed at once), so building one allocates
+ * only the arrays of repeated fields.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "core/errno-map.h"
+#include "ipc/socket.h"
+#include "util.h"
+
+/* A request whose reply waits for the core. */
+struct ipc_call {
+        struct core_waiter waiter;
+        struct list_head entry;
+        struct ipc_client *client;
+        uint64_t request_id;
+        Cmwq__Request__BodyCase kind;
+};
+
+static struct core *client_core(struct ipc_client *c) {
+        return ipc_server_core(c->server);
+}
+
+/* @unlogged: for a reply that acknowledges nothing the state log keeps
+ * (ipc_client_send_unlogged()). */
+static void send_core_error_as(struct ipc_client *c, uint64_t id, const struct core_error *e, bool unlogged) {
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+
+        resp.id = id;
+        resp.error = errno_to_protocol_error(e->error);
+        resp.message = (char *) (e->message[0] ? e->message : "request failed");
+        resp.limit = (char *) e->limit;
+        (void) (unlogged ? ipc_client_send_unlogged(c, &resp) : ipc_client_send(c, &resp));
+}
+
+static void send_core_error(struct ipc_client *c, uint64_t id, const struct core_error *e) {
+        send_core_error_as(c, id, e, false);
+}
+
+static void send_done_as(struct ipc_client *c, uint64_t id, bool unlogged) {
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__Empty empty = CMWQ__EMPTY__INIT;
+
+        resp.id = id;
+        resp.body_case = CMWQ__RESPONSE__BODY_DONE;
+        resp.done = &empty;
+        (void) (unlogged ? ipc_client_send_unlogged(c, &resp) : ipc_client_send(c, &resp));
+}
+
+static void send_done(struct ipc_client *c, uint64_t id) {
+        send_done_as(c, id, false);
+}
+
+/* Fills @info from @i; @errbuf holds the failure text. */
+static void item_info_fill(Cmwq__ItemInfo *info, const struct item *i, char *errbuf, size_t errlen) {
+        cmwq__item_info__init(info);
+        info->id = i->id;
+        info->workqueue = i->wq_name;
+        info->state = (Cmwq__ItemState) i->state;
+        info->has_uid = true;
+        info->uid = i->uid;
+        info->n_argv = strv_length(i->argv);
+        info->argv = i->argv;
+        info->has_cpu = true;
+        info->cpu = i->cpu;
+        info->has_requeues = i->requeues > 0;
+        info->requeues = i->requeues;
+        info->has_interruptions = i->interruptions > 0;
+        info->interruptions = i->interruptions;
+        info->has_queued_usec = true;
+        info->queued_usec = i->queued_usec;
+        info->key = (char *) item_key_name(i);
+        if (i->started_usec) {
+                info->has_started_usec = true;
+                info->started_usec = i->started_usec;
+        }
+        if (item_is_finished(i) || i->requeues > 0) {
+                if (item_has_exit(i)) {
+                        if (i->signal) {
+                                info->has_signal = true;
+                                info->signal = i->signal;
+                        } else {
+                                info->has_exit_status = true;
+                                info->exit_status = i->exit_status;
+                        }
+                }
+                info->has_cpu_usec = true;
+                info->cpu_usec = i->cpu_usec;
+                info->has_stdout_data = true;
+                info->stdout_data = (ProtobufCBinaryData) { i->out_len, (uint8_t *) i->out };
+                info->has_stderr_data = true;
+                info->stderr_data = (ProtobufCBinaryData) { i->err_len, (uint8_t *) i->err };
+                info->has_stdout_truncated = true;
+                info->stdout_truncated = i->out_truncated;
+                info->has_stderr_truncated = true;
+                info->stderr_truncated = i->err_truncated;
+                info->has_timed_out = true;
+                info->timed_out = i->timed_out;
+                info->has_cpu_intensive = true;
+                info->cpu_intensive = i->cpu_intensive;
+        }
+        if (item_is_finished(i) && i->finished_usec) {
+                info->has_finished_usec = true;
+                info->finished_usec = i->finished_usec;
+        }
+        if (i->exec_errno) {
+                snprintf(errbuf, errlen, "cannot run %s: %s", i->argv[0], exec_strerror(i->exec_errno));
+                info->error = errbuf;
+        }
+}
+
+static void send_item(struct ipc_client *c, uint64_t id, const struct item *i, bool as_submit) {
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__SubmitReply submit = CMWQ__SUBMIT_REPLY__INIT;
+        Cmwq__ItemInfo info;
+        char errbuf[256];
+
+        item_info_fill(&info, i, errbuf, sizeof(errbuf));
+        resp.id = id;
+        if (as_submit) {
+                submit.id = i->id;
+                submit.item = &info;
+                resp.body_case = CMWQ__RESPONSE__BODY_SUBMIT;
+                resp.submit = &submit;
+        } else {
+                resp.body_case = CMWQ__RESPONSE__BODY_ITEM;
+                resp.item = &info;
+        }
+        /* A reply over the frame limit is answered with an error there. */
+        (void) ipc_client_send(c, &resp);
+}
+
+/* A freeze that timed out: the reply names the items that held it (the
+ * queues stay frozen). */
+static void send_freeze_holders(struct ipc_client *c, uint64_t id) {
+        struct core *core = client_core(c);
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__FreezeReply reply = CMWQ__FREEZE_REPLY__INIT;
+        _cleanup_(freep) Cmwq__ItemInfo *infos = NULL;
+        _cleanup_(freep) Cmwq__ItemInfo **ptrs = NULL;
+        _cleanup_(freep) char *errbufs = NULL;
+        _cleanup_(freep) Cmwq__CallbackHolder *holders = NULL;
+        _cleanup_(freep) Cmwq__CallbackHolder **holder_ptrs = NULL;
+        struct callback_hold *h;
+        struct workqueue *wq;
+        struct item *i;
+        size_t n = 0, total = 0, nh = 0, total_holds = 0;
+
+        list_for_each_entry(wq, &core->workqueues, entry)
+                if (wq->frozen) {
+                        total += workqueue_nr_running(wq);
+                        list_for_each_entry(h, &wq->callback_holds, wq_entry)
+                                total_holds++;
+                }
+        infos = calloc(total ? total : 1, sizeof(*infos));
+        ptrs = calloc(total ? total : 1, sizeof(*ptrs));
+        errbufs = calloc(total ? total : 1, 256);
+        holders = calloc(total_holds ? total_holds : 1, sizeof(*holders));
+        holder_ptrs = calloc(total_holds ? total_holds : 1, sizeof(*holder_ptrs));
+        if (!infos || !ptrs || !errbufs || !holders || !holder_ptrs) {
+                ipc_client_send_error(c, id, -ENOMEM, "out of memory", false);
+                return;
+        }
+        list_for_each_entry(wq, &core->workqueues, entry) {
+                if (!wq->frozen)
+                        continue;
+                list_for_each_entry(i, &wq->items, wq_entry)
+                        if (i->state == ITEM_RUNNING && n < total) {
+                                item_info_fill(&infos[n], i, errbufs + n * 256, 256);
+                                ptrs[n] = &infos[n];
+                                n++;
+                        }
+                list_for_each_entry(h, &wq->callback_holds, wq_entry)
+                        if (nh < total_holds) {
+                                cmwq__callback_holder__init(&holders[nh]);
+                                holders[nh].pid = (uint32_t) h->pid;
+                                holders[nh].workqueue = wq->name;
+                                holder_ptrs[nh] = &holders[nh];
+                                nh++;
+                        }
+        }
+        reply.n_holding = n;
+        reply.holding = ptrs;
+        reply.n_callbacks = nh;
+        reply.callbacks = holder_ptrs;
+        resp.id = id;
+        resp.message = (char *) "freeze timed out: these items (or clients' callbacks) were still running; "
+                                "the queues stay frozen";
+        resp.body_case = CMWQ__RESPONSE__BODY_FREEZE;
+        resp.freeze = &reply;
+        (void) ipc_client_send(c, &resp);
+}
+
+static void ipc_call_done(struct core_waiter *w, int r) {
+        struct ipc_call *call = container_of(w, struct ipc_call, waiter);
+        struct ipc_client *c = call->client;
+        struct item *i;
+
+        list_del_init(&call->entry);
+        c->nr_calls--;
+
+        switch (call->kind) {
+        case CMWQ__REQUEST__BODY_SUBMIT:
+        case CMWQ__REQUEST__BODY_WAIT:
+        case CMWQ__REQUEST__BODY_CANCEL:
+                i = core_item_lookup(client_core(c), w->item_id);
+                if (!i)
+                        ipc_client_send_error(c, call->request_id, -ENOENT, "the item is gone from the history", false);
+                else
+                        send_item(c, call->request_id, i, call->kind == CMWQ__REQUEST__BODY_SUBMIT);
+                break;
+        case CMWQ__REQUEST__BODY_FREEZE:
+                if (r == -ETIMEDOUT)
+                        send_freeze_holders(c, call->request_id);
+                else if (r < 0)
+                        ipc_client_send_error(c, call->request_id, r, strerror(-r), false);
+                else
+                        send_done(c, call->request_id);
+                break;
+        default:
+                if (r < 0)
+                        ipc_client_send_error(c, call->request_id, r, "the workqueue was destroyed meanwhile", false);
+                else
+                        send_done(c, call->request_id);
+                break;
+        }
+        free(call);
+}
+
+void ipc_client_cancel_calls(struct ipc_client *c) {
+        while (!list_empty(&c->calls)) {
+                struct ipc_call *call = list_first_entry(&c->calls, struct ipc_call, entry);
+
+                core_waiter_cancel(&call->waiter);
+                list_del_init(&call->entry);
+                free(call);
+        }
+        c->nr_calls = 0;
+}
+
+static struct ipc_call *ipc_call_new(struct ipc_client *c, const Cmwq__Request *req) {
+        struct ipc_call *call;
+
+        if (c->nr_calls >= IPC_CLIENT_CALLS_MAX) {
+                ipc_client_send_error(c, req->id, -EMFILE, "too many requests waiting on this connection", false);
+                return NULL;
+        }
+        call = calloc(1, sizeof(*call));
+        if (!call) {
+                ipc_client_send_error(c, req->id, -ENOMEM, "out of memory", false);
+                return NULL;
+        }
+        core_waiter_init(&call->waiter, ipc_call_done);
+        list_init(&call->entry);
+        call->client = c;
+        call->request_id = req->id;
+        call->kind = req->body_case;
+        return call;
+}
+
+/* The core queued the call's waiter: the client owns the call until the
+ * reply (or until it goes away). */
+static void ipc_call_park(struct ipc_client *c, struct ipc_call *call) {
+        list_add_tail(&call->entry, &c->calls);
+        c->nr_calls++;
+}
+
+/* Finishes a request that may wait: @r is what the core call returned. */
+static void ipc_call_settle(struct ipc_client *c, struct ipc_call *call, int r, const struct core_error *e) {
+        if (r == 1) {
+                ipc_call_park(c, call);
+                return;
+        }
+        if (r < 0)
+                send_core_error(c, call->request_id, e);
+        else
+                send_done(c, call->request_id);
+        free(call);
+}
+
+static void dispatch_submit(struct ipc_client *c, const Cmwq__Request *req) {
+        const Cmwq__Submit *s = req->submit;
+        struct ipc_call *call = NULL;
+        struct core_error e = {};
+        bool already = false;
+        uint64_t id = 0;
+        int r;
+
+        struct submit_args a = {
+                .workqueue = s->workqueue,
+                .argv = s->argv,
+                .argc = s->n_argv,
+                .envp = s->env,
+                .envc = s->n_env,
+                .cwd = s->cwd,
+                .payload = s->has_stdin_payload ? s->stdin_payload.data : NULL,
+                .payload_len = s->has_stdin_payload ? s->stdin_payload.len : 0,
+                .cpu = s->has_cpu ? s->cpu : -1,
+                .delay_usec = s->has_delay_usec ? s->delay_usec : 0,
+                .key = s->key,
+                .timeout_usec = s->has_timeout_usec ? s->timeout_usec : 0,
+        };
+
+        if (s->has_wait && s->wait) {
+                call = ipc_call_new(c, req);
+                if (!call)
+                        return;
+        }
+
+        r = core_submit(client_core(c), &c->caller, &a, call ? &call->waiter : NULL, &id, &already, &e);
+        if (r == 1) {
+                ipc_call_park(c, call);
+                return;
+        }
+        free(call);
+        if (r < 0) {
+                send_core_error(c, req->id, &e);
+                return;
+        }
+
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__SubmitReply reply = CMWQ__SUBMIT_REPLY__INIT;
+        reply.id = id;
+        reply.has_already_pending = true;
+        reply.already_pending = already;
+        resp.id = req->id;
+        resp.body_case = CMWQ__RESPONSE__BODY_SUBMIT;
+        resp.submit = &reply;
+        (void) ipc_client_send(c, &resp);
+}
+
+static void dispatch_item(struct ipc_client *c, const Cmwq__Request *req) {
+        struct core *core = client_core(c);
+        struct core_error e = {};
+        struct ipc_call *call;
+        struct item *i;
+        uint64_t id;
+        int r;
+
+        if (req->body_case == CMWQ__REQUEST__BODY_SHOW) {
+                r = core_item_get(core, &c->caller, req->show->id, &i, &e);
+                if (r < 0)
+                        send_core_error(c, req->id, &e);
+                else
+                        send_item(c, req->id, i, false);
+                return;
+        }
+
+        call = ipc_call_new(c, req);
+        if (!call)
+                return;
+        if (req->body_case == CMWQ__REQUEST__BODY_WAIT) {
+                id = req->wait->id;
+                r = core_item_wait(core, &c->caller, id, &call->waiter, &e);
+        } else {
+                id = req->cancel->id;
+                r = core_item_cancel(core, &c->caller, id, &call->waiter, &e);
+        }
+        if (r == 0) {
+                /* Already ended: the reply is the item as it is now. */
+                free(call);
+                i = core_item_lookup(core, id);
+                if (i)
+                        send_item(c, req->id, i, false);
+                else
+                        send_done(c, req->id);
+                return;
+        }
+        ipc_call_settle(c, call, r, &e);
+}
+
+static void dispatch_workqueue_wait(struct ipc_client *c, const Cmwq__Request *req) {
+        struct core *core = client_core(c);
+        struct core_error e = {};
+        struct ipc_call *call;
+        int r;
+
+        call = ipc_call_new(c, req);
+        if (!call)
+                return;
+        switch (req->body_case) {
+        case CMWQ__REQUEST__BODY_FLUSH:
+                r = core_workqueue_flush(core, &c->caller, req->flush->name, &call->waiter, &e);
+                break;
+        case CMWQ__REQUEST__BODY_DRAIN:
+                r = core_workqueue_drain(core, &c->caller, req->drain->name, &call->waiter, &e);
+                break;
+        case CMWQ__REQUEST__BODY_DESTROY:
+                r = core_workqueue_destroy(core, &c->caller, req->destroy->name, &call->waiter, &e);
+                break;
+        default: {
+                const char *name = req->freeze->name && req->freeze->name[0] ? req->freeze->name : NULL;
+                uint64_t timeout = req->freeze->has_timeout_usec ? req->freeze->timeout_usec : 0;
+
+                r = core_freeze(core, &c->caller, name, timeout, &call->waiter, &e);
+                break;
+        }
+        }
+        ipc_call_settle(c, call, r, &e);
+}
+
+static void dispatch_list(struct ipc_client *c, const Cmwq__Request *req) {
+        struct core *core = client_core(c);
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__ListReply list = CMWQ__LIST_REPLY__INIT;
+        _cleanup_(freep) Cmwq__WorkqueueInfo *infos = NULL;
+        _cleanup_(freep) Cmwq__WorkqueueInfo **ptrs = NULL;
+        struct workqueue *wq;
+        size_t n = 0, total = list_count(&core->workqueues);
+
+        infos = calloc(total ? total : 1, sizeof(*infos));
+        ptrs = calloc(total ? total : 1, sizeof(*ptrs));
+        if (!infos || !ptrs) {
+                ipc_client_send_error(c, req->id, -ENOMEM, "out of memory", false);
+                return;
+        }
+        list_for_each_entry(wq, &core->workqueues, entry) {
+                Cmwq__WorkqueueInfo *w = &infos[n];
+
+                if (!workqueue_visible_to(wq, &c->caller))
+                        continue;
+                cmwq__workqueue_info__init(w);
+                w->name = wq->name;
+                w->flags = wq->flags;
+                w->max_active = wq->max_active;
+                w->has_owner_uid = true;
+                w->owner_uid = wq->owner;
+                w->has_frozen = true;
+                w->frozen = wq->frozen;
+                w->has_draining = true;
+                w->draining = wq->draining;
+                w->has_pending = true;
+                w->pending = workqueue_nr_pending(wq);
+                w->has_running = true;
+                w->running = workqueue_nr_running(wq);
+                w->has_total = true;
+                w->total = wq->stats.pool.started;
+                w->has_builtin = true;
+                w->builtin = wq->builtin;
+                w->has_on_interrupt = true;
+                w->on_interrupt = (Cmwq__InterruptPolicy) wq->on_interrupt;
+                if (wq->connection_owned) {
+                        w->has_owner_pid = true;
+                        w->owner_pid = (uint32_t) wq->owner_pid;
+                        w->has_owner_gone = true;
+                        w->owner_gone = !wq->owner_conn;
+                }
+                ptrs[n++] = w;
+        }
+        list.n_workqueues = n;
+        list.workqueues = ptrs;
+        resp.id = req->id;
+        resp.body_case = CMWQ__RESPONSE__BODY_LIST;
+        resp.list = &list;
+        (void) ipc_client_send(c, &resp);
+}
+
+static void dispatch_pools(struct ipc_client *c, const Cmwq__Request *req) {
+        struct core *core = client_core(c);
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__PoolsReply reply = CMWQ__POOLS_REPLY__INIT;
+        size_t total = (size_t) core->nr_cpus * 2 + 2;
+        _cleanup_(freep) Cmwq__PoolInfo *infos = calloc(total, sizeof(Cmwq__PoolInfo));
+        _cleanup_(freep) Cmwq__PoolInfo **ptrs = calloc(total, sizeof(Cmwq__PoolInfo *));
+
+        if (!infos || !ptrs) {
+                ipc_client_send_error(c, req->id, -ENOMEM, "out of memory", false);
+                return;
+        }
+        for (size_t n = 0; n < total; n++) {
+                const struct pool *p = n < total - 2 ? &core->cpu_pools[n] : &core->unbound_pools[n - (total - 2)];
+                Cmwq__PoolInfo *pi = &infos[n];
+
+                cmwq__pool_info__init(pi);
+                pi->cpu = p->cpu;
+                pi->highpri = p->highpri;
+                pi->workers = p->nr_workers;
+                pi->running = p->nr_running;
+                pi->idle = p->nr_idle;
+                pi->pending = p->nr_pending;
+                pi->has_busy = true;
+                pi->busy = p->nr_workers - p->nr_idle;
+                pi->has_blocked = true;
+                pi->blocked = p->nr_blocked;
+                pi->has_callback_threads = true;
+                pi->callback_threads = p->nr_callback_threads;
+                pi->has_callbacks = true;
+                pi->callbacks = p->callbacks_returned;
+                pi->has_started = true;
+                pi->started = p->counters.started;
+                pi->has_sleeps = true;
+                pi->sleeps = p->counters.sleeps;
+                pi->has_wakes = true;
+                pi->wakes = p->counters.wakes;
+                pi->has_cm_wakeups = true;
+                pi->cm_wakeups = p->counters.cm_wakeups;
+                pi->has_contended = true;
+                pi->contended = p->counters.contended;
+                ptrs[n] = pi;
+        }
+        reply.n_pools = total;
+        reply.pools = ptrs;
+        resp.id = req->id;
+        resp.body_case = CMWQ__RESPONSE__BODY_POOLS;
+        resp.pools = &reply;
+        (void) ipc_client_send(c, &resp);
+}
+
+static void dispatch_stats(struct ipc_client *c, const Cmwq__Request *req) {
+        struct core *core = client_core(c);
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__StatsReply reply = CMWQ__STATS_REPLY__INIT;
+        size_t n = 0, total = list_count(&core->workqueues);
+        _cleanup_(freep) Cmwq__WorkqueueStats *infos = calloc(total ? total : 1, sizeof(Cmwq__WorkqueueStats));
+        _cleanup_(freep) Cmwq__WorkqueueStats **ptrs = calloc(total ? total : 1, sizeof(Cmwq__WorkqueueStats *));
+        struct workqueue *wq;
+
+        if (!infos || !ptrs) {
+                ipc_client_send_error(c, req->id, -ENOMEM, "out of memory", false);
+                return;
+        }
+        list_for_each_entry(wq, &core->workqueues, entry) {
+                Cmwq__WorkqueueStats *s = &infos[n];
+
+                if (!workqueue_visible_to(wq, &c->caller))
+                        continue;
+                cmwq__workqueue_stats__init(s);
+                s->name = wq->name;
+                s->total = wq->stats.pool.started;
+                s->in_flight = wq->nr_items;
+                s->cpu_usec = wq->stats.cpu_usec;
+                s->cpu_intensive = wq->stats.pool.cpu_intensive;
+                s->cm_wakeups = wq->stats.pool.cm_wakeups;
+                s->mayday = wq->stats.pool.mayday;
+                s->rescued = wq->stats.pool.rescued;
+                s->has_requeued = true;
+                s->requeued = wq->stats.requeued;
+                s->has_failed = true;
+                s->failed = wq->stats.failed;
+                s->has_timed_out = true;
+                s->timed_out = wq->stats.timed_out;
+                s->has_watchdog = true;
+                s->watchdog = wq->stats.watchdog;
+                ptrs[n++] = s;
+        }
+        reply.n_workqueues = n;
+        reply.workqueues = ptrs;
+        resp.id = req->id;
+        resp.body_case = CMWQ__RESPONSE__BODY_STATS;
+        resp.stats = &reply;
+        (void) ipc_client_send(c, &resp);
+}
+
+/* Unprompted: the response id 0 says it answers no request. */
+static void send_callback_freeze(const char *name, bool frozen, uint32_t seq, void *userdata) {
+        struct ipc_client *c = userdata;
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__CallbackFreeze freeze = CMWQ__CALLBACK_FREEZE__INIT;
+
+        freeze.workqueue = (char *) name;
+        freeze.frozen = frozen;
+        freeze.has_seq = seq != 0;
+        freeze.seq = seq;
+        resp.id = 0;
+        resp.body_case = CMWQ__RESPONSE__BODY_CALLBACK_FREEZE;
+        resp.callback_freeze = &freeze;
+        /* Not for the log to keep, and it must not come after the grants
+         * the shared memory carries at once. */
+        (void) ipc_client_send_unlogged(c, &resp);
+}
+
+static void callback_broken(const char *why, void *userdata) {
+        struct ipc_client *c = userdata;
+        char msg[256];
+
+        snprintf(msg, sizeof(msg), "the shared memory is broken: %s", why);
+        ipc_client_send_error(c, 0, -EBADMSG, msg, true);
+}
+
+/* Answers CallbackAttach itself: the reply carries the region's fds. */
+static void dispatch_callback_attach(struct ipc_client *c, const Cmwq__Request *req) {
+        struct core *core = client_core(c);
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__CallbackAttached attached = CMWQ__CALLBACK_ATTACHED__INIT;
+        _cleanup_(freep) uint32_t *cpus = NULL;
+        _cleanup_(closep) int memfd = -1;
+        struct callback_registry *registry;
+        struct core_error e = {};
+        int fds[2], eventfd = -1, pidfd = -1, r;
+
+        if (c->callback)
+                r = core_error_set(&e, -EEXIST, "the shared memory is attached already");
+        else if (req->callback_attach->layout_version != CMWQ_SHM_VERSION)
+                r = core_error_set(&e, -EPROTONOSUPPORT, "shared memory layout %u is not cmwqd's (%u)",
+                                   req->callback_attach->layout_version, CMWQ_SHM_VERSION);
+        else if ((r = ipc_server_callbacks(c->server, &registry)) < 0)
+                core_error_set(&e, r, "out of memory");
+        else if (!(cpus = calloc(core->nr_cpus ? core->nr_cpus : 1, sizeof(*cpus))))
+                r = core_error_set(&e, -ENOMEM, "out of memory");
+        else if ((r = ipc_client_peer_pidfd(c, &pidfd)) == -ESRCH)
+                r = core_error_set(&e, r, "the process that connected (PID %d) has exited: its threads cannot be "
+                                   "callback workers", (int) c->caller.pid);
+        else if (r < 0 && r != -EOPNOTSUPP)
+                core_error_set(&e, r, "cannot tell the process that connected: %s", strerror(-r));
+        else
+                /* Without pidfds (-EOPNOTSUPP) the pid is believed, as before. */
+                r = callback_client_new(registry, &c->caller, r < 0 ? -1 : pidfd, send_callback_freeze,
+                                        callback_broken, c, &c->callback, &memfd, &eventfd, &e);
+        if (r < 0) {
+                send_core_error_as(c, req->id, &e, true);
+                return;
+        }
+        resp.id = req->id;
+        for (unsigned cpu = 0; cpu < core->nr_cpus; cpu++)
+                if (CPU_ISSET(cpu, &core->cpus_allowed))
+                        cpus[attached.n_cpus++] = cpu;
+        attached.layout_version = CMWQ_SHM_VERSION;
+        attached.cpus = cpus;
+        resp.body_case = CMWQ__RESPONSE__BODY_CALLBACK_ATTACHED;
+        resp.callback_attached = &attached;
+        fds[0] = memfd;
+        fds[1] = eventfd;
+        r = ipc_client_send_fds(c, &resp, fds, 2);
+        if (r < 0)
+                log_warning_errno(r, "Cannot pass the shared memory to client pid %d: %m", (int) c->caller.pid);
+}
+
+static int dispatch_callback(struct ipc_client *c, const Cmwq__Request *req, struct core_error *e) {
+        if (!c->callback)
+                return core_error_set(e, -ENOENT, "the shared memory is not attached");
+        /* What the ring said before this request comes first. */
+        if (callback_client_sync(c->callback) < 0)
+                return core_error_set(e, -EBADMSG, "the shared memory is broken");
+
+        if (req->body_case == CMWQ__REQUEST__BODY_CALLBACK_REGISTER)
+                return callback_worker_register(c->callback, (pid_t) req->callback_register->tid,
+                                                req->callback_register->slot, req->callback_register->cpu,
+                                                req->callback_register->has_highpri && req->callback_register->highpri,
+                                                e);
+        return callback_worker_unregister(c->callback, (pid_t) req->callback_unregister->tid, e);
+}
+
+void ipc_dispatch(struct ipc_client *c, Cmwq__Request *req) {
+        struct core *core = client_core(c);
+        struct core_error e = {};
+        int r;
+
+        switch (req->body_case) {
+        case CMWQ__REQUEST__BODY_CREATE: {
+                unsigned policy = req->create->has_on_interrupt ? (unsigned) req->create->on_interrupt
+                                                                : INTERRUPT_DROP;
+
+                if (policy >= _INTERRUPT_POLICY_MAX) {
+                        r = core_error_set(&e, -EINVAL, "unknown on_interrupt policy %u (0 drop, 1 rerun)", policy);
+                        break;
+                }
+                r = core_workqueue_create_owned(core, &c->caller, req->create->name,
+                                                req->create->has_flags ? req->create->flags : 0,
+                                                req->create->has_max_active ? req->create->max_active : 0,
+                                                req->create->has_owned_by_connection &&
+                                                                req->create->owned_by_connection
+                                                        ? &c->owned : NULL,
+                                                &e);
+                if (r >= 0 && policy != INTERRUPT_DROP)
+                        r = core_workqueue_set_on_interrupt(core, &c->caller, req->create->name, policy, &e);
+                break;
+        }
+        case CMWQ__REQUEST__BODY_SET_MAX_ACTIVE:
+                r = core_workqueue_set_max_active(core, &c->caller, req->set_max_active->name,
+                                                  req->set_max_active->max_active, &e);
+                break;
+        case CMWQ__REQUEST__BODY_THAW:
+                r = core_thaw(core, &c->caller,
+                              req->thaw->name && req->thaw->name[0] ? req->thaw->name : NULL, &e);
+                break;
+        case CMWQ__REQUEST__BODY_SUBMIT:
+                dispatch_submit(c, req);
+                return;
+        case CMWQ__REQUEST__BODY_WAIT:
+        case CMWQ__REQUEST__BODY_SHOW:
+        case CMWQ__REQUEST__BODY_CANCEL:
+                dispatch_item(c, req);
+                return;
+        case CMWQ__REQUEST__BODY_FLUSH:
+        case CMWQ__REQUEST__BODY_DRAIN:
+        case CMWQ__REQUEST__BODY_DESTROY:
+        case CMWQ__REQUEST__BODY_FREEZE:
+                dispatch_workqueue_wait(c, req);
+                return;
+        case CMWQ__REQUEST__BODY_LIST:
+                dispatch_list(c, req);
+                return;
+        case CMWQ__REQUEST__BODY_POOLS:
+                dispatch_pools(c, req);
+                return;
+        case CMWQ__REQUEST__BODY_STATS:
+                dispatch_stats(c, req);
+                return;
+        case CMWQ__REQUEST__BODY_CALLBACK_ATTACH:
+                dispatch_callback_attach(c, req);
+                return;
+        case CMWQ__REQUEST__BODY_CALLBACK_REGISTER:
+        case CMWQ__REQUEST__BODY_CALLBACK_UNREGISTER:
+                /* A new worker thread waits for this: not for the disk too. */
+                r = dispatch_callback(c, req, &e);
+                if (r < 0)
+                        send_core_error_as(c, req->id, &e, true);
+                else
+                        send_done_as(c, req->id, true);
+                return;
+        default:
+                ipc_client_send_error(c, req->id, -EPROTO, "unknown request", true);
+                return;
+        }
+
+        if (r < 0)
+                send_core_error(c, req->id, &e);
+        else
+                send_done(c, req->id);
+}

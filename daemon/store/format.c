@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/format.h"
+
+/* A table-driven CRC-32 is twenty lines; not worth linking zlib for. */
+uint32_t store_crc32(uint32_t crc, const void *data, size_t len) {
+        static uint32_t table[256];
+        static bool ready;
+        const uint8_t *p = data;
+
+        if (!ready) {
+                for (uint32_t n = 0; n < 256; n++) {
+                        uint32_t c = n;
+
+                        for (int k = 0; k < 8; k++)
+                                c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+                        table[n] = c;
+                }
+                ready = true;
+        }
+        crc = ~crc;
+        while (len--)
+                crc = table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+        return ~crc;
+}
+
+void store_buf_done(struct store_buf *b) {
+        free(b->data);
+        *b = (struct store_buf) {};
+}
+
+int store_buf_reserve(struct store_buf *b, size_t more) {
+        size_t need = b->len + more, size = b->size ? b->size : 4096;
+        uint8_t *p;
+
+        if (need <= b->size)
+                return 0;
+        while (size < need)
+                size *= 2;
+        p = realloc(b->data, size);
+        if (!p)
+                return -ENOMEM;
+        b->data = p;
+        b->size = size;
+        return 0;
+}
+
+static void put_le32(uint8_t *p, uint32_t v) {
+        p[0] = v;
+        p[1] = v >> 8;
+        p[2] = v >> 16;
+        p[3] = v >> 24;
+}
+
+static uint32_t get_le32(const uint8_t *p) {
+        return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
+}
+
+int store_record_append(struct store_buf *b, const CmwqStore__Record *rec) {
+        size_t len = cmwq_store__record__get_packed_size(rec);
+        uint8_t *p;
+        int r;
+
+        if (len > STORE_RECORD_MAX)
+                return -E2BIG;
+        r = store_buf_reserve(b, STORE_RECORD_HEADER_SIZE + len);
+        if (r < 0)
+                return r;
+        p = b->data + b->len;
+        cmwq_store__record__pack(rec, p + STORE_RECORD_HEADER_SIZE);
+        put_le32(p, (uint32_t) len);
+        put_le32(p + 4, store_crc32(0, p + STORE_RECORD_HEADER_SIZE, len));
+        b->len += STORE_RECORD_HEADER_SIZE + len;
+        return 0;
+}
+
+int store_scan(const uint8_t *data, size_t len, store_record_cb cb, void *userdata, size_t *ret_valid) {
+        size_t off = STORE_MAGIC_SIZE;
+        int n = 0, r;
+
+        *ret_valid = 0;
+        if (len < STORE_MAGIC_SIZE || memcmp(data, STORE_MAGIC, STORE_MAGIC_SIZE) != 0)
+                return -EBADMSG;
+
+        for (;;) {
+                CmwqStore__Record *rec;
+                uint32_t plen;
+
+                *ret_valid = off;
+                if (len - off < STORE_RECORD_HEADER_SIZE)
+                        break;
+                plen = get_le32(data + off);
+                if (plen > STORE_RECORD_MAX || len - off - STORE_RECORD_HEADER_SIZE < plen)
+                        break;
+                if (store_crc32(0, data + off + STORE_RECORD_HEADER_SIZE, plen) != get_le32(data + off + 4))
+                        break;
+                rec = cmwq_store__record__unpack(NULL, plen, data + off + STORE_RECORD_HEADER_SIZE);
+                if (!rec)
+                        break;
+                r = cb ? cb(rec, userdata) : 0;
+                cmwq_store__record__free_unpacked(rec, NULL);
+                if (r < 0)
+                        return r;
+                off += STORE_RECORD_HEADER_SIZE + plen;
+                n++;
+                if (r > 0) {
+                        *ret_valid = off;
+                        break;
+                }
+        }
+        return n;
+}

@@ -1,0 +1,622 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The durable log: reading it back at start, group commit through a thread,
+ * compaction.  See store/store.h.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "store/store.h"
+#include "util.h"
+
+#define STORE_RETRY_SEC 1
+
+/* Room kept allocated past the end of the log (fallocate(KEEP_SIZE)), renewed
+ * after every commit: the first renewal that fails says the file system is
+ * full while what was just accepted is still written.  The records of items
+ * that end (their results, output included) and of requests in flight then
+ * still fit while changes are refused. */
+#define STORE_RESERVE_BYTES (256u * 1024u)
+
+/* While the log cannot be written, records wait in memory up to this; past
+ * it they are dropped (the state on disk falls behind, and says so). */
+#define STORE_BACKLOG_MAX (4u * 1024u * 1024u)
+
+static bool errno_is_full(int r) {
+        return r == -ENOSPC || r == -EDQUOT;
+}
+
+struct store {
+        char *dir;
+        char *path;
+        int dir_fd;
+        struct event_base *base;
+        store_snapshot_fn snapshot;
+        void *snapshot_userdata;
+        struct list_head listeners;
+
+        /* Event loop only. */
+        uint64_t appended_seq;
+        uint64_t log_bytes;             /* as it will be once everything is written */
+        uint64_t compacted_bytes;       /* right after the last compaction */
+        struct event *wake_event;       /* the thread says: durable_seq moved */
+        struct event *compact_event;
+        uint64_t seen_durable_seq;
+        bool seen_full;
+        bool backlog_dropping;          /* records were dropped: logged once */
+        size_t valid_len;               /* store_open(): intact part of the log read */
+        bool log_new;                   /* store_open(): the log had no magic yet */
+
+        /* Shared with the commit thread, under lock. */
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        pthread_t thread;
+        bool thread_running;
+        int fd;                         /* the log; replaced by a compaction */
+        struct store_buf pending;       /* framed records not yet handed to write() */
+        uint64_t pending_seq;           /* the last record in pending */
+        struct store_buf snapshot_buf;  /* a compaction waiting for the thread */
+        uint64_t snapshot_seq;
+        bool snapshot_posted;
+        uint64_t durable_seq;
+        bool full;                      /* no room: changes are refused */
+        bool failing;                   /* the last commit failed */
+        bool reserve_unsupported;       /* no fallocate() here: "full" once a write fails */
+        bool stop;
+        int wake_fd;                    /* eventfd */
+};
+
+const char *store_path(const struct store *s) {
+        return s->path;
+}
+
+uint64_t store_appended_seq(const struct store *s) {
+        return s->appended_seq;
+}
+
+uint64_t store_durable_seq(const struct store *s) {
+        return s->seen_durable_seq;
+}
+
+const char *store_dir(const struct store *s) {
+        return s->dir;
+}
+
+bool store_is_full(const struct store *s) {
+        return s && s->seen_full;
+}
+
+void store_add_listener(struct store *s, struct store_listener *l) {
+        list_add_tail(&l->entry, &s->listeners);
+}
+
+void store_remove_listener(struct store *s, struct store_listener *l) {
+        if (list_linked(&l->entry))
+                list_del_init(&l->entry);
+}
+
+static int write_all(int fd, const uint8_t *p, size_t len) {
+        while (len > 0) {
+                ssize_t n = write(fd, p, len);
+
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                p += n;
+                len -= (size_t) n;
+        }
+        return 0;
+}
+
+static int read_all(int fd, struct store_buf *b) {
+        for (;;) {
+                ssize_t n;
+                int r = store_buf_reserve(b, 65536);
+
+                if (r < 0)
+                        return r;
+                n = read(fd, b->data + b->len, b->size - b->len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        return 0;
+                b->len += (size_t) n;
+        }
+}
+
+/* Writes @data as the whole new log: a temporary file, synced, renamed over
+ * the log, the directory synced.  Returns the new log's fd. */
+static int store_write_new_log(struct store *s, const struct store_buf *data, int *ret_fd) {
+        _cleanup_(closep) int fd = -1;
+        int r;
+
+        fd = openat(s->dir_fd, STORE_LOG_NAME ".new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0600);
+        if (fd < 0)
+                return -errno;
+        r = write_all(fd, (const uint8_t *) STORE_MAGIC, STORE_MAGIC_SIZE);
+        if (r >= 0)
+                r = write_all(fd, data->data, data->len);
+        if (r >= 0 && fsync(fd) < 0)
+                r = -errno;
+        if (r >= 0 && renameat(s->dir_fd, STORE_LOG_NAME ".new", s->dir_fd, STORE_LOG_NAME) < 0)
+                r = -errno;
+        if (r >= 0 && fsync(s->dir_fd) < 0)
+                r = -errno;
+        if (r < 0) {
+                (void) unlinkat(s->dir_fd, STORE_LOG_NAME ".new", 0);
+                return r;
+        }
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+static void store_wake_loop(struct store *s) {
+        uint64_t one = 1;
+
+        (void) !write(s->wake_fd, &one, sizeof(one));
+}
+
+/* Keeps STORE_RESERVE_BYTES allocated past the end of the log: 0, or
+ * -ENOSPC/-EDQUOT when there is no room for it or none beyond it (other errors, such as a file
+ * system without fallocate(), are not the disk being full: 0). */
+static int store_keep_reserve(struct store *s, int fd) {
+        struct statfs sfs;
+        off_t end;
+
+        if (s->reserve_unsupported)
+                return 0;
+        end = lseek(fd, 0, SEEK_END);
+        if (end < 0)
+                return 0;
+        if (fallocate(fd, FALLOC_FL_KEEP_SIZE, end, STORE_RESERVE_BYTES) < 0) {
+                if (errno == ENOSPC || errno == EDQUOT)
+                        return -errno;
+                s->reserve_unsupported = true;
+        }
+        /* The reserve is taken page by page: nothing left past it is full
+         * too, not only once the next page cannot be had. */
+        if (fstatfs(fd, &sfs) >= 0 && sfs.f_blocks > 0 && sfs.f_bavail == 0)
+                return -ENOSPC;
+        return 0;
+}
+
+/* Appends @b to the log and syncs it; on failure the log is cut back to
+ * where it was, so that no torn record sits before later ones. */
+static int store_commit(int fd, const struct store_buf *b) {
+        off_t end = lseek(fd, 0, SEEK_END);
+        int r;
+
+        if (end < 0)
+                return -errno;
+        r = write_all(fd, b->data, b->len);
+        if (r >= 0 && fdatasync(fd) < 0)
+                r = -errno;
+        if (r < 0)
+                (void) !ftruncate(fd, end);
+        return r;
+}
+
+/* Under the lock: the store is full or has room again; the loop is told. */
+static void store_set_full(struct store *s, bool full) {
+        if (s->full == full)
+                return;
+        s->full = full;
+        if (full)
+                log_error("The state directory %s is full: changes are refused until there is room again", s->dir);
+        else
+                log_info("The state directory %s has room again: changes are accepted", s->dir);
+        store_wake_loop(s);
+}
+
+static void *store_thread(void *userdata) {
+        struct store *s = userdata;
+        struct store_buf batch = {};
+        bool failing = false;
+
+        pthread_mutex_lock(&s->lock);
+        for (;;) {
+                uint64_t seq;
+                int r, k;
+
+                while (!s->stop && s->pending.len == 0 && !s->snapshot_posted) {
+                        struct timespec ts;
+                        int fd;
+
+                        if (!s->full) {
+                                pthread_cond_wait(&s->cond, &s->lock);
+                                continue;
+                        }
+                        /* Full: look for room again now and then (only
+                         * while full; an idle store has no timer). */
+                        clock_gettime(CLOCK_REALTIME, &ts);
+                        ts.tv_sec += STORE_RETRY_SEC;
+                        if (pthread_cond_timedwait(&s->cond, &s->lock, &ts) != ETIMEDOUT)
+                                continue;
+                        fd = s->fd;
+                        pthread_mutex_unlock(&s->lock);
+                        r = store_keep_reserve(s, fd);
+                        pthread_mutex_lock(&s->lock);
+                        if (r >= 0 && !s->failing)
+                                store_set_full(s, false);
+                }
+
+                if (s->snapshot_posted) {
+                        struct store_buf snap = s->snapshot_buf;
+                        int new_fd = -1;
+
+                        s->snapshot_buf = (struct store_buf) {};
+                        s->snapshot_posted = false;
+                        seq = s->snapshot_seq;
+                        pthread_mutex_unlock(&s->lock);
+                        r = store_write_new_log(s, &snap, &new_fd);
+                        store_buf_done(&snap);
+                        pthread_mutex_lock(&s->lock);
+                        if (r < 0) {
+                                /* The old log still holds everything: go on with it. */
+                                log_warning_errno(r, "Cannot compact the state log %s, going on with it: %m",
+                                                  s->path);
+                                continue;
+                        }
+                        close(s->fd);
+                        s->fd = new_fd;
+                        if (seq > s->durable_seq)
+                                s->durable_seq = seq;
+                        if (errno_is_full(store_keep_reserve(s, new_fd)))
+                                store_set_full(s, true);
+                        store_wake_loop(s);
+                        continue;
+                }
+
+                if (s->pending.len == 0)
+                        break;          /* stopping, and everything is written */
+
+                /* Take what has gathered; more gathers while we sync. */
+                struct store_buf tmp = batch;
+                batch = s->pending;
+                s->pending = tmp;
+                s->pending.len = 0;
+                seq = s->pending_seq;
+                int fd = s->fd;
+                pthread_mutex_unlock(&s->lock);
+                r = store_commit(fd, &batch);
+                k = r >= 0 ? store_keep_reserve(s, fd) : 0;
+                pthread_mutex_lock(&s->lock);
+                if (r >= 0)
+                        store_set_full(s, errno_is_full(k));
+                if (r < 0) {
+                        /* Put the batch back in front and try again: nothing
+                         * it holds may be acknowledged before it is on disk. */
+                        if (!failing && !errno_is_full(r))
+                                log_error_errno(r, "Cannot write the state log %s, replies wait until it can: %m",
+                                                s->path);
+                        else if (!failing)
+                                log_error_errno(r, "Cannot write the state log %s, records wait in memory: %m",
+                                                s->path);
+                        failing = true;
+                        s->failing = true;
+                        if (errno_is_full(r))
+                                store_set_full(s, true);
+                        if (store_buf_reserve(&batch, s->pending.len) >= 0) {
+                                memcpy(batch.data + batch.len, s->pending.data, s->pending.len);
+                                batch.len += s->pending.len;
+                                tmp = s->pending;
+                                s->pending = batch;
+                                batch = tmp;
+                        }
+                        batch.len = 0;
+                        if (!s->stop) {
+                                struct timespec ts;
+
+                                clock_gettime(CLOCK_REALTIME, &ts);
+                                ts.tv_sec += STORE_RETRY_SEC;
+                                pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+                        } else
+                                break;
+                        continue;
+                }
+                if (failing)
+                        log_info("The state log %s is written again", s->path);
+                failing = false;
+                s->failing = false;
+                batch.len = 0;
+                if (seq > s->durable_seq)
+                        s->durable_seq = seq;
+                store_wake_loop(s);
+        }
+        pthread_mutex_unlock(&s->lock);
+        store_buf_done(&batch);
+        return NULL;
+}
+
+static void store_notify(struct store *s) {
+        struct store_listener *l, *n;
+        uint64_t seq;
+
+        bool full;
+
+        pthread_mutex_lock(&s->lock);
+        seq = s->durable_seq;
+        full = s->full;
+        pthread_mutex_unlock(&s->lock);
+        if (!full)
+                s->backlog_dropping = false;
+        if (seq != s->seen_durable_seq) {
+                s->seen_durable_seq = seq;
+                list_for_each_entry_safe(l, n, &s->listeners, entry)
+                        l->durable(l, seq);
+        }
+        if (full != s->seen_full) {
+                s->seen_full = full;
+                list_for_each_entry_safe(l, n, &s->listeners, entry)
+                        if (l->full)
+                                l->full(l, full);
+        }
+}
+
+static void store_woken(evutil_socket_t fd, short what, void *userdata) {
+        struct store *s = userdata;
+        uint64_t n;
+
+        (void) !read(s->wake_fd, &n, sizeof(n));
+        store_notify(s);
+}
+
+static void store_compact_now(evutil_socket_t fd, short what, void *userdata) {
+        struct store *s = userdata;
+        struct store_buf snap = {};
+        int r;
+
+        r = s->snapshot(&snap, s->snapshot_userdata);
+        if (r < 0) {
+                log_warning_errno(r, "Cannot take a snapshot of the state, the log keeps growing: %m");
+                store_buf_done(&snap);
+                s->compacted_bytes = s->log_bytes;      /* do not retry at once */
+                return;
+        }
+        log_info("Compacting the state log: %" PRIu64 " bytes to %zu", s->log_bytes, snap.len);
+
+        /* Records appended before now are in the snapshot: those the thread
+         * has not taken yet need not be written to the old log at all. */
+        pthread_mutex_lock(&s->lock);
+        store_buf_done(&s->snapshot_buf);
+        s->snapshot_buf = snap;
+        s->snapshot_seq = s->appended_seq;
+        s->snapshot_posted = true;
+        s->pending.len = 0;
+        pthread_cond_signal(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+        s->log_bytes = s->compacted_bytes = STORE_MAGIC_SIZE + snap.len;
+}
+
+int64_t store_append(struct store *s, const CmwqStore__Record *rec) {
+        size_t before;
+        int r;
+
+        pthread_mutex_lock(&s->lock);
+        before = s->pending.len;
+        if (s->failing && before >= STORE_BACKLOG_MAX) {
+                pthread_mutex_unlock(&s->lock);
+                if (!s->backlog_dropping)
+                        log_error("The state log %s cannot be written and %zu bytes of records wait: "
+                                  "dropping new ones until it can",
+                                  s->path, before);
+                s->backlog_dropping = true;
+                return -ENOSPC;
+        }
+        r = store_record_append(&s->pending, rec);
+        if (r >= 0) {
+                s->pending_seq = ++s->appended_seq;
+                pthread_cond_signal(&s->cond);
+        }
+        s->log_bytes += s->pending.len - before;
+        pthread_mutex_unlock(&s->lock);
+        if (r < 0)
+                return r;
+
+        if (s->compact_event && s->log_bytes > STORE_COMPACT_MIN_BYTES && s->log_bytes > 2 * s->compacted_bytes &&
+            !event_pending(s->compact_event, EV_TIMEOUT, NULL))
+                event_active(s->compact_event, EV_TIMEOUT, 0);
+        return (int64_t) s->appended_seq;
+}
+
+static int mkdir_parents(const char *path, mode_t mode) {
+        _cleanup_(freep) char *p = strdup(path);
+
+        if (!p)
+                return -ENOMEM;
+        for (char *slash = strchr(p + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+                *slash = 0;
+                if (mkdir(p, 0755) < 0 && errno != EEXIST)
+                        return -errno;
+                *slash = '/';
+        }
+        if (mkdir(p, mode) < 0 && errno != EEXIST)
+                return -errno;
+        return 0;
+}
+
+int store_open(const char *dir, store_record_cb replay, void *userdata, struct store **ret) {
+        struct store *s;
+        struct store_buf image = {};
+        size_t valid = 0;
+        int r, n;
+
+        s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        s->fd = s->dir_fd = s->wake_fd = -1;
+        list_init(&s->listeners);
+        pthread_mutex_init(&s->lock, NULL);
+        pthread_cond_init(&s->cond, NULL);
+        s->dir = strdup(dir);
+        if (!s->dir || asprintf(&s->path, "%s/%s", dir, STORE_LOG_NAME) < 0) {
+                r = -ENOMEM;
+                goto fail;
+        }
+
+        /* The log holds every user's arguments, environment and output. */
+        r = mkdir_parents(dir, 0700);
+        if (r < 0) {
+                log_error_errno(r, "Cannot create the state directory %s: %m", dir);
+                goto fail;
+        }
+        s->dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (s->dir_fd < 0) {
+                r = log_error_errno(-errno, "Cannot open the state directory %s: %m", dir);
+                goto fail;
+        }
+        s->fd = openat(s->dir_fd, STORE_LOG_NAME, O_RDWR | O_CREAT | O_CLOEXEC | O_APPEND, 0600);
+        if (s->fd < 0) {
+                r = log_error_errno(-errno, "Cannot open the state log %s: %m", s->path);
+                goto fail;
+        }
+        r = read_all(s->fd, &image);
+        if (r < 0) {
+                log_error_errno(r, "Cannot read the state log %s: %m", s->path);
+                goto fail;
+        }
+
+        /* Empty, or its magic torn while it was first written: a new log. */
+        if (image.len < STORE_MAGIC_SIZE && memcmp(image.data ? (void *) image.data : "", STORE_MAGIC, image.len) == 0)
+                n = 0;
+        else {
+                n = store_scan(image.data, image.len, replay, userdata, &valid);
+                if (n == -EBADMSG) {
+                        r = log_error_errno(n, "%s is not a cmwqd state log; move it away to start afresh",
+                                            s->path);
+                        goto fail;
+                }
+                if (n < 0) {
+                        r = log_error_errno(n, "Cannot recover the state from %s: %m", s->path);
+                        goto fail;
+                }
+                if (valid < image.len)
+                        log_warning("The state log %s ends in %zu bytes of a torn or damaged record; "
+                                    "recovered the %d records before them",
+                                    s->path, image.len - valid, n);
+        }
+        s->valid_len = n == 0 && image.len < STORE_MAGIC_SIZE ? 0 : valid;
+        s->log_new = image.len < STORE_MAGIC_SIZE;
+        log_info("Recovered %d records from %s", n, s->path);
+        store_buf_done(&image);
+        *ret = s;
+        return 0;
+
+fail:
+        store_buf_done(&image);
+        store_free(s);
+        return r;
+}
+
+int store_start(struct store *s, struct event_base *base, store_snapshot_fn snapshot, void *userdata) {
+        struct store_buf snap = {};
+        int new_fd = -1, r;
+        struct stat st;
+
+        s->base = base;
+        s->snapshot = snapshot;
+        s->snapshot_userdata = userdata;
+
+        /* Start from a compact log: it also drops a damaged tail for good. */
+        r = snapshot(&snap, userdata);
+        if (r >= 0)
+                r = store_write_new_log(s, &snap, &new_fd);
+        store_buf_done(&snap);
+        if (errno_is_full(r)) {
+                /* No room for a new log: serve what the old one holds and
+                 * refuse changes until there is room (what stands in it
+                 * stays valid; a damaged tail is cut off, which needs no
+                 * room).  A log that had no magic yet gets it first. */
+                log_error_errno(r, "The state directory %s is full, cannot write a new log: "
+                                   "serving the state recovered, refusing changes until there is room: %m",
+                                s->dir);
+                if (fstat(s->fd, &st) < 0)
+                        return -errno;
+                if ((uint64_t) st.st_size > s->valid_len && ftruncate(s->fd, (off_t) s->valid_len) < 0)
+                        return log_error_errno(-errno, "Cannot cut the state log %s: %m", s->path);
+                if (s->log_new) {
+                        if (store_buf_reserve(&s->pending, STORE_MAGIC_SIZE) < 0)
+                                return -ENOMEM;
+                        memcpy(s->pending.data, STORE_MAGIC, STORE_MAGIC_SIZE);
+                        s->pending.len = STORE_MAGIC_SIZE;
+                }
+                s->full = s->seen_full = true;
+                s->log_bytes = s->compacted_bytes = s->valid_len;
+        } else if (r < 0)
+                return log_error_errno(r, "Cannot write the state log %s: %m", s->path);
+        else {
+                close(s->fd);
+                s->fd = new_fd;
+                s->log_bytes = s->compacted_bytes = STORE_MAGIC_SIZE + snap.len;
+                if (errno_is_full(store_keep_reserve(s, s->fd))) {
+                        log_error("The state directory %s is full: changes are refused until there is room again",
+                                  s->dir);
+                        s->full = s->seen_full = true;
+                }
+        }
+
+        s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (s->wake_fd < 0)
+                return -errno;
+        s->wake_event = event_new(base, s->wake_fd, EV_READ | EV_PERSIST, store_woken, s);
+        s->compact_event = evtimer_new(base, store_compact_now, s);
+        if (!s->wake_event || !s->compact_event || event_add(s->wake_event, NULL) < 0)
+                return -ENOMEM;
+        r = pthread_create(&s->thread, NULL, store_thread, s);
+        if (r != 0)
+                return log_error_errno(-r, "Cannot start the state log's commit thread: %m");
+        s->thread_running = true;
+        return 0;
+}
+
+void store_stop(struct store *s) {
+        if (!s || !s->thread_running)
+                return;
+        pthread_mutex_lock(&s->lock);
+        s->stop = true;
+        pthread_cond_signal(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+        pthread_join(s->thread, NULL);
+        s->thread_running = false;
+        store_notify(s);
+}
+
+struct store *store_free(struct store *s) {
+        if (!s)
+                return NULL;
+        store_stop(s);
+        if (s->wake_event)
+                event_free(s->wake_event);
+        if (s->compact_event)
+                event_free(s->compact_event);
+        if (s->wake_fd >= 0)
+                close(s->wake_fd);
+        if (s->fd >= 0)
+                close(s->fd);
+        if (s->dir_fd >= 0)
+                close(s->dir_fd);
+        store_buf_done(&s->pending);
+        store_buf_done(&s->snapshot_buf);
+        pthread_mutex_destroy(&s->lock);
+        pthread_cond_destroy(&s->cond);
+        free(s->dir);
+        free(s->path);
+        free(s);
+        return NULL;
+}

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/*
+ * The durable log under the state directory (doc/design.md §3.11): an
+ * append-only file of framed records (store/format.h), a snapshot of the
+ * live state at its start.
+ *
+ * Records are appended from the event loop into memory; a commit thread
+ * writes what has gathered and fdatasync()s it, so that everything appended
+ * while one sync runs goes to disk with the next one (group commit) and the
+ * loop never waits for the disk.  Every record gets a sequence number;
+ * whoever must not act before a record is on disk (a reply to a client, the
+ * start of an item) waits until store_durable_seq() reaches it, and
+ * listeners are called from the loop each time it advances.
+ *
+ * When the log has grown to several times its last snapshot, the owner's
+ * snapshot function writes the live state as records into a new file,
+ * which the commit thread syncs and renames over the log (then syncs the
+ * directory); records appended after the snapshot go to the new file.
+ *
+ * A full file system: the store keeps STORE_RESERVE_BYTES allocated past
+ * the end of the log and renews that after every commit.  When it cannot
+ * (ENOSPC, EDQUOT), or a write fails for want of room, the store is full:
+ * store_is_full() says so, the core refuses every change with -ENOSPC, the
+ * records still coming (items that end) go into the reserve, and past it
+ * wait in memory, at most STORE_BACKLOG_MAX bytes (then they are dropped,
+ * and the state on disk falls behind).  While full the commit thread looks
+ * for room once a second; once the reserve is back, changes are accepted
+ * again.  A store that cannot write its new log at start (full) goes on
+ * with the log it read, full from the start: it serves what it recovered.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "list.h"
+#include "store/format.h"
+
+struct event_base;
+struct store;
+
+#define STORE_LOG_NAME "log"
+/* Compact when the log is past this and twice its size after the last
+ * compaction. */
+#define STORE_COMPACT_MIN_BYTES (4u * 1024u * 1024u)
+
+struct store_listener {
+        struct list_head entry;
+        void (*durable)(struct store_listener *l, uint64_t seq);
+        /* Optional: the state directory became full (@full) or has room
+         * again.  While it is full, records may wait in memory for long:
+         * replies to requests that change nothing need not wait for them
+         * (changes are refused meanwhile, see store_is_full()); a reply
+         * held for a record still waits until that record is on disk, and
+         * is dropped if cmwqd stops first. */
+        void (*full)(struct store_listener *l, bool full);
+};
+
+/* Writes the live state into @b: a Header record first, then what recreates
+ * every queue and item. */
+typedef int (*store_snapshot_fn)(struct store_buf *b, void *userdata);
+
+/* Opens (creating) @dir and its log, and calls @replay for every intact
+ * record in order.  A damaged tail is cut off (and logged).  The store takes
+ * no records until store_start(). */
+int store_open(const char *dir, store_record_cb replay, void *userdata, struct store **ret);
+/* Rewrites the log as a snapshot (synchronously: this is start-up, before
+ * any client) and starts the commit thread. */
+int store_start(struct store *s, struct event_base *base, store_snapshot_fn snapshot, void *userdata);
+/* Writes and syncs what is still pending, stops the thread, and tells the
+ * listeners how far that got: what waited for the disk and is on it now
+ * may go out, what is still held never reached it.  No records after this. */
+void store_stop(struct store *s);
+/* store_stop() if not done yet, and frees. */
+struct store *store_free(struct store *s);
+
+/* Queues @rec for the next commit.  Returns its sequence number (> 0) or a
+ * negative errno. */
+int64_t store_append(struct store *s, const CmwqStore__Record *rec);
+uint64_t store_appended_seq(const struct store *s);
+uint64_t store_durable_seq(const struct store *s);
+void store_add_listener(struct store *s, struct store_listener *l);
+void store_remove_listener(struct store *s, struct store_listener *l);
+const char *store_path(const struct store *s);
+const char *store_dir(const struct store *s);
+/* Whether the state directory has no room: changes must be refused
+ * (NULL: false).  As last told to the loop. */
+bool store_is_full(const struct store *s);
