@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "pool-policy.h"
 #include "shm.h"
 #include "util.h"
 
@@ -63,16 +64,9 @@
 
 #define WORK_THREADS_MAX CMWQ_SHM_SLOTS        /* a thread's index is its slot */
 #define WORK_UNBOUND_THREADS_MAX 512u
-/* Idle threads beyond a pool's first two end after this long (the
- * kernel's IDLE_WORKER_TIMEOUT), while they are more than a quarter of
- * its busy ones (MAX_IDLE_WORKERS_RATIO); $CMWQ_IDLE_TIMEOUT overrides. */
-#define WORK_IDLE_TIMEOUT_USEC (300 * USEC_PER_SEC)
-#define WORK_IDLE_KEEP 2u
-#define WORK_IDLE_RATIO 4u
-/* The back-off after cmwqd refused a thread, as its own pools' after a
- * refused fork. */
-#define WORK_RETRY_MIN_MS 10u
-#define WORK_RETRY_MAX_MS 1000u
+/* The pools' idle threads and the back-off after cmwqd refused a thread
+ * follow the kernel's policy (pool-policy.h), as cmwqd's own pools do;
+ * $CMWQ_IDLE_TIMEOUT overrides the idle timeout. */
 
 enum thread_state {
         THREAD_STARTING,                /* created for a demand, registering */
@@ -342,11 +336,11 @@ static void freeze_answer_locked(struct client_work *cw) {
 static void *work_thread_main(void *userdata);
 
 /* A high-priority pool's thread runs at the kernel's HIGHPRI_NICE_LEVEL
- * (-20), or as close to it as this process may go (RLIMIT_NICE): never at
+ * (POOL_POLICY_HIGHPRI_NICE), or as close to it as this process may go (RLIMIT_NICE): never at
  * more priority than the process could take itself. */
 static void thread_raise_priority(void) {
         struct rlimit rl;
-        int nice = -20;
+        int nice = POOL_POLICY_HIGHPRI_NICE;
 
         if (setpriority(PRIO_PROCESS, 0, nice) == 0)
                 return;
@@ -638,7 +632,7 @@ static bool work_pool_too_many_idle(const struct work_pool *p) {
                         idle++;
                 else if (t->state != THREAD_DEAD)
                         busy++;
-        return idle > WORK_IDLE_KEEP && (idle - WORK_IDLE_KEEP) * WORK_IDLE_RATIO >= busy;
+        return pool_policy_too_many_idle(idle, busy);
 }
 
 enum thread_wait {
@@ -654,7 +648,7 @@ enum thread_wait {
  * without a timeout, so that an idle client is not woken up.  Work lock
  * held, dropped meanwhile. */
 static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_thread *t) {
-        bool timed = t->state == THREAD_IDLE && t->pool->nr_threads > WORK_IDLE_KEEP;
+        bool timed = t->state == THREAD_IDLE && t->pool->nr_threads > POOL_POLICY_IDLE_KEEP;
         uint64_t deadline = timed ? mono_usec() + cw->idle_timeout_usec : 0;
         enum thread_wait r = THREAD_WAIT_GRANTED;
 
@@ -824,9 +818,9 @@ static void *work_thread_main(void *userdata) {
                  * tried after a back-off (the timer thread kicks it). */
                 pthread_mutex_lock(&cw->lock);
                 p->demanding = false;
-                p->retry_ms = p->retry_ms ? (p->retry_ms * 2 < WORK_RETRY_MAX_MS ? p->retry_ms * 2
-                                                                                   : WORK_RETRY_MAX_MS)
-                                          : WORK_RETRY_MIN_MS;
+                p->retry_ms = p->retry_ms ? (p->retry_ms * 2 < POOL_POLICY_RETRY_MAX_MS ? p->retry_ms * 2
+                                                                                   : POOL_POLICY_RETRY_MAX_MS)
+                                          : POOL_POLICY_RETRY_MIN_MS;
                 p->retry_usec = mono_usec() + p->retry_ms * USEC_PER_MSEC;
                 timer_wake_locked(cw);
                 thread_retire(cw, t);
@@ -1044,11 +1038,11 @@ static uint64_t idle_timeout_usec(void) {
         double secs;
 
         if (!v || !*v)
-                return WORK_IDLE_TIMEOUT_USEC;
+                return POOL_POLICY_IDLE_TIMEOUT_USEC;
         errno = 0;
         secs = strtod(v, &end);
         if (errno || *end || !(secs > 0) || secs > 1e9)
-                return WORK_IDLE_TIMEOUT_USEC;
+                return POOL_POLICY_IDLE_TIMEOUT_USEC;
         return (uint64_t) (secs * USEC_PER_SEC) ?: 1;
 }
 

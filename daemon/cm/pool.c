@@ -5,16 +5,11 @@
 #include <time.h>
 
 #include "cm/pool.h"
+#include "pool-policy.h"
 #include "util.h"
 
 uint64_t pool_cpu_intensive_thresh_usec = 10 * USEC_PER_MSEC;
-uint64_t pool_idle_timeout_usec = 300 * USEC_PER_SEC;
-
-/* The kernel keeps two idle workers and one more per four busy ones. */
-#define POOL_MIN_IDLE 2u
-#define POOL_IDLE_RATIO 4u
-#define POOL_RETRY_MIN_MS 10u
-#define POOL_RETRY_MAX_MS 1000u
+uint64_t pool_idle_timeout_usec = POOL_POLICY_IDLE_TIMEOUT_USEC;
 
 static void pool_idle_timer_fired(evutil_socket_t fd, short what, void *userdata);
 static void pool_retry_timer_fired(evutil_socket_t fd, short what, void *userdata);
@@ -26,7 +21,7 @@ int pool_init(struct pool *p, struct event_base *base, int cpu, bool highpri) {
                 .highpri = highpri,
                 .base = base,
                 .last_progress_usec = now_usec(CLOCK_MONOTONIC),
-                .retry_backoff_ms = POOL_RETRY_MIN_MS,
+                .retry_backoff_ms = POOL_POLICY_RETRY_MIN_MS,
         };
         list_init(&p->worklist);
         list_init(&p->idle_list);
@@ -74,9 +69,7 @@ void pool_done(struct pool *p) {
 }
 
 static bool too_many_workers(const struct pool *p) {
-        unsigned nr_busy = p->nr_workers - p->nr_idle;
-
-        return p->nr_idle > POOL_MIN_IDLE && (p->nr_idle - POOL_MIN_IDLE) * POOL_IDLE_RATIO >= nr_busy;
+        return pool_policy_too_many_idle(p->nr_idle, p->nr_workers - p->nr_idle);
 }
 
 static void arm_timer(struct event *ev, uint64_t usec) {
@@ -215,7 +208,7 @@ static void pool_schedule_retry(struct pool *p) {
         if (!p->retry_timer || evtimer_pending(p->retry_timer, NULL))
                 return;
         arm_timer(p->retry_timer, (uint64_t) p->retry_backoff_ms * USEC_PER_MSEC);
-        if (p->retry_backoff_ms < POOL_RETRY_MAX_MS)
+        if (p->retry_backoff_ms < POOL_POLICY_RETRY_MAX_MS)
                 p->retry_backoff_ms *= 2;
 }
 
@@ -289,7 +282,7 @@ void pool_kick(struct pool *p) {
                                 continue;
                         return;
                 }
-                p->retry_backoff_ms = POOL_RETRY_MIN_MS;
+                p->retry_backoff_ms = POOL_POLICY_RETRY_MIN_MS;
         }
         pool_prepare_next(p);
 }

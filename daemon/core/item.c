@@ -15,6 +15,7 @@
 
 #include "base/log.h"
 #include "core/core.h"
+#include "pool-policy.h"
 #include "util.h"
 
 /* The identity of work queued under one key: at most one pending instance,
@@ -341,7 +342,7 @@ static struct exec_spec item_exec_spec(const struct item *i, const struct pool *
                 .cpu = pool->cpu,
                 /* The high-priority pool runs at the kernel's HIGHPRI_NICE_LEVEL,
                  * but never at more priority than the submitter could get. */
-                .nice = pool->highpri && i->uid == 0 && geteuid() == 0 ? -20 : 0,
+                .nice = pool->highpri && i->uid == 0 && geteuid() == 0 ? POOL_POLICY_HIGHPRI_NICE : 0,
                 .timeout_usec = i->timeout_usec,
                 .output_limit = i->core->config.limits.value[LIMIT_OUTPUT_BYTES],
                 .cgroups = i->core->config.cgroups,
