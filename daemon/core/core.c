@@ -2,8 +2,6 @@
 #include <errno.h>
 #include <sched.h>
 #include <event2/event.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sysinfo.h>
@@ -11,18 +9,6 @@
 #include "base/log.h"
 #include "core/core.h"
 #include "util.h"
-
-int core_error_set(struct core_error *e, int error, const char *fmt, ...) {
-        va_list ap;
-
-        if (!e)
-                return error;
-        e->error = error;
-        va_start(ap, fmt);
-        vsnprintf(e->message, sizeof(e->message), fmt, ap);
-        va_end(ap);
-        return error;
-}
 
 void core_waiter_init(struct core_waiter *w, void (*done)(struct core_waiter *w, int r)) {
         *w = (struct core_waiter) { .done = done };

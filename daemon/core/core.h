@@ -23,6 +23,7 @@
 
 #include "cm/pool.h"
 #include "cm/sleepwatch.h"
+#include "core/error.h"
 #include "core/user-limits.h"
 #include "exec/exec.h"
 #include "list.h"
@@ -49,31 +50,12 @@ enum {
 #define WQ_MAX_ACTIVE 512u
 #define WQ_NAME_MAX 64u
 
-/* Named limits on what one request may carry.  The byte sizes are the
- * defaults of limits item-args-bytes and item-payload-bytes (core/user-limits.h). */
-#define ITEM_ARGV_MAX 4096u                     /* arguments */
-#define ITEM_ENV_MAX 4096u                      /* environment entries */
-#define ITEM_STRINGS_BYTES_MAX (256u * 1024u)   /* argv + env + cwd bytes */
-#define ITEM_PAYLOAD_MAX (1024u * 1024u)        /* stdin payload */
-#define ITEM_KEY_MAX 256u
-#define ITEM_DELAY_MAX_USEC (30ULL * 24 * 3600 * 1000000)
-
 #define WATCHDOG_DEFAULT_USEC (30ULL * 1000000)  /* the kernel's wq_watchdog_thresh */
 #define WATCHDOG_DISABLED UINT64_MAX
 #define FREEZE_TIMEOUT_DEFAULT_USEC (20ULL * 1000000)
 #define REQUEUE_EXIT_STATUS 75                  /* EX_TEMPFAIL */
 #define REQUEUE_BACKOFF_MIN_USEC (100ULL * 1000)
 #define REQUEUE_BACKOFF_MAX_USEC (10ULL * 1000000)
-
-struct core_error {
-        int error;              /* negative errno, 0 when fine */
-        char message[256];
-        const char *limit;      /* -EDQUOT: the name of the limit (core/user-limits.h), else NULL */
-};
-
-/* Sets @e (may be NULL) and returns @error, for "return core_error_set(...)". */
-int core_error_set(struct core_error *e, int error, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
 
 /* Who is asking, as the kernel (SO_PEERCRED) or the bus vouches for it:
  * never anything read from /proc of the peer.  An exec item's groups are

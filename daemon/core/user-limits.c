@@ -5,8 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/core.h"
+#include "core/error.h"
 #include "core/user-limits.h"
+#include "exec/exec.h"
 #include "frame.h"
 #include "util.h"
 

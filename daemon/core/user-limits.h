@@ -33,6 +33,15 @@
 struct core_error;
 struct pwq_share;
 
+/* Named limits on what one request may carry.  The byte sizes are the
+ * defaults of limits item-args-bytes and item-payload-bytes below. */
+#define ITEM_ARGV_MAX 4096u                     /* arguments */
+#define ITEM_ENV_MAX 4096u                      /* environment entries */
+#define ITEM_STRINGS_BYTES_MAX (256u * 1024u)   /* argv + env + cwd bytes */
+#define ITEM_PAYLOAD_MAX (1024u * 1024u)        /* stdin payload */
+#define ITEM_KEY_MAX 256u
+#define ITEM_DELAY_MAX_USEC (30ULL * 24 * 3600 * 1000000)
+
 enum limit_id {
         LIMIT_WORKQUEUES,
         LIMIT_PENDING_ITEMS,
