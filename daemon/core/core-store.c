@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * What the core keeps in the durable log (store/store.c), and how it is rebuilt
- * from it at start.
+ * What the core keeps in the durable log (store/store.c): the records the
+ * core's files write as its state changes, and the snapshot.  The rebuild
+ * from the log at start-up is core/store-recovery.c's.
  *
  * Written: a queue's state when it is created or changed and when it is
  * gone; an item when it is queued (all it needs to run again), when it
@@ -9,14 +10,6 @@
  * for good.  A snapshot is the same records for the live state: a Header,
  * every queue, the history (ItemHistory), every unfinished item in queue
  * order (and ItemStarted for those that run).
- *
- * Rebuilt: queues are recreated, items keep their ids and their order.  An
- * item that was pending is queued again (a delay that has not passed is
- * armed for what is left of it); one that was running is interrupted: run
- * again from the start if its queue's policy is "rerun", otherwise retired
- * as ITEM_INTERRUPTED.  Finished items are back in the history.  A
- * connection-owned queue is destroyed once its recovered items have run:
- * no connection survives a restart.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -293,306 +286,18 @@ static int core_store_snapshot(struct store_buf *b, void *userdata) {
         return 0;
 }
 
-/* Replay */
-
-static int restore_workqueue(struct core *c, const CmwqStore__Workqueue *w) {
-        struct workqueue *wq = core_find_workqueue(c, w->owner, w->name);
-        struct core_caller owner = { .uid = w->owner };
-        struct core_error e = {};
-        int r;
-
-        if (!wq) {
-                r = core_workqueue_create(c, &owner, w->name, w->flags, (w->flags & WQ_ORDERED) ? 0 : w->max_active,
-                                          &e);
-                if (r < 0) {
-                        log_warning("Cannot recreate workqueue %s from the state log: %s", w->name, e.message);
-                        return 0;
-                }
-                wq = core_find_workqueue(c, w->owner, w->name);
-        } else if (!(wq->flags & WQ_ORDERED) && w->max_active > 0 && w->max_active <= WQ_MAX_ACTIVE)
-                wq->max_active = w->max_active;
-        if (w->has_on_interrupt && w->on_interrupt < _INTERRUPT_POLICY_MAX)
-                wq->on_interrupt = w->on_interrupt;
-        /* Its connection did not outlive the cmwqd that served it:
-         * core_store_orphans() destroys it after the replay. */
-        if (w->has_owned_by_connection && w->owned_by_connection && !wq->builtin) {
-                wq->connection_owned = true;
-                wq->owner_pid = (pid_t) w->owner_pid;
-        }
-        return 0;
-}
-
-static int restore_copy_strv(char *const *src, size_t n, char ***ret) {
-        char **l = calloc(n + 1, sizeof(char *));
-
-        if (!l)
-                return -ENOMEM;
-        for (size_t k = 0; k < n; k++)
-                if (!(l[k] = strdup(src[k]))) {
-                        strv_free(l);
-                        return -ENOMEM;
-                }
-        *ret = l;
-        return 0;
-}
-
-/* An item as it was queued; @wq NULL: it goes to the history. */
-static int restore_item(struct core *c, struct workqueue *wq, const CmwqStore__ItemQueued *q, struct item **ret) {
-        struct item *i;
-        int r = -ENOMEM;
-
-        if (q->n_argv == 0 || core_item_lookup(c, q->id))
-                return -EBADMSG;
-        i = item_alloc(c, wq);
-        if (!i)
-                return -ENOMEM;
-        i->id = q->id;
-        i->uid = q->uid;
-        i->cpu = q->has_cpu ? q->cpu : -1;
-        if (wq && !(wq->flags & WQ_UNBOUND) && (i->cpu < 0 || (unsigned) i->cpu >= c->nr_cpus))
-                i->cpu = 0;     /* the machine has fewer CPUs now */
-        i->timeout_usec = q->timeout_usec;
-        i->queued_usec = q->queued_usec;
-        i->deadline_usec = q->deadline_usec;
-        i->requeues = q->requeues;
-        i->interruptions = q->interruptions;
-        if (!wq && !(i->wq_name = strdup(q->workqueue)))
-                goto fail;
-        if (restore_copy_strv(q->argv, q->n_argv, &i->argv) < 0 || restore_copy_strv(q->env, q->n_env, &i->envp) < 0)
-                goto fail;
-        i->cwd = strdup(q->cwd ? q->cwd : "/");
-        if (!i->cwd)
-                goto fail;
-        if (q->has_payload && q->payload.len > 0) {
-                i->payload = malloc(q->payload.len);
-                if (!i->payload)
-                        goto fail;
-                memcpy(i->payload, q->payload.data, q->payload.len);
-                i->payload_len = q->payload.len;
-        }
-        /* Out of memory after this is out of memory at start-up: fatal
-         * enough that the charge is not taken back. */
-        r = item_restore_charge(i);
-        if (r < 0)
-                goto fail;
-        if (q->key) {
-                if (!wq)
-                        i->key_name = strdup(q->key);
-                else if (item_attach_key(i, q->key) < 0)
-                        goto fail;
-        }
-        if (wq) {
-                r = exec_resolve_program(i->argv[0], c->config.plugin_dirs, &i->program);
-                if (r < 0)
-                        i->exec_errno = -r;     /* fails when it is due, as the log says it was queued */
-        }
-        core_item_hash(c, i);
-        if (c->next_id <= i->id)
-                c->next_id = i->id + 1;
-        *ret = i;
-        return 0;
-
-fail:
-        item_free(i);
-        return r;
-}
-
-static void restore_result(struct item *i, const CmwqStore__ItemResult *res) {
-        i->exit_status = res->exit_status;
-        i->signal = res->signal;
-        i->exec_errno = res->exec_errno;
-        i->cpu_usec = res->cpu_usec;
-        i->timed_out = res->timed_out;
-        i->cpu_intensive = res->cpu_intensive;
-        free(i->out);
-        free(i->err);
-        i->out = i->err = NULL;
-        i->out_len = i->err_len = 0;
-        if (res->has_out && res->out.len > 0 && (i->out = malloc(res->out.len))) {
-                memcpy(i->out, res->out.data, res->out.len);
-                i->out_len = res->out.len;
-        }
-        if (res->has_err && res->err.len > 0 && (i->err = malloc(res->err.len))) {
-                memcpy(i->err, res->err.data, res->err.len);
-                i->err_len = res->err.len;
-        }
-        i->out_truncated = res->out_truncated;
-        i->err_truncated = res->err_truncated;
-        i->started_usec = res->started_usec;
-        i->finished_usec = res->finished_usec ? res->finished_usec : now_usec(CLOCK_REALTIME);
-        if (res->has_requeues)
-                i->requeues = res->requeues;
-}
-
-static struct item *restore_lookup_live(struct core *c, uint64_t id) {
-        struct item *i = core_item_lookup(c, id);
-
-        return i && i->wq && !item_is_finished(i) ? i : NULL;
-}
-
-int core_store_replay(const CmwqStore__Record *rec, void *userdata) {
-        struct core *c = userdata;
-        struct workqueue *wq;
-        struct item *i;
-        int r;
-
-        c->restoring = true;
-        switch (rec->body_case) {
-        case CMWQ_STORE__RECORD__BODY_HEADER:
-                if (rec->header->version > STORE_FORMAT_VERSION)
-                        return log_error_errno(-EPROTONOSUPPORT,
-                                               "The state log was written by a newer cmwqd (format %u, this one "
-                                               "reads %u)", rec->header->version, STORE_FORMAT_VERSION);
-                if (c->next_id < rec->header->next_id)
-                        c->next_id = rec->header->next_id;
-                break;
-        case CMWQ_STORE__RECORD__BODY_WORKQUEUE:
-                return restore_workqueue(c, rec->workqueue);
-        case CMWQ_STORE__RECORD__BODY_WORKQUEUE_DESTROYED:
-                wq = core_find_workqueue(c, rec->workqueue_destroyed->has_owner ? rec->workqueue_destroyed->owner
-                                                                                : getuid(),
-                                         rec->workqueue_destroyed->name);
-                if (wq && !wq->builtin)
-                        workqueue_free(wq);
-                break;
-        case CMWQ_STORE__RECORD__BODY_ITEM_QUEUED:
-                wq = core_find_workqueue(c, rec->item_queued->has_workqueue_owner
-                                                    ? rec->item_queued->workqueue_owner : getuid(),
-                                         rec->item_queued->workqueue);
-                if (!wq) {
-                        log_warning("The state log queues item %" PRIu64 " on workqueue %s, which does not exist; "
-                                    "dropping it", rec->item_queued->id, rec->item_queued->workqueue);
-                        break;
-                }
-                r = restore_item(c, wq, rec->item_queued, &i);
-                if (r < 0) {
-                        log_warning_errno(r, "Cannot restore item %" PRIu64 ": %m", rec->item_queued->id);
-                        break;
-                }
-                i->state = ITEM_DELAYED;        /* placeholder until recovery queues it */
-                list_add_tail(&i->wq_entry, &wq->items);
-                wq->nr_items++;
-                break;
-        case CMWQ_STORE__RECORD__BODY_ITEM_STARTED:
-                i = restore_lookup_live(c, rec->item_started->id);
-                if (i) {
-                        i->restored_running = true;
-                        i->started_usec = rec->item_started->started_usec;
-                        i->deadline_usec = 0;
-                }
-                break;
-        case CMWQ_STORE__RECORD__BODY_ITEM_REQUEUED:
-                i = restore_lookup_live(c, rec->item_requeued->id);
-                if (i) {
-                        i->restored_running = false;
-                        i->requeues = rec->item_requeued->requeues;
-                        i->deadline_usec = rec->item_requeued->deadline_usec;
-                        i->cpu_usec = rec->item_requeued->cpu_usec;
-                }
-                break;
-        case CMWQ_STORE__RECORD__BODY_ITEM_RESULT:
-                i = restore_lookup_live(c, rec->item_result->id);
-                if (i) {
-                        restore_result(i, rec->item_result);
-                        item_retire(i, rec->item_result->state <= ITEM_INTERRUPTED &&
-                                               rec->item_result->state >= ITEM_FINISHED
-                                               ? (enum item_state) rec->item_result->state : ITEM_FAILED);
-                }
-                break;
-        case CMWQ_STORE__RECORD__BODY_ITEM_HISTORY:
-                r = restore_item(c, NULL, rec->item_history->item, &i);
-                if (r < 0) {
-                        log_warning_errno(r, "Cannot restore item %" PRIu64 " of the history: %m",
-                                          rec->item_history->item->id);
-                        break;
-                }
-                restore_result(i, rec->item_history->result);
-                i->state = rec->item_history->result->state >= ITEM_FINISHED &&
-                                           rec->item_history->result->state <= ITEM_INTERRUPTED
-                                   ? (enum item_state) rec->item_history->result->state : ITEM_FAILED;
-                item_restore_history(i);
-                break;
-        default:
-                /* A record of a newer cmwqd that this one does not know: skip it. */
-                break;
-        }
-        return 0;
-}
-
-/* After the replay: interrupted items are settled before the snapshot. */
-static void core_store_settle(struct core *c) {
-        struct workqueue *wq;
-        struct item *i, *n;
-
-        list_for_each_entry(wq, &c->workqueues, entry)
-                list_for_each_entry_safe(i, n, &wq->items, wq_entry) {
-                        if (!i->restored_running)
-                                continue;
-                        i->restored_running = false;
-                        i->interruptions++;
-                        if (wq->on_interrupt == INTERRUPT_RERUN) {
-                                log_notice("Item %" PRIu64 " of workqueue %s was running when cmwqd stopped; "
-                                           "running it again (its queue's policy is rerun)", i->id, wq->name);
-                                i->started_usec = 0;
-                                continue;
-                        }
-                        log_notice("Item %" PRIu64 " of workqueue %s was running when cmwqd stopped; "
-                                   "it is reported as interrupted", i->id, wq->name);
-                        i->finished_usec = now_usec(CLOCK_REALTIME);
-                        item_retire(i, ITEM_INTERRUPTED);
-                }
-}
-
-/* After the settling: a connection-owned queue outlives its connection
- * only to run what it accepted.  The empty ones go before the snapshot (so
- * the new log never names them); the others are in the snapshot, still
- * connection-owned, and go once their items have run, writing their
- * WorkqueueDestroyed then.  Dying again before that only repeats this. */
-static void core_store_orphans(struct core *c) {
-        struct workqueue *wq, *n;
-
-        list_for_each_entry_safe(wq, n, &c->workqueues, entry)
-                if (wq->connection_owned && !wq->owner_conn)
-                        workqueue_orphan(wq);
-}
-
-/* Queues the recovered items, in each queue's order. */
-static void core_store_requeue(struct core *c) {
-        uint64_t now = now_usec(CLOCK_REALTIME);
-        struct workqueue *wq, *wn;
-        struct item *i, *n;
-        size_t count = 0;
-
-        list_for_each_entry_safe(wq, wn, &c->workqueues, entry) {
-                list_for_each_entry_safe(i, n, &wq->items, wq_entry) {
-                        count++;
-                        if (i->exec_errno) {
-                                item_retire(i, ITEM_FAILED);
-                                continue;
-                        }
-                        if (i->deadline_usec > now && item_delay(i, i->deadline_usec - now) >= 0)
-                                continue;
-                        i->deadline_usec = 0;
-                        item_queue(i);
-                }
-                workqueue_check_waiters(wq);
-        }
-        if (count > 0)
-                log_info("Recovered %zu queued items", count);
-}
-
 static void core_store_durable(struct store_listener *l, uint64_t seq) {
         struct core *c = container_of(l, struct core, store_listener);
 
         core_items_start_durable(c, seq);
 }
 
-int core_store_attach(struct core *c, struct store *s) {
+/* Starts writing to @s, once the core's state is rebuilt: the store's first
+ * snapshot is that state, and the items that wait for their records to be
+ * durable are told when they are. */
+int core_store_start(struct core *c, struct store *s) {
         int r;
 
-        c->restoring = false;
-        core_store_settle(c);
-        core_store_orphans(c);
         r = store_start(s, c->base, core_store_snapshot, c);
         if (r < 0)
                 return r;
@@ -600,7 +305,6 @@ int core_store_attach(struct core *c, struct store *s) {
         c->store_listener.durable = core_store_durable;
         c->store_listener.full = NULL;
         store_add_listener(s, &c->store_listener);
-        core_store_requeue(c);
         return 0;
 }
 

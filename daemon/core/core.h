@@ -461,10 +461,13 @@ int item_delay(struct item *i, uint64_t usec);
 int item_restore_charge(struct item *i);
 void item_restore_history(struct item *i);
 
-/* core/core-store.c: what the core keeps in the durable log.  Each is a no-op
- * without a store and while the log is replayed. */
+/* core/store-recovery.c: the core rebuilt from the durable log at start-up,
+ * record by record (the store's replay callback), then attached to the store. */
 int core_store_replay(const CmwqStore__Record *rec, void *userdata);
 int core_store_attach(struct core *c, struct store *s);
+/* core/core-store.c: what the core keeps in the durable log.  Each is a no-op
+ * without a store and while the log is replayed. */
+int core_store_start(struct core *c, struct store *s);
 /* -ENOSPC ("the state directory DIR is full") while the store has no room:
  * every change a client asks for (create, destroy, submit, set-max-active,
  * set-on-interrupt) is refused then; 0 otherwise.  Cancel stays allowed. */
