@@ -3,12 +3,12 @@
  * libcmwq-client: exec work.
  */
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "client.h"
+#include "request.h"
 #include "util.h"
 
 extern char **environ;
@@ -115,56 +115,43 @@ static size_t strv_count(const char *const *v) {
         return n;
 }
 
-/* Fills @s from @a; @cwd_buf holds the current directory if needed. */
-static int submit_fill(Cmwq__Submit *s, struct cmwq_workqueue *wq, const struct cmwq_exec_args *a,
+/* Fills @s from @a; *ret_cwd holds the current directory if needed. */
+static int submit_fill(struct request_submit_args *s, struct cmwq_workqueue *wq, const struct cmwq_exec_args *a,
                        char **ret_cwd) {
         const char *const *envp;
-        int cpu;
 
         if (!wq || !a || !a->argv || !a->argv[0])
                 return client_error(-EINVAL, "an exec item needs a workqueue and argv[0]");
 
         s->workqueue = wq->name;
         s->n_argv = strv_count(a->argv);
-        s->argv = (char **) a->argv;
+        s->argv = (char *const *) a->argv;
         envp = a->envp ? a->envp : (const char *const *) environ;
         s->n_env = strv_count(envp);
-        s->env = (char **) envp;
+        s->env = (char *const *) envp;
         if (a->cwd)
-                s->cwd = (char *) a->cwd;
+                s->cwd = a->cwd;
         else {
                 *ret_cwd = getcwd(NULL, 0);
                 if (!*ret_cwd)
                         return client_error(-errno, "cannot tell the current directory: %s", strerror(errno));
                 s->cwd = *ret_cwd;
         }
-        if (a->stdin_data) {
-                s->has_stdin_payload = true;
-                s->stdin_payload = (ProtobufCBinaryData) { a->stdin_len, (uint8_t *) a->stdin_data };
-        }
-        /* Like queue_work(): the CPU we run on, unless one was asked for. */
-        cpu = a->pin_cpu ? (int) a->cpu : sched_getcpu();
-        if (cpu >= 0) {
-                s->has_cpu = true;
-                s->cpu = cpu;
-        }
-        if (a->delay_usec) {
-                s->has_delay_usec = true;
-                s->delay_usec = a->delay_usec;
-        }
-        if (a->timeout_usec) {
-                s->has_timeout_usec = true;
-                s->timeout_usec = a->timeout_usec;
-        }
-        s->key = (char *) a->key;
+        s->stdin_data = a->stdin_data;
+        s->stdin_len = a->stdin_len;
+        s->pin_cpu = a->pin_cpu;
+        s->cpu = (int) a->cpu;
+        s->delay_usec = a->delay_usec;
+        s->timeout_usec = a->timeout_usec;
+        s->key = a->key;
         return 0;
 }
 
 /* Submits; returns 0 or 1 (key pending) and the id, or a negative errno. */
 static int exec_submit(struct cmwq_workqueue *wq, const struct cmwq_exec_args *a, bool wait,
                        Cmwq__Response **ret_resp) {
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__Submit submit = CMWQ__SUBMIT__INIT;
+        struct request_submit_args submit = { .wait = wait };
+        struct request req;
         _cleanup_(freep) char *cwd = NULL;
         Cmwq__Response *resp = NULL;
         int r;
@@ -172,13 +159,7 @@ static int exec_submit(struct cmwq_workqueue *wq, const struct cmwq_exec_args *a
         r = submit_fill(&submit, wq, a, &cwd);
         if (r < 0)
                 return r;
-        if (wait) {
-                submit.has_wait = true;
-                submit.wait = true;
-        }
-        req.body_case = CMWQ__REQUEST__BODY_SUBMIT;
-        req.submit = &submit;
-        r = client_call(wq->c, &req, &resp);
+        r = client_call(wq->c, request_submit(&req, &submit), &resp);
         if (r < 0)
                 return r;
         if (resp->error != CMWQ__ERROR__OK) {
@@ -229,41 +210,28 @@ int cmwq_exec_sync(struct cmwq_workqueue *wq, const struct cmwq_exec_args *args,
         return result_from_response(resp, "the exec item failed", ret);
 }
 
-static void item_request(Cmwq__Request *req, Cmwq__ItemId *item, Cmwq__Request__BodyCase kind, uint64_t id) {
-        item->id = id;
-        req->body_case = kind;
-        if (kind == CMWQ__REQUEST__BODY_WAIT)
-                req->wait = item;
-        else
-                req->cancel = item;
-}
-
 int cmwq_exec_wait(struct cmwq *c, uint64_t id, struct cmwq_exec_result **ret) {
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__ItemId item = CMWQ__ITEM_ID__INIT;
+        struct request req;
         Cmwq__Response *resp = NULL;
         int r;
 
         if (!c || !ret)
                 return client_error(-EINVAL, "no connection or no place for the result");
-        item_request(&req, &item, CMWQ__REQUEST__BODY_WAIT, id);
-        r = client_call(c, &req, &resp);
+        r = client_call(c, request_item(&req, CMWQ__REQUEST__BODY_WAIT, id), &resp);
         if (r < 0)
                 return r;
         return result_from_response(resp, "cannot wait for the item", ret);
 }
 
 int cmwq_exec_cancel(struct cmwq *c, uint64_t id) {
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__ItemId item = CMWQ__ITEM_ID__INIT;
+        struct request req;
         Cmwq__Response *resp = NULL;
         const Cmwq__ItemInfo *info;
         int r;
 
         if (!c)
                 return client_error(-EINVAL, "no connection");
-        item_request(&req, &item, CMWQ__REQUEST__BODY_CANCEL, id);
-        r = client_call(c, &req, &resp);
+        r = client_call(c, request_item(&req, CMWQ__REQUEST__BODY_CANCEL, id), &resp);
         if (r < 0)
                 return r;
         if (resp->error != CMWQ__ERROR__OK)
@@ -289,8 +257,7 @@ static void exec_async_complete(struct cmwq *c, struct client_call *call) {
 
 int cmwq_exec_async(struct cmwq_workqueue *wq, const struct cmwq_exec_args *args,
                     cmwq_exec_done_fn done, void *userdata, uint64_t *ret_id) {
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__ItemId item = CMWQ__ITEM_ID__INIT;
+        struct request req;
         struct client_call *call;
         uint64_t id;
         int r, queued;
@@ -308,8 +275,7 @@ int cmwq_exec_async(struct cmwq_workqueue *wq, const struct cmwq_exec_args *args
         call->exec_done = done;
         call->userdata = userdata;
         call->item_id = id;
-        item_request(&req, &item, CMWQ__REQUEST__BODY_WAIT, id);
-        r = client_call_async(wq->c, &req, call);
+        r = client_call_async(wq->c, request_item(&req, CMWQ__REQUEST__BODY_WAIT, id), call);
         if (r < 0) {
                 /* The item is queued but we cannot hear of it. */
                 free(call);

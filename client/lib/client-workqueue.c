@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "request.h"
 
 /* The protocol's FLAG_ORDERED (the kernel's __WQ_ORDERED). */
 #define CLIENT_WQ_ORDERED (1u << 17)
@@ -46,27 +47,23 @@ static void workqueue_handle_free(struct cmwq_workqueue *wq) {
 
 static struct cmwq_workqueue *workqueue_create(struct cmwq *c, const char *name, unsigned flags,
                                                unsigned max_active) {
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__CreateWorkqueue create = CMWQ__CREATE_WORKQUEUE__INIT;
+        const struct request_create_args create = {
+                .name = name,
+                .flags = flags,
+                .has_max_active = true,
+                .max_active = max_active,
+                /* As the kernel's alloc_workqueue() lives with its module:
+                 * the daemon destroys the queue when this connection ends. */
+                .owned_by_connection = true,
+        };
+        struct request req;
         int r;
 
         if (!c || !name) {
                 errno = -client_error(-EINVAL, "no connection or no name");
                 return NULL;
         }
-        create.name = (char *) name;
-        create.has_flags = true;
-        create.flags = flags;
-        create.has_max_active = true;
-        create.max_active = max_active;
-        /* As the kernel's alloc_workqueue() lives with its module: the
-         * daemon destroys the queue when this connection ends. */
-        create.has_owned_by_connection = true;
-        create.owned_by_connection = true;
-        req.body_case = CMWQ__REQUEST__BODY_CREATE;
-        req.create = &create;
-
-        r = client_call_simple(c, &req, "cannot create the workqueue");
+        r = client_call_simple(c, request_create(&req, &create), "cannot create the workqueue");
         if (r < 0) {
                 errno = -r;
                 return NULL;
@@ -92,8 +89,7 @@ struct cmwq_workqueue *cmwq_alloc_ordered_workqueue(struct cmwq *c, const char *
 }
 
 struct cmwq_workqueue *cmwq_open_workqueue(struct cmwq *c, const char *name) {
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__Empty empty = CMWQ__EMPTY__INIT;
+        struct request req;
         Cmwq__Response *resp = NULL;
         unsigned flags = 0, max_active = 0;
         bool found = false;
@@ -103,9 +99,7 @@ struct cmwq_workqueue *cmwq_open_workqueue(struct cmwq *c, const char *name) {
                 errno = -client_error(-EINVAL, "no connection or no name");
                 return NULL;
         }
-        req.body_case = CMWQ__REQUEST__BODY_LIST;
-        req.list = &empty;
-        r = client_call(c, &req, &resp);
+        r = client_call(c, request_empty(&req, CMWQ__REQUEST__BODY_LIST), &resp);
         if (r < 0) {
                 errno = -r;
                 return NULL;
@@ -145,23 +139,9 @@ const char *cmwq_workqueue_name(const struct cmwq_workqueue *wq) {
 
 /* A request naming one queue that answers "done" or an error. */
 static int workqueue_call(struct cmwq_workqueue *wq, Cmwq__Request__BodyCase kind, const char *what) {
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__WorkqueueName name = CMWQ__WORKQUEUE_NAME__INIT;
+        struct request req;
 
-        name.name = wq->name;
-        req.body_case = kind;
-        switch (kind) {
-        case CMWQ__REQUEST__BODY_DESTROY:
-                req.destroy = &name;
-                break;
-        case CMWQ__REQUEST__BODY_FLUSH:
-                req.flush = &name;
-                break;
-        default:
-                req.drain = &name;
-                break;
-        }
-        return client_call_simple(wq->c, &req, what);
+        return client_call_simple(wq->c, request_workqueue(&req, kind, wq->name), what);
 }
 
 int cmwq_destroy_workqueue(struct cmwq_workqueue *wq) {
@@ -180,15 +160,10 @@ int cmwq_destroy_workqueue(struct cmwq_workqueue *wq) {
 }
 
 int cmwq_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active) {
+        struct request req;
         int r;
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__SetMaxActive set = CMWQ__SET_MAX_ACTIVE__INIT;
 
-        set.name = wq->name;
-        set.max_active = max_active;
-        req.body_case = CMWQ__REQUEST__BODY_SET_MAX_ACTIVE;
-        req.set_max_active = &set;
-        r = client_call_simple(wq->c, &req, "cannot set max_active");
+        r = client_call_simple(wq->c, request_set_max_active(&req, wq->name, max_active), "cannot set max_active");
         if (r >= 0)
                 client_workqueue_set_max_active(wq, max_active);
         return r;
