@@ -9,6 +9,7 @@
 #include "cmwqctl-json.h"
 #include "cmwqctl-print.h"
 #include "cmwqctl-util.h"
+#include "request.h"
 #include "util.h"
 
 /* The kernel's WQ_MAX_ACTIVE, the documented upper limit of max_active: a
@@ -28,38 +29,34 @@ int verb_create(Context *ctx, int argc, char **argv) {
                 { "on-interrupt",  required_argument, NULL, ARG_ON_INTERRUPT  },
                 {}
         };
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__CreateWorkqueue create = CMWQ__CREATE_WORKQUEUE__INIT;
-        const char *name = NULL;
-        uint32_t flags = 0, max_active = 0;
-        bool has_max_active = false, has_on_interrupt = false;
-        Cmwq__InterruptPolicy on_interrupt = CMWQ__INTERRUPT_POLICY__INTERRUPT_DROP;
+        struct request_create_args create = { .on_interrupt = CMWQ__INTERRUPT_POLICY__INTERRUPT_DROP };
+        struct request req;
         int c, r;
 
         optind = 0;
         while ((c = getopt_long(argc, argv, COMMON_SHORT_OPTIONS, options, NULL)) >= 0)
                 switch (c) {
-                case ARG_UNBOUND:       flags |= CMWQ__WORKQUEUE_FLAG__FLAG_UNBOUND; break;
-                case ARG_ORDERED:       flags |= CMWQ__WORKQUEUE_FLAG__FLAG_ORDERED; break;
-                case ARG_HIGHPRI:       flags |= CMWQ__WORKQUEUE_FLAG__FLAG_HIGHPRI; break;
-                case ARG_CPU_INTENSIVE: flags |= CMWQ__WORKQUEUE_FLAG__FLAG_CPU_INTENSIVE; break;
-                case ARG_FREEZABLE:     flags |= CMWQ__WORKQUEUE_FLAG__FLAG_FREEZABLE; break;
-                case ARG_MEM_RECLAIM:   flags |= CMWQ__WORKQUEUE_FLAG__FLAG_MEM_RECLAIM; break;
+                case ARG_UNBOUND:       create.flags |= CMWQ__WORKQUEUE_FLAG__FLAG_UNBOUND; break;
+                case ARG_ORDERED:       create.flags |= CMWQ__WORKQUEUE_FLAG__FLAG_ORDERED; break;
+                case ARG_HIGHPRI:       create.flags |= CMWQ__WORKQUEUE_FLAG__FLAG_HIGHPRI; break;
+                case ARG_CPU_INTENSIVE: create.flags |= CMWQ__WORKQUEUE_FLAG__FLAG_CPU_INTENSIVE; break;
+                case ARG_FREEZABLE:     create.flags |= CMWQ__WORKQUEUE_FLAG__FLAG_FREEZABLE; break;
+                case ARG_MEM_RECLAIM:   create.flags |= CMWQ__WORKQUEUE_FLAG__FLAG_MEM_RECLAIM; break;
                 case ARG_MAX_ACTIVE:
-                        if (parse_uint32(optarg, &max_active) < 0 || max_active > CTL_MAX_ACTIVE)
+                        if (parse_uint32(optarg, &create.max_active) < 0 || create.max_active > CTL_MAX_ACTIVE)
                                 return usage_error("create: invalid --max-active value '%s' (0-%u)", optarg,
                                                    CTL_MAX_ACTIVE);
-                        has_max_active = true;
+                        create.has_max_active = true;
                         break;
                 case ARG_ON_INTERRUPT:
                         if (strcmp(optarg, "rerun") == 0)
-                                on_interrupt = CMWQ__INTERRUPT_POLICY__INTERRUPT_RERUN;
+                                create.on_interrupt = CMWQ__INTERRUPT_POLICY__INTERRUPT_RERUN;
                         else if (strcmp(optarg, "drop") == 0)
-                                on_interrupt = CMWQ__INTERRUPT_POLICY__INTERRUPT_DROP;
+                                create.on_interrupt = CMWQ__INTERRUPT_POLICY__INTERRUPT_DROP;
                         else
                                 return usage_error("create: invalid --on-interrupt value '%s' (rerun or drop)",
                                                    optarg);
-                        has_on_interrupt = true;
+                        create.has_on_interrupt = true;
                         break;
                 default:
                         if (!common_option(ctx, c))
@@ -69,26 +66,16 @@ int verb_create(Context *ctx, int argc, char **argv) {
         r = check_args("create", argc, argv, 1, 1, "workqueue NAME");
         if (r != 0)
                 return r;
-        r = parse_name("create", argv[optind], &name);
+        r = parse_name("create", argv[optind], &create.name);
         if (r != 0)
                 return r;
 
-        create.name = (char *) name;
-        create.has_flags = true;
-        create.flags = flags;
-        create.has_max_active = has_max_active;
-        create.max_active = max_active;
-        create.has_on_interrupt = has_on_interrupt;
-        create.on_interrupt = on_interrupt;
-        req.body_case = CMWQ__REQUEST__BODY_CREATE;
-        req.create = &create;
-        return call_simple(ctx, &req);
+        return call_simple(ctx, request_create(&req, &create));
 }
 
 /* destroy, flush, drain: NAME and nothing else. */
 int verb_name_only(Context *ctx, int argc, char **argv) {
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__WorkqueueName wq = CMWQ__WORKQUEUE_NAME__INIT;
+        struct request req;
         const char *name = NULL;
         int r;
 
@@ -102,23 +89,15 @@ int verb_name_only(Context *ctx, int argc, char **argv) {
         if (r != 0)
                 return r;
 
-        wq.name = (char *) name;
-        if (strcmp(argv[0], "destroy") == 0) {
-                req.body_case = CMWQ__REQUEST__BODY_DESTROY;
-                req.destroy = &wq;
-        } else if (strcmp(argv[0], "flush") == 0) {
-                req.body_case = CMWQ__REQUEST__BODY_FLUSH;
-                req.flush = &wq;
-        } else {
-                req.body_case = CMWQ__REQUEST__BODY_DRAIN;
-                req.drain = &wq;
-        }
-        return call_simple(ctx, &req);
+        return call_simple(ctx, request_workqueue(&req,
+                                                  strcmp(argv[0], "destroy") == 0 ? CMWQ__REQUEST__BODY_DESTROY :
+                                                  strcmp(argv[0], "flush") == 0   ? CMWQ__REQUEST__BODY_FLUSH :
+                                                                                    CMWQ__REQUEST__BODY_DRAIN,
+                                                  name));
 }
 
 int verb_set_max_active(Context *ctx, int argc, char **argv) {
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__SetMaxActive set = CMWQ__SET_MAX_ACTIVE__INIT;
+        struct request req;
         const char *name = NULL;
         uint32_t n;
         int r;
@@ -136,11 +115,7 @@ int verb_set_max_active(Context *ctx, int argc, char **argv) {
                 return usage_error("set-max-active: invalid max_active '%s' (0-%u)", argv[optind + 1],
                                    CTL_MAX_ACTIVE);
 
-        set.name = (char *) name;
-        set.max_active = n;
-        req.body_case = CMWQ__REQUEST__BODY_SET_MAX_ACTIVE;
-        req.set_max_active = &set;
-        return call_simple(ctx, &req);
+        return call_simple(ctx, request_set_max_active(&req, name, n));
 }
 
 static void print_holding(const Cmwq__FreezeReply *reply) {
@@ -168,9 +143,9 @@ int verb_freeze_thaw(Context *ctx, int argc, char **argv) {
                 {}
         };
         _cleanup_(response_freep) Cmwq__Response *resp = NULL;
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__FreezeRequest fr = CMWQ__FREEZE_REQUEST__INIT;
-        bool freeze = strcmp(argv[0], "freeze") == 0;
+        struct request req;
+        uint64_t timeout_usec = 0;
+        bool has_timeout = false, freeze = strcmp(argv[0], "freeze") == 0;
         const Cmwq__FreezeReply *reply;
         const char *name = NULL;
         int c, r;
@@ -179,10 +154,10 @@ int verb_freeze_thaw(Context *ctx, int argc, char **argv) {
         while ((c = getopt_long(argc, argv, COMMON_SHORT_OPTIONS, freeze ? options : options + 1, NULL)) >= 0)
                 switch (c) {
                 case ARG_TIMEOUT:
-                        r = parse_seconds_option(argv[0], "timeout", optarg, &fr.timeout_usec);
+                        r = parse_seconds_option(argv[0], "timeout", optarg, &timeout_usec);
                         if (r != 0)
                                 return r;
-                        fr.has_timeout_usec = true;
+                        has_timeout = true;
                         break;
                 default:
                         if (!common_option(ctx, c))
@@ -198,16 +173,7 @@ int verb_freeze_thaw(Context *ctx, int argc, char **argv) {
                         return r;
         }
 
-        fr.name = (char *) name;
-        if (freeze) {
-                req.body_case = CMWQ__REQUEST__BODY_FREEZE;
-                req.freeze = &fr;
-        } else {
-                req.body_case = CMWQ__REQUEST__BODY_THAW;
-                req.thaw = &fr;
-        }
-
-        r = ctx_call(ctx, &req, &resp);
+        r = ctx_call(ctx, request_freeze(&req, freeze, name, has_timeout ? &timeout_usec : NULL), &resp);
         if (r != 0)
                 return r;
 
@@ -257,16 +223,13 @@ int verb_freeze_thaw(Context *ctx, int argc, char **argv) {
 /* ------------------------------------------------------------------------ */
 /* inspection */
 
-static int request_empty(Context *ctx, Cmwq__Request__BodyCase body, Cmwq__Response__BodyCase expect,
+static int call_empty(Context *ctx, Cmwq__Request__BodyCase body, Cmwq__Response__BodyCase expect,
                          Cmwq__Response **ret) {
         _cleanup_(response_freep) Cmwq__Response *resp = NULL;
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__Empty empty = CMWQ__EMPTY__INIT;
+        struct request req;
         int r;
 
-        req.body_case = body;
-        req.list = &empty;      /* every Empty body shares the union slot */
-        r = ctx_call(ctx, &req, &resp);
+        r = ctx_call(ctx, request_empty(&req, body), &resp);
         if (r != 0)
                 return r;
         if (resp->error != CMWQ__ERROR__OK)
@@ -289,7 +252,7 @@ int verb_list(Context *ctx, int argc, char **argv) {
         if (r != 0)
                 return r;
 
-        r = request_empty(ctx, CMWQ__REQUEST__BODY_LIST, CMWQ__RESPONSE__BODY_LIST, &resp);
+        r = call_empty(ctx, CMWQ__REQUEST__BODY_LIST, CMWQ__RESPONSE__BODY_LIST, &resp);
         if (r != 0)
                 return r;
         if (ctx->json) {
@@ -313,7 +276,7 @@ int verb_pools(Context *ctx, int argc, char **argv) {
         if (r != 0)
                 return r;
 
-        r = request_empty(ctx, CMWQ__REQUEST__BODY_POOLS, CMWQ__RESPONSE__BODY_POOLS, &resp);
+        r = call_empty(ctx, CMWQ__REQUEST__BODY_POOLS, CMWQ__RESPONSE__BODY_POOLS, &resp);
         if (r != 0)
                 return r;
         if (ctx->json) {
@@ -337,7 +300,7 @@ int verb_stats(Context *ctx, int argc, char **argv) {
         if (r != 0)
                 return r;
 
-        r = request_empty(ctx, CMWQ__REQUEST__BODY_STATS, CMWQ__RESPONSE__BODY_STATS, &resp);
+        r = call_empty(ctx, CMWQ__REQUEST__BODY_STATS, CMWQ__RESPONSE__BODY_STATS, &resp);
         if (r != 0)
                 return r;
         if (ctx->json) {
@@ -348,7 +311,7 @@ int verb_stats(Context *ctx, int argc, char **argv) {
         }
 
         /* The queues' flags decide which columns apply, as in wq_monitor.py. */
-        r = request_empty(ctx, CMWQ__REQUEST__BODY_LIST, CMWQ__RESPONSE__BODY_LIST, &list);
+        r = call_empty(ctx, CMWQ__REQUEST__BODY_LIST, CMWQ__RESPONSE__BODY_LIST, &list);
         if (r != 0)
                 return r;
         if (stats_print(resp->stats, list->list, stdout) < 0)

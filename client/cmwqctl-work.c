@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +14,7 @@
 #include "cmwqctl-print.h"
 #include "cmwqctl-util.h"
 #include "frame.h"
+#include "request.h"
 #include "util.h"
 
 extern char **environ;
@@ -71,14 +71,10 @@ static int wait_refused(const Cmwq__Response *resp) {
         return r;
 }
 
-static int request_wait(Context *ctx, uint64_t id, Cmwq__Response **ret) {
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__ItemId item_id = CMWQ__ITEM_ID__INIT;
+static int call_wait(Context *ctx, uint64_t id, Cmwq__Response **ret) {
+        struct request req;
 
-        item_id.id = id;
-        req.body_case = CMWQ__REQUEST__BODY_WAIT;
-        req.wait = &item_id;
-        return ctx_call(ctx, &req, ret);
+        return ctx_call(ctx, request_item(&req, CMWQ__REQUEST__BODY_WAIT, id), ret);
 }
 
 static int read_payload(const char *path, uint8_t **ret, size_t *ret_len) {
@@ -158,12 +154,13 @@ int verb_submit(Context *ctx, int argc, char **argv) {
         _cleanup_(freep) char *cwd = NULL, *program = NULL;
         _cleanup_(freep) char **args = NULL, **env = NULL;
         _cleanup_(freep) uint8_t *payload = NULL;
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__Submit submit = CMWQ__SUBMIT__INIT;
+        struct request_submit_args submit = {};
+        struct request req;
         const Cmwq__SubmitReply *reply;
         const Cmwq__ItemInfo *item;
         const char *name = NULL, *stdin_path = NULL;
-        size_t payload_len = 0, n_env = 0;
+        size_t n_env = 0;
+        int32_t cpu;
         int c, n_args, r;
 
         /* Options may come before and after NAME; PROGRAM starts after "--"
@@ -183,22 +180,21 @@ int verb_submit(Context *ctx, int argc, char **argv) {
 
                 switch (c) {
                 case ARG_CPU:
-                        r = parse_cpu(optarg, &submit.cpu);
+                        r = parse_cpu(optarg, &cpu);
                         if (r < 0)
                                 return usage_error("submit: invalid --cpu value '%s' (expected a CPU number)", optarg);
-                        submit.has_cpu = true;
+                        submit.pin_cpu = true;
+                        submit.cpu = cpu;
                         break;
                 case ARG_DELAY:
                         r = parse_seconds_option("submit", "delay", optarg, &submit.delay_usec);
                         if (r != 0)
                                 return r;
-                        submit.has_delay_usec = true;
                         break;
                 case ARG_TIMEOUT:
                         r = parse_seconds_option("submit", "timeout", optarg, &submit.timeout_usec);
                         if (r != 0)
                                 return r;
-                        submit.has_timeout_usec = true;
                         break;
                 case ARG_KEY:
                         if (!*optarg)
@@ -209,7 +205,6 @@ int verb_submit(Context *ctx, int argc, char **argv) {
                         stdin_path = optarg;
                         break;
                 case ARG_WAIT:
-                        submit.has_wait = true;
                         submit.wait = true;
                         break;
                 default:
@@ -230,7 +225,7 @@ int verb_submit(Context *ctx, int argc, char **argv) {
                 return usage_error("submit: PROGRAM must not be empty");
 
         if (stdin_path) {
-                r = read_payload(stdin_path, &payload, &payload_len);
+                r = read_payload(stdin_path, &payload, &submit.stdin_len);
                 if (r == -EFBIG)
                         return usage_error("submit: --stdin file '%s' is larger than %u bytes",
                                            stdin_path, CMWQ_FRAME_MAX_PAYLOAD);
@@ -238,9 +233,7 @@ int verb_submit(Context *ctx, int argc, char **argv) {
                         return fail_oom();
                 if (r < 0)
                         return usage_error("submit: cannot read --stdin file '%s': %s", stdin_path, strerror(-r));
-                submit.has_stdin_payload = true;
-                submit.stdin_payload.data = payload;
-                submit.stdin_payload.len = payload_len;
+                submit.stdin_data = payload;
         }
 
         cwd = getcwd(NULL, 0);
@@ -267,26 +260,14 @@ int verb_submit(Context *ctx, int argc, char **argv) {
                 if (strchr(*e, '='))
                         env[n_env++] = *e;
 
-        if (!submit.has_cpu) {
-                /* Like queue_work(): the CPU we are running on. */
-                int cpu = sched_getcpu();
-
-                if (cpu >= 0) {
-                        submit.has_cpu = true;
-                        submit.cpu = cpu;
-                }
-        }
-
-        submit.workqueue = (char *) name;
+        submit.workqueue = name;
         submit.n_argv = (size_t) n_args;
         submit.argv = args;
         submit.n_env = n_env;
         submit.env = env;
         submit.cwd = cwd;
-        req.body_case = CMWQ__REQUEST__BODY_SUBMIT;
-        req.submit = &submit;
 
-        r = ctx_call(ctx, &req, &resp);
+        r = ctx_call(ctx, request_submit(&req, &submit), &resp);
         if (r != 0)
                 return r;
         if (resp->error != CMWQ__ERROR__OK)
@@ -313,7 +294,7 @@ int verb_submit(Context *ctx, int argc, char **argv) {
         if (!item) {
                 /* The daemon answered at once (e.g. the key was pending):
                  * wait for the item separately. */
-                r = request_wait(ctx, reply->id, &wait_resp);
+                r = call_wait(ctx, reply->id, &wait_resp);
                 if (r != 0)
                         return r;
                 if (wait_resp->error != CMWQ__ERROR__OK)
@@ -331,9 +312,10 @@ int verb_submit(Context *ctx, int argc, char **argv) {
 /* wait, show, cancel: ID and nothing else. */
 int verb_id(Context *ctx, int argc, char **argv) {
         _cleanup_(response_freep) Cmwq__Response *resp = NULL;
-        Cmwq__Request req = CMWQ__REQUEST__INIT;
-        Cmwq__ItemId item_id = CMWQ__ITEM_ID__INIT;
+        struct request req;
+        uint64_t id;
         const char *verb = argv[0];
+        bool show = strcmp(verb, "show") == 0;
         JsonWriter w;
         int r;
 
@@ -343,12 +325,12 @@ int verb_id(Context *ctx, int argc, char **argv) {
         r = check_args(verb, argc, argv, 1, 1, "work ID");
         if (r != 0)
                 return r;
-        r = parse_id(verb, argv[optind], &item_id.id);
+        r = parse_id(verb, argv[optind], &id);
         if (r != 0)
                 return r;
 
         if (strcmp(verb, "wait") == 0) {
-                r = request_wait(ctx, item_id.id, &resp);
+                r = call_wait(ctx, id, &resp);
                 if (r != 0)
                         return r;
                 if (resp->error != CMWQ__ERROR__OK)
@@ -363,20 +345,13 @@ int verb_id(Context *ctx, int argc, char **argv) {
                 return item_finish(ctx, resp->item);
         }
 
-        if (strcmp(verb, "show") == 0) {
-                req.body_case = CMWQ__REQUEST__BODY_SHOW;
-                req.show = &item_id;
-        } else {
-                req.body_case = CMWQ__REQUEST__BODY_CANCEL;
-                req.cancel = &item_id;
-        }
-        r = ctx_call(ctx, &req, &resp);
+        r = ctx_call(ctx, request_item(&req, show ? CMWQ__REQUEST__BODY_SHOW : CMWQ__REQUEST__BODY_CANCEL, id), &resp);
         if (r != 0)
                 return r;
         if (resp->error != CMWQ__ERROR__OK)
                 return daemon_refused(resp);
 
-        if (req.body_case == CMWQ__REQUEST__BODY_SHOW) {
+        if (show) {
                 if (resp->body_case != CMWQ__RESPONSE__BODY_ITEM)
                         return unexpected_reply();
                 if (ctx->json) {
