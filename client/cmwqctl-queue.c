@@ -16,104 +16,70 @@
  * larger value is a usage error, found before asking cmwqd. */
 #define CTL_MAX_ACTIVE 512u
 
-int verb_create(Context *ctx, int argc, char **argv) {
-        static const struct option options[] = {
-                COMMON_OPTIONS,
-                { "unbound",       no_argument,       NULL, ARG_UNBOUND       },
-                { "ordered",       no_argument,       NULL, ARG_ORDERED       },
-                { "highpri",       no_argument,       NULL, ARG_HIGHPRI       },
-                { "cpu-intensive", no_argument,       NULL, ARG_CPU_INTENSIVE },
-                { "freezable",     no_argument,       NULL, ARG_FREEZABLE     },
-                { "mem-reclaim",   no_argument,       NULL, ARG_MEM_RECLAIM   },
-                { "max-active",    required_argument, NULL, ARG_MAX_ACTIVE    },
-                { "on-interrupt",  required_argument, NULL, ARG_ON_INTERRUPT  },
-                {}
+int verb_create(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
+        static const struct {
+                int opt;
+                uint32_t flag;
+        } flags[] = {
+                { OPT_UNBOUND,       CMWQ__WORKQUEUE_FLAG__FLAG_UNBOUND },
+                { OPT_ORDERED,       CMWQ__WORKQUEUE_FLAG__FLAG_ORDERED },
+                { OPT_HIGHPRI,       CMWQ__WORKQUEUE_FLAG__FLAG_HIGHPRI },
+                { OPT_CPU_INTENSIVE, CMWQ__WORKQUEUE_FLAG__FLAG_CPU_INTENSIVE },
+                { OPT_FREEZABLE,     CMWQ__WORKQUEUE_FLAG__FLAG_FREEZABLE },
+                { OPT_MEM_RECLAIM,   CMWQ__WORKQUEUE_FLAG__FLAG_MEM_RECLAIM },
         };
         struct request_create_args create = { .on_interrupt = CMWQ__INTERRUPT_POLICY__INTERRUPT_DROP };
+        const char *v;
         struct request req;
-        int c, r;
+        int r;
 
-        optind = 0;
-        while ((c = getopt_long(argc, argv, COMMON_SHORT_OPTIONS, options, NULL)) >= 0)
-                switch (c) {
-                case ARG_UNBOUND:       create.flags |= CMWQ__WORKQUEUE_FLAG__FLAG_UNBOUND; break;
-                case ARG_ORDERED:       create.flags |= CMWQ__WORKQUEUE_FLAG__FLAG_ORDERED; break;
-                case ARG_HIGHPRI:       create.flags |= CMWQ__WORKQUEUE_FLAG__FLAG_HIGHPRI; break;
-                case ARG_CPU_INTENSIVE: create.flags |= CMWQ__WORKQUEUE_FLAG__FLAG_CPU_INTENSIVE; break;
-                case ARG_FREEZABLE:     create.flags |= CMWQ__WORKQUEUE_FLAG__FLAG_FREEZABLE; break;
-                case ARG_MEM_RECLAIM:   create.flags |= CMWQ__WORKQUEUE_FLAG__FLAG_MEM_RECLAIM; break;
-                case ARG_MAX_ACTIVE:
-                        if (parse_uint32(optarg, &create.max_active) < 0 || create.max_active > CTL_MAX_ACTIVE)
-                                return usage_error("create: invalid --max-active value '%s' (0-%u)", optarg,
-                                                   CTL_MAX_ACTIVE);
-                        create.has_max_active = true;
-                        break;
-                case ARG_ON_INTERRUPT:
-                        if (strcmp(optarg, "rerun") == 0)
-                                create.on_interrupt = CMWQ__INTERRUPT_POLICY__INTERRUPT_RERUN;
-                        else if (strcmp(optarg, "drop") == 0)
-                                create.on_interrupt = CMWQ__INTERRUPT_POLICY__INTERRUPT_DROP;
-                        else
-                                return usage_error("create: invalid --on-interrupt value '%s' (rerun or drop)",
-                                                   optarg);
-                        create.has_on_interrupt = true;
-                        break;
-                default:
-                        if (!common_option(ctx, c))
-                                return option_error("create", c, argv);
-                }
+        for (size_t i = 0; i < ELEMENTSOF(flags); i++)
+                if (a->opt[flags[i].opt])
+                        create.flags |= flags[i].flag;
+        if ((v = a->opt[OPT_MAX_ACTIVE])) {
+                if (parse_uint32(v, &create.max_active) < 0 || create.max_active > CTL_MAX_ACTIVE)
+                        return usage_error("create: invalid --max-active value '%s' (0-%u)", v, CTL_MAX_ACTIVE);
+                create.has_max_active = true;
+        }
+        if ((v = a->opt[OPT_ON_INTERRUPT])) {
+                if (strcmp(v, "rerun") == 0)
+                        create.on_interrupt = CMWQ__INTERRUPT_POLICY__INTERRUPT_RERUN;
+                else if (strcmp(v, "drop") == 0)
+                        create.on_interrupt = CMWQ__INTERRUPT_POLICY__INTERRUPT_DROP;
+                else
+                        return usage_error("create: invalid --on-interrupt value '%s' (rerun or drop)", v);
+                create.has_on_interrupt = true;
+        }
 
-        r = check_args("create", argc, argv, 1, 1, "workqueue NAME");
+        r = parse_name(verb->name, a->args[0], &create.name);
         if (r != 0)
                 return r;
-        r = parse_name("create", argv[optind], &create.name);
-        if (r != 0)
-                return r;
-
         return call_simple(ctx, request_create(&req, &create));
 }
 
 /* destroy, flush, drain: NAME and nothing else. */
-int verb_name_only(Context *ctx, int argc, char **argv) {
+int verb_name_only(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
         struct request req;
         const char *name = NULL;
         int r;
 
-        r = parse_common_options(ctx, argc, argv);
+        r = parse_name(verb->name, a->args[0], &name);
         if (r != 0)
                 return r;
-        r = check_args(argv[0], argc, argv, 1, 1, "workqueue NAME");
-        if (r != 0)
-                return r;
-        r = parse_name(argv[0], argv[optind], &name);
-        if (r != 0)
-                return r;
-
-        return call_simple(ctx, request_workqueue(&req,
-                                                  strcmp(argv[0], "destroy") == 0 ? CMWQ__REQUEST__BODY_DESTROY :
-                                                  strcmp(argv[0], "flush") == 0   ? CMWQ__REQUEST__BODY_FLUSH :
-                                                                                    CMWQ__REQUEST__BODY_DRAIN,
-                                                  name));
+        return call_simple(ctx, request_workqueue(&req, verb->request, name));
 }
 
-int verb_set_max_active(Context *ctx, int argc, char **argv) {
+int verb_set_max_active(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
         struct request req;
         const char *name = NULL;
         uint32_t n;
         int r;
 
-        r = parse_common_options(ctx, argc, argv);
+        r = parse_name(verb->name, a->args[0], &name);
         if (r != 0)
                 return r;
-        r = check_args("set-max-active", argc, argv, 2, 2, "workqueue NAME and N");
-        if (r != 0)
-                return r;
-        r = parse_name("set-max-active", argv[optind], &name);
-        if (r != 0)
-                return r;
-        if (parse_uint32(argv[optind + 1], &n) < 0 || n > CTL_MAX_ACTIVE)
-                return usage_error("set-max-active: invalid max_active '%s' (0-%u)", argv[optind + 1],
-                                   CTL_MAX_ACTIVE);
+        if (parse_uint32(a->args[1], &n) < 0 || n > CTL_MAX_ACTIVE)
+                return usage_error("set-max-active: invalid max_active '%s' (0-%u)", a->args[1], CTL_MAX_ACTIVE);
 
         return call_simple(ctx, request_set_max_active(&req, name, n));
 }
@@ -135,45 +101,27 @@ static void print_holding(const Cmwq__FreezeReply *reply) {
 }
 
 /* freeze [NAME] [--timeout SECONDS], thaw [NAME] */
-int verb_freeze_thaw(Context *ctx, int argc, char **argv) {
-        /* thaw takes the same without the first entry */
-        static const struct option options[] = {
-                { "timeout", required_argument, NULL, ARG_TIMEOUT },
-                COMMON_OPTIONS,
-                {}
-        };
+int verb_freeze_thaw(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
         _cleanup_(response_freep) Cmwq__Response *resp = NULL;
         struct request req;
         uint64_t timeout_usec = 0;
-        bool has_timeout = false, freeze = strcmp(argv[0], "freeze") == 0;
+        bool freeze = verb->request == CMWQ__REQUEST__BODY_FREEZE;
         const Cmwq__FreezeReply *reply;
         const char *name = NULL;
-        int c, r;
+        int r;
 
-        optind = 0;
-        while ((c = getopt_long(argc, argv, COMMON_SHORT_OPTIONS, freeze ? options : options + 1, NULL)) >= 0)
-                switch (c) {
-                case ARG_TIMEOUT:
-                        r = parse_seconds_option(argv[0], "timeout", optarg, &timeout_usec);
-                        if (r != 0)
-                                return r;
-                        has_timeout = true;
-                        break;
-                default:
-                        if (!common_option(ctx, c))
-                                return option_error(argv[0], c, argv);
-                }
-
-        r = check_args(argv[0], argc, argv, 0, 1, "");
-        if (r != 0)
-                return r;
-        if (optind < argc) {
-                r = parse_name(argv[0], argv[optind], &name);
+        if (a->opt[OPT_TIMEOUT]) {
+                r = parse_seconds_option(verb->name, "timeout", a->opt[OPT_TIMEOUT], &timeout_usec);
+                if (r != 0)
+                        return r;
+        }
+        if (a->n_args > 0) {
+                r = parse_name(verb->name, a->args[0], &name);
                 if (r != 0)
                         return r;
         }
 
-        r = ctx_call(ctx, request_freeze(&req, freeze, name, has_timeout ? &timeout_usec : NULL), &resp);
+        r = ctx_call(ctx, request_freeze(&req, freeze, name, a->opt[OPT_TIMEOUT] ? &timeout_usec : NULL), &resp);
         if (r != 0)
                 return r;
 
@@ -240,18 +188,13 @@ static int call_empty(Context *ctx, Cmwq__Request__BodyCase body, Cmwq__Response
         return 0;
 }
 
-int verb_list(Context *ctx, int argc, char **argv) {
+int verb_list(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
         _cleanup_(response_freep) Cmwq__Response *resp = NULL;
         JsonWriter w;
         int r;
 
-        r = parse_common_options(ctx, argc, argv);
-        if (r != 0)
-                return r;
-        r = check_args("list", argc, argv, 0, 0, "");
-        if (r != 0)
-                return r;
-
+        (void) verb;
+        (void) a;
         r = call_empty(ctx, CMWQ__REQUEST__BODY_LIST, CMWQ__RESPONSE__BODY_LIST, &resp);
         if (r != 0)
                 return r;
@@ -264,18 +207,13 @@ int verb_list(Context *ctx, int argc, char **argv) {
         return CTL_EXIT_OK;
 }
 
-int verb_pools(Context *ctx, int argc, char **argv) {
+int verb_pools(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
         _cleanup_(response_freep) Cmwq__Response *resp = NULL;
         JsonWriter w;
         int r;
 
-        r = parse_common_options(ctx, argc, argv);
-        if (r != 0)
-                return r;
-        r = check_args("pools", argc, argv, 0, 0, "");
-        if (r != 0)
-                return r;
-
+        (void) verb;
+        (void) a;
         r = call_empty(ctx, CMWQ__REQUEST__BODY_POOLS, CMWQ__RESPONSE__BODY_POOLS, &resp);
         if (r != 0)
                 return r;
@@ -288,18 +226,13 @@ int verb_pools(Context *ctx, int argc, char **argv) {
         return CTL_EXIT_OK;
 }
 
-int verb_stats(Context *ctx, int argc, char **argv) {
+int verb_stats(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
         _cleanup_(response_freep) Cmwq__Response *resp = NULL, *list = NULL;
         JsonWriter w;
         int r;
 
-        r = parse_common_options(ctx, argc, argv);
-        if (r != 0)
-                return r;
-        r = check_args("stats", argc, argv, 0, 0, "");
-        if (r != 0)
-                return r;
-
+        (void) verb;
+        (void) a;
         r = call_empty(ctx, CMWQ__REQUEST__BODY_STATS, CMWQ__RESPONSE__BODY_STATS, &resp);
         if (r != 0)
                 return r;

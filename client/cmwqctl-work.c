@@ -139,17 +139,7 @@ static void submit_json(const Cmwq__SubmitReply *reply, const Cmwq__ItemInfo *it
         json_finish(&w);
 }
 
-int verb_submit(Context *ctx, int argc, char **argv) {
-        static const struct option options[] = {
-                COMMON_OPTIONS,
-                { "cpu",     required_argument, NULL, ARG_CPU     },
-                { "delay",   required_argument, NULL, ARG_DELAY   },
-                { "key",     required_argument, NULL, ARG_KEY     },
-                { "timeout", required_argument, NULL, ARG_TIMEOUT },
-                { "stdin",   required_argument, NULL, ARG_STDIN   },
-                { "wait",    no_argument,       NULL, ARG_WAIT    },
-                {}
-        };
+int verb_submit(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
         _cleanup_(response_freep) Cmwq__Response *resp = NULL, *wait_resp = NULL;
         _cleanup_(freep) char *cwd = NULL, *program = NULL;
         _cleanup_(freep) char **args = NULL, **env = NULL;
@@ -158,70 +148,40 @@ int verb_submit(Context *ctx, int argc, char **argv) {
         struct request req;
         const Cmwq__SubmitReply *reply;
         const Cmwq__ItemInfo *item;
-        const char *name = NULL, *stdin_path = NULL;
+        const char *name = NULL, *stdin_path = a->opt[OPT_STDIN], *v;
         size_t n_env = 0;
         int32_t cpu;
-        int c, n_args, r;
+        int n_args = a->n_command, r;
 
-        /* Options may come before and after NAME; PROGRAM starts after "--"
-         * or at the first argument after NAME that is not an option. */
-        optind = 0;
-        for (;;) {
-                c = getopt_long(argc, argv, "+" COMMON_SHORT_OPTIONS, options, NULL);
-                if (c < 0) {
-                        bool dashdash = optind > 1 && strcmp(argv[optind - 1], "--") == 0;
-
-                        if (optind < argc && !dashdash && !name) {
-                                name = argv[optind++];
-                                continue;
-                        }
-                        break;
-                }
-
-                switch (c) {
-                case ARG_CPU:
-                        r = parse_cpu(optarg, &cpu);
-                        if (r < 0)
-                                return usage_error("submit: invalid --cpu value '%s' (expected a CPU number)", optarg);
-                        submit.pin_cpu = true;
-                        submit.cpu = cpu;
-                        break;
-                case ARG_DELAY:
-                        r = parse_seconds_option("submit", "delay", optarg, &submit.delay_usec);
-                        if (r != 0)
-                                return r;
-                        break;
-                case ARG_TIMEOUT:
-                        r = parse_seconds_option("submit", "timeout", optarg, &submit.timeout_usec);
-                        if (r != 0)
-                                return r;
-                        break;
-                case ARG_KEY:
-                        if (!*optarg)
-                                return usage_error("submit: --key must not be empty");
-                        submit.key = optarg;
-                        break;
-                case ARG_STDIN:
-                        stdin_path = optarg;
-                        break;
-                case ARG_WAIT:
-                        submit.wait = true;
-                        break;
-                default:
-                        if (!common_option(ctx, c))
-                                return option_error("submit", c, argv);
-                }
+        if ((v = a->opt[OPT_CPU])) {
+                if (parse_cpu(v, &cpu) < 0)
+                        return usage_error("submit: invalid --cpu value '%s' (expected a CPU number)", v);
+                submit.pin_cpu = true;
+                submit.cpu = cpu;
         }
+        if ((v = a->opt[OPT_DELAY])) {
+                r = parse_seconds_option(verb->name, "delay", v, &submit.delay_usec);
+                if (r != 0)
+                        return r;
+        }
+        if ((v = a->opt[OPT_TIMEOUT])) {
+                r = parse_seconds_option(verb->name, "timeout", v, &submit.timeout_usec);
+                if (r != 0)
+                        return r;
+        }
+        if ((v = a->opt[OPT_KEY])) {
+                if (!*v)
+                        return usage_error("submit: --key must not be empty");
+                submit.key = v;
+        }
+        submit.wait = a->opt[OPT_WAIT] != NULL;
 
-        if (!name)
-                return usage_error("submit: missing workqueue NAME");
-        r = parse_name("submit", name, &name);
+        r = parse_name(verb->name, a->args[0], &name);
         if (r != 0)
                 return r;
-        n_args = argc - optind;
         if (n_args <= 0)
                 return usage_error("submit: missing PROGRAM (after --)");
-        if (!*argv[optind])
+        if (!*a->command[0])
                 return usage_error("submit: PROGRAM must not be empty");
 
         if (stdin_path) {
@@ -239,7 +199,7 @@ int verb_submit(Context *ctx, int argc, char **argv) {
         cwd = getcwd(NULL, 0);
         if (!cwd)
                 return fail(CTL_EXIT_REFUSED, "cannot determine the current directory: %s", strerror(errno));
-        program = program_make_absolute(argv[optind], cwd);
+        program = program_make_absolute(a->command[0], cwd);
         if (!program)
                 return fail_oom();
 
@@ -248,7 +208,7 @@ int verb_submit(Context *ctx, int argc, char **argv) {
                 return fail_oom();
         args[0] = program;
         for (int i = 1; i < n_args; i++)
-                args[i] = argv[optind + i];
+                args[i] = a->command[i];
 
         for (char **e = environ; e && *e; e++)
                 n_env++;
@@ -310,26 +270,18 @@ int verb_submit(Context *ctx, int argc, char **argv) {
 }
 
 /* wait, show, cancel: ID and nothing else. */
-int verb_id(Context *ctx, int argc, char **argv) {
+int verb_id(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
         _cleanup_(response_freep) Cmwq__Response *resp = NULL;
         struct request req;
         uint64_t id;
-        const char *verb = argv[0];
-        bool show = strcmp(verb, "show") == 0;
         JsonWriter w;
         int r;
 
-        r = parse_common_options(ctx, argc, argv);
-        if (r != 0)
-                return r;
-        r = check_args(verb, argc, argv, 1, 1, "work ID");
-        if (r != 0)
-                return r;
-        r = parse_id(verb, argv[optind], &id);
+        r = parse_id(verb->name, a->args[0], &id);
         if (r != 0)
                 return r;
 
-        if (strcmp(verb, "wait") == 0) {
+        if (verb->request == CMWQ__REQUEST__BODY_WAIT) {
                 r = call_wait(ctx, id, &resp);
                 if (r != 0)
                         return r;
@@ -345,13 +297,13 @@ int verb_id(Context *ctx, int argc, char **argv) {
                 return item_finish(ctx, resp->item);
         }
 
-        r = ctx_call(ctx, request_item(&req, show ? CMWQ__REQUEST__BODY_SHOW : CMWQ__REQUEST__BODY_CANCEL, id), &resp);
+        r = ctx_call(ctx, request_item(&req, verb->request, id), &resp);
         if (r != 0)
                 return r;
         if (resp->error != CMWQ__ERROR__OK)
                 return daemon_refused(resp);
 
-        if (show) {
+        if (verb->request == CMWQ__REQUEST__BODY_SHOW) {
                 if (resp->body_case != CMWQ__RESPONSE__BODY_ITEM)
                         return unexpected_reply();
                 if (ctx->json) {

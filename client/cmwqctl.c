@@ -31,81 +31,6 @@ void response_freep(Cmwq__Response **r) {
                 cmwq__response__free_unpacked(*r, NULL);
 }
 
-static void help(void) {
-        fputs("cmwqctl [OPTIONS...] COMMAND ...\n"
-              "\n"
-              "Control cmwqd, the concurrency-managed workqueue daemon.\n"
-              "\n"
-              "Workqueues:\n"
-              "  create NAME [--unbound] [--ordered] [--highpri] [--cpu-intensive]\n"
-              "              [--freezable] [--mem-reclaim] [--max-active N]\n"
-              "              [--on-interrupt rerun|drop]\n"
-              "                           Create a workqueue\n"
-              "  destroy NAME             Destroy a workqueue\n"
-              "  set-max-active NAME N    Set a workqueue's max_active (0: the default, 256)\n"
-              "  flush NAME               Wait for every item queued before this call\n"
-              "  drain NAME               Wait until the workqueue is empty\n"
-              "  freeze [NAME] [--timeout SECONDS]\n"
-              "                           Freeze one or every freezable workqueue\n"
-              "  thaw [NAME]              Thaw one or every frozen workqueue\n"
-              "\n"
-              "Work items:\n"
-              "  submit NAME [--cpu N] [--delay SECONDS] [--key KEY] [--timeout SECONDS]\n"
-              "              [--stdin FILE] [--wait] -- PROGRAM [ARG...]\n"
-              "                           Queue PROGRAM, print the work ID\n"
-              "  wait ID                  Wait for an item to end, print its output,\n"
-              "                           exit with its status\n"
-              "  show ID                  Show an item: state, result, output\n"
-              "  cancel ID                Cancel a pending item or stop a running one\n"
-              "\n"
-              "Inspection:\n"
-              "  list                     Workqueues and their counters\n"
-              "  pools                    Worker pools: CPU, priority, workers, running,\n"
-              "                           idle, pending\n"
-              "  stats                    Per-workqueue statistics (wq_monitor columns)\n"
-              "\n"
-              "Options:\n"
-              "  -s --socket=PATH         Talk to cmwqd at PATH\n"
-              "  -j --json                Print JSON\n"
-              "  -h --help                Show this help\n"
-              "     --version             Show the version\n"
-              "\n"
-              "Options of create:\n"
-              "     --unbound             Not bound to a CPU, no concurrency management\n"
-              "     --ordered             Run items one at a time, in queueing order\n"
-              "     --highpri             Use the high-priority pools\n"
-              "     --cpu-intensive       Items do not count toward the concurrency level\n"
-              "     --freezable           Stopped by 'freeze', restarted by 'thaw'\n"
-              "     --mem-reclaim         Needs forward progress (no rescuer yet: see cmwqctl(1))\n"
-              "     --max-active=N        Items running at once, per CPU (bound) or in\n"
-              "                           total (unbound); 0: the default, 256\n"
-              "     --on-interrupt=rerun|drop\n"
-              "                           Items running when cmwqd stopped or died: run\n"
-              "                           them again, or report them interrupted (default)\n"
-              "\n"
-              "Options of submit:\n"
-              "     --cpu=N               Queue on CPU N (default: the CPU cmwqctl runs on)\n"
-              "     --delay=SECONDS       Queue after SECONDS (decimals allowed: 0.5)\n"
-              "     --key=KEY             Queue nothing while an item with KEY is pending\n"
-              "     --timeout=SECONDS     Stop the item's processes after SECONDS running\n"
-              "     --stdin=FILE          Feed FILE ('-': this stdin) to the item's stdin\n"
-              "     --wait                Wait for the item to end, print its output,\n"
-              "                           exit with its status\n"
-              "\n"
-              "Options of freeze:\n"
-              "     --timeout=SECONDS     Wait at most SECONDS for running items\n"
-              "\n"
-              "The socket is PATH, else $CMWQ_SOCKET, else $XDG_RUNTIME_DIR/cmwqd.sock\n"
-              "if it exists, else /run/cmwqd/cmwqd.sock.\n"
-              "\n"
-              "Exit status: 0 success, 1 cmwqd refused the request, 2 usage error,\n"
-              "3 cannot connect or protocol error.  submit --wait and wait exit with the\n"
-              "item's exit status, 128+N if a signal N killed it, 124 if it timed out,\n"
-              "125 if it was cancelled, 127 if it could not be started.\n"
-              "\n"
-              "See the cmwqctl(1) manual page for details.\n", stdout);
-}
-
 static void version(void) {
         printf("cmwqctl (" PACKAGE_NAME ") " PACKAGE_VERSION "\n"
                "protocol version %u\n", CMWQ_PROTOCOL_VERSION);
@@ -166,24 +91,6 @@ int unexpected_reply(void) {
         return fail(CTL_EXIT_CONNECT, "unexpected reply from cmwqd (protocol error)");
 }
 
-bool common_option(Context *ctx, int c) {
-        switch (c) {
-        case 'h':
-                help();
-                exit(CTL_EXIT_OK);
-        case ARG_VERSION:
-                version();
-                exit(CTL_EXIT_OK);
-        case 'j':
-                ctx->json = true;
-                return true;
-        case 's':
-                ctx->socket_arg = optarg;
-                return true;
-        }
-        return false;
-}
-
 int option_error(const char *verb, int c, char **argv) {
         const char *sep = verb ? ": " : "";
 
@@ -193,30 +100,6 @@ int option_error(const char *verb, int c, char **argv) {
         if (optopt > 0 && optopt < 0x80 && isprint(optopt))
                 return usage_error("%s%sunknown option '-%c'", verb, sep, optopt);
         return usage_error("%s%sunknown option '%s'", verb, sep, argv[optind - 1]);
-}
-
-/* Check the number of arguments left after the options. */
-int check_args(const char *verb, int argc, char **argv, int min, int max, const char *what) {
-        int n = argc - optind;
-
-        if (n < min)
-                return usage_error("%s: missing %s", verb, what);
-        if (n > max)
-                return usage_error("%s: unexpected argument '%s'", verb, argv[optind + max]);
-        return 0;
-}
-
-/* For commands without options of their own.  Leaves optind at the first
- * positional argument. */
-int parse_common_options(Context *ctx, int argc, char **argv) {
-        static const struct option options[] = { COMMON_OPTIONS, {} };
-        int c;
-
-        optind = 0;
-        while ((c = getopt_long(argc, argv, COMMON_SHORT_OPTIONS, options, NULL)) >= 0)
-                if (!common_option(ctx, c))
-                        return option_error(argv[0], c, argv);
-        return 0;
 }
 
 int parse_name(const char *verb, const char *s, const char **ret) {
@@ -324,47 +207,135 @@ int call_simple(Context *ctx, Cmwq__Request *req) {
 
 /* ------------------------------------------------------------------------ */
 
-static const struct {
-        const char *name;
-        int (*run)(Context *ctx, int argc, char **argv);
-} verbs[] = {
-        { "create",         verb_create },
-        { "destroy",        verb_name_only },
-        { "set-max-active", verb_set_max_active },
-        { "flush",          verb_name_only },
-        { "drain",          verb_name_only },
-        { "freeze",         verb_freeze_thaw },
-        { "thaw",           verb_freeze_thaw },
-        { "submit",         verb_submit },
-        { "wait",           verb_id },
-        { "show",           verb_id },
-        { "cancel",         verb_id },
-        { "list",           verb_list },
-        { "pools",          verb_pools },
-        { "stats",          verb_stats },
+/* The verbs: the man page's order, which is --help's. */
+
+static const CtlOption create_options[] = {
+        { "unbound",       0, NULL, "Not bound to a CPU, no concurrency management", OPT_UNBOUND },
+        { "ordered",       0, NULL, "Run items one at a time, in queueing order", OPT_ORDERED },
+        { "highpri",       0, NULL, "Use the high-priority pools", OPT_HIGHPRI },
+        { "cpu-intensive", 0, NULL, "Items do not count toward the concurrency level", OPT_CPU_INTENSIVE },
+        { "freezable",     0, NULL, "Stopped by 'freeze', restarted by 'thaw'", OPT_FREEZABLE },
+        { "mem-reclaim",   0, NULL, "Needs forward progress: a rescuer process is kept\n"
+                                    "ready for it", OPT_MEM_RECLAIM },
+        { "max-active",    0, "N", "Items running at once, per CPU (bound) or in\n"
+                                   "total (unbound); 0: the default, 256", OPT_MAX_ACTIVE },
+        { "on-interrupt",  0, "rerun|drop", "Items running when cmwqd stopped or died: run\n"
+                                            "them again, or report them interrupted (default)",
+          OPT_ON_INTERRUPT, CTL_VALUE_WORDS, "rerun drop" },
+        {}
 };
 
+static const CtlOption freeze_options[] = {
+        { "timeout", 0, "SECONDS", "Wait at most SECONDS for running items", OPT_TIMEOUT },
+        {}
+};
+
+static const CtlOption submit_options[] = {
+        { "cpu",     0, "N",       "Queue on CPU N (default: the CPU cmwqctl runs on)", OPT_CPU },
+        { "delay",   0, "SECONDS", "Queue after SECONDS (decimals allowed: 0.5)", OPT_DELAY },
+        { "key",     0, "KEY",     "Queue nothing while an item with KEY is pending", OPT_KEY },
+        { "timeout", 0, "SECONDS", "Stop the item's processes after SECONDS running", OPT_TIMEOUT },
+        { "stdin",   0, "FILE",    "Feed FILE ('-': this stdin) to the item's stdin", OPT_STDIN, CTL_VALUE_FILE },
+        { "wait",    0, NULL,      "Wait for the item to end, print its output,\n"
+                                   "exit with its status", OPT_WAIT },
+        {}
+};
+
+#define WORKQUEUES "Workqueues"
+#define WORK_ITEMS "Work items"
+#define INSPECTION "Inspection"
+
+const CtlVerb ctl_verbs[] = {
+        { .name = "create", .group = WORKQUEUES, .args = "NAME", .summary = "Create a workqueue",
+          .min_args = 1, .max_args = 1, .what = "workqueue NAME", .options = create_options,
+          .run = verb_create },
+        { .name = "destroy", .group = WORKQUEUES, .args = "NAME", .summary = "Destroy a workqueue",
+          .min_args = 1, .max_args = 1, .what = "workqueue NAME", .complete = CTL_VALUE_QUEUE,
+          .request = CMWQ__REQUEST__BODY_DESTROY, .run = verb_name_only },
+        { .name = "set-max-active", .group = WORKQUEUES, .args = "NAME N",
+          .summary = "Set a workqueue's max_active (0: the default, 256)",
+          .min_args = 2, .max_args = 2, .what = "workqueue NAME and N", .complete = CTL_VALUE_QUEUE,
+          .run = verb_set_max_active },
+        { .name = "flush", .group = WORKQUEUES, .args = "NAME",
+          .summary = "Wait for every item queued before this call",
+          .min_args = 1, .max_args = 1, .what = "workqueue NAME", .complete = CTL_VALUE_QUEUE,
+          .request = CMWQ__REQUEST__BODY_FLUSH, .run = verb_name_only },
+        { .name = "drain", .group = WORKQUEUES, .args = "NAME", .summary = "Wait until the workqueue is empty",
+          .min_args = 1, .max_args = 1, .what = "workqueue NAME", .complete = CTL_VALUE_QUEUE,
+          .request = CMWQ__REQUEST__BODY_DRAIN, .run = verb_name_only },
+        { .name = "freeze", .group = WORKQUEUES, .args = "[NAME]",
+          .summary = "Freeze one or every freezable workqueue",
+          .max_args = 1, .complete = CTL_VALUE_QUEUE, .options = freeze_options,
+          .request = CMWQ__REQUEST__BODY_FREEZE, .run = verb_freeze_thaw },
+        { .name = "thaw", .group = WORKQUEUES, .args = "[NAME]", .summary = "Thaw one or every frozen workqueue",
+          .max_args = 1, .complete = CTL_VALUE_QUEUE,
+          .request = CMWQ__REQUEST__BODY_THAW, .run = verb_freeze_thaw },
+
+        { .name = "submit", .group = WORK_ITEMS, .args = "NAME", .args_after = "-- PROGRAM [ARG...]",
+          .summary = "Queue PROGRAM, print the work ID",
+          .min_args = 1, .max_args = 1, .what = "workqueue NAME", .complete = CTL_VALUE_QUEUE,
+          .flags = CTL_VERB_COMMAND, .options = submit_options, .run = verb_submit },
+        { .name = "wait", .group = WORK_ITEMS, .args = "ID",
+          .summary = "Wait for an item to end, print its output,\nexit with its status",
+          .min_args = 1, .max_args = 1, .what = "work ID", .complete = CTL_VALUE_ITEM,
+          .request = CMWQ__REQUEST__BODY_WAIT, .run = verb_id },
+        { .name = "show", .group = WORK_ITEMS, .args = "ID", .summary = "Show an item: state, result, output",
+          .min_args = 1, .max_args = 1, .what = "work ID", .complete = CTL_VALUE_ITEM,
+          .request = CMWQ__REQUEST__BODY_SHOW, .run = verb_id },
+        { .name = "cancel", .group = WORK_ITEMS, .args = "ID",
+          .summary = "Cancel a pending item or stop a running one",
+          .min_args = 1, .max_args = 1, .what = "work ID", .complete = CTL_VALUE_ITEM,
+          .request = CMWQ__REQUEST__BODY_CANCEL, .run = verb_id },
+
+        { .name = "list", .group = INSPECTION, .summary = "Workqueues and their counters", .run = verb_list },
+        { .name = "pools", .group = INSPECTION,
+          .summary = "Worker pools: CPU, priority, workers, running,\nidle, pending", .run = verb_pools },
+        { .name = "stats", .group = INSPECTION, .summary = "Per-workqueue statistics (wq_monitor columns)",
+          .run = verb_stats },
+};
+const size_t ctl_n_verbs = ELEMENTSOF(ctl_verbs);
+
+/* --help and --version, wherever they came. */
+static int help_or_version(const CtlArgs *args, const CtlVerb *verb) {
+        if (args->opt[OPT_VERSION])
+                version();
+        else if (verb)
+                ctl_verb_help(verb, stdout);
+        else
+                ctl_help(stdout);
+        return CTL_EXIT_OK;
+}
+
 int main(int argc, char *argv[]) {
-        static const struct option options[] = { COMMON_OPTIONS, {} };
         _cleanup_(context_done) Context ctx = {};
-        int c, r;
+        CtlArgs before, args;
+        const CtlVerb *verb;
+        int next, r;
 
-        opterr = 0;
-        while ((c = getopt_long(argc, argv, "+" COMMON_SHORT_OPTIONS, options, NULL)) >= 0)
-                if (!common_option(&ctx, c))
-                        return option_error(NULL, c, argv);
-
-        if (optind >= argc)
+        r = ctl_parse(NULL, argc, argv, &before, &next);
+        if (r != 0)
+                return r;
+        if (before.opt[OPT_HELP] || before.opt[OPT_VERSION])
+                return help_or_version(&before, NULL);
+        if (next >= argc)
                 return usage_error("missing COMMAND");
 
-        r = -1;
-        for (size_t i = 0; i < ELEMENTSOF(verbs); i++)
-                if (strcmp(argv[optind], verbs[i].name) == 0) {
-                        r = verbs[i].run(&ctx, argc - optind, argv + optind);
-                        break;
-                }
-        if (r < 0)
-                return usage_error("unknown command '%s'", argv[optind]);
+        verb = ctl_verb_find(argv[next]);
+        if (!verb)
+                return usage_error("unknown command '%s'", argv[next]);
+
+        r = ctl_parse(verb, argc - next, argv + next, &args, NULL);
+        if (r != 0)
+                return r;
+        if (args.opt[OPT_HELP] || args.opt[OPT_VERSION])
+                return help_or_version(&args, verb);
+
+        /* The common options count before and after the command; the
+         * last --socket wins. */
+        ctx.json = before.opt[OPT_JSON] || args.opt[OPT_JSON];
+        ctx.socket_arg = args.opt[OPT_SOCKET] ?: before.opt[OPT_SOCKET];
+
+        r = verb->run(&ctx, verb, &args);
 
         if (fflush(stdout) != 0 || ferror(stdout)) {
                 fail(CTL_EXIT_REFUSED, "cannot write output: %s", strerror(errno ?: EIO));

@@ -228,9 +228,28 @@ START_TEST(test_help_and_version) {
                 ck_assert_msg(strstr(r.out, *w), "--help lacks '%s'", *w);
         run_done(&r);
 
+        /* After a command: that command's usage and options only. */
         run_ctl(&r, NULL, "list", "--help", NULL);
         ck_assert_int_eq(r.status, 0);
-        ck_assert_ptr_nonnull(strstr(r.out, "submit NAME"));
+        ck_assert_str_eq(r.err, "");
+        ck_assert_msg(strncmp(r.out, "cmwqctl list\n", 13) == 0, "%s", r.out);
+        ck_assert_ptr_nonnull(strstr(r.out, "--json"));
+        ck_assert_ptr_null(strstr(r.out, "submit"));
+        run_done(&r);
+
+        run_ctl(&r, NULL, "create", "q", "--max-active", "many", "--help", NULL);
+        ck_assert_int_eq(r.status, 0);
+        ck_assert_msg(strncmp(r.out, "cmwqctl create NAME [--unbound]", 31) == 0, "%s", r.out);
+        for (const char *const *w = (const char *const[]) {
+                     "--ordered", "--highpri", "--cpu-intensive", "--freezable", "--mem-reclaim",
+                     "--max-active=N", "--on-interrupt=rerun|drop", "--socket", NULL }; *w; w++)
+                ck_assert_msg(strstr(r.out, *w), "create --help lacks '%s'", *w);
+        ck_assert_ptr_null(strstr(r.out, "--delay"));
+        run_done(&r);
+
+        run_ctl(&r, NULL, "thaw", "--help", NULL);
+        ck_assert_int_eq(r.status, 0);
+        ck_assert_ptr_null(strstr(r.out, "--timeout"));
         run_done(&r);
 
         run_ctl(&r, NULL, "--version", NULL);
