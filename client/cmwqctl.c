@@ -312,6 +312,9 @@ int main(int argc, char *argv[]) {
         const CtlVerb *verb;
         int next, r;
 
+        if (argc > 1 && strcmp(argv[1], "__complete") == 0)
+                return ctl_complete(&ctx, argc - 1, argv + 1);
+
         r = ctl_parse(NULL, argc, argv, &before, &next);
         if (r != 0)
                 return r;

@@ -40,6 +40,10 @@ int parse_seconds_option(const char *verb, const char *opt, const char *s, uint6
 int ctx_call(Context *ctx, Cmwq__Request *req, Cmwq__Response **ret);
 int call_simple(Context *ctx, Cmwq__Request *req);
 
+/* cmwqctl __complete CWORD WORD...: for the shell completion
+ * (cmwqctl-complete.c); @argv starts with "__complete". */
+int ctl_complete(Context *ctx, int argc, char **argv);
+
 /* The commands (the table is in cmwqctl.c): they return the exit status. */
 int verb_create(Context *ctx, const CtlVerb *verb, const CtlArgs *args);
 int verb_name_only(Context *ctx, const CtlVerb *verb, const CtlArgs *args);    /* destroy, flush, drain */

@@ -1,0 +1,100 @@
+#!/bin/bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+#
+# The bash completion (shell-completion/bash/cmwqctl) as a user meets it: the
+# shell's COMP_WORDS and COMP_CWORD set as bash sets them for a <TAB>, the
+# completion function run, COMPREPLY read.  Verbs, each verb's options, an
+# option's choices, and workqueue names from a real cmwqd (a user instance
+# on a private socket).  TAP output.
+set -u
+
+cmwqd=${CMWQD:?}
+cmwqctl=${CMWQCTL:?}
+script=${CMWQ_TEST_SRCDIR:?}/../shell-completion/bash/cmwqctl
+unset CMWQ_SOCKET
+
+echo "1..12"
+tmp=$(mktemp -d /tmp/cmwq-completion.XXXXXX)
+pid=
+cleanup() {
+        [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+        rm -rf "$tmp"
+}
+trap cleanup EXIT
+n=0
+check() { # check DESCRIPTION COMMAND...
+        local desc=$1
+        shift
+        n=$((n + 1))
+        if "$@"; then echo "ok $n - $desc"; else echo "not ok $n - $desc"; fi
+}
+
+# shellcheck source=../../shell-completion/bash/cmwqctl
+source "$script"
+
+# complete WORD...: COMPREPLY for a <TAB> at the end of "cmwqctl WORD...",
+# the words split as bash splits them (at '=' too), one a line in $got.
+complete_line() {
+        COMP_WORDS=("$cmwqctl" "$@")
+        COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+        COMP_LINE="${COMP_WORDS[*]}"
+        COMP_POINT=${#COMP_LINE}
+        COMPREPLY=()
+        _cmwqctl
+        got=$(printf '%s\n' "${COMPREPLY[@]}")
+}
+# has WORD: the last completion offered WORD.
+has() { grep -qxF -- "$1" <<<"$got" || { echo "# '$1' not offered; got: $(echo $got)"; return 1; }; }
+lacks() { ! grep -qxF -- "$1" <<<"$got" || { echo "# '$1' offered: $(echo $got)"; return 1; }; }
+has_all() { for w; do has "$w" || return 1; done; }
+only() { [ "$got" = "$1" ] || { echo "# expected only '$1'; got: $(echo $got)"; return 1; }; }
+
+check "the completion is registered for cmwqctl" \
+        eval 'complete -p cmwqctl | grep -q -- "-F _cmwqctl"'
+
+complete_line ""
+check "every verb completes" \
+        has_all create destroy set-max-active flush drain freeze thaw submit wait show cancel list pools stats
+check "the hidden helper is not offered" lacks __complete
+
+complete_line se
+check "a verb completes from its start" eval 'has set-max-active && lacks submit'
+
+complete_line create q --
+check "create's options, and the common ones" \
+        eval 'has_all --max-active --on-interrupt --json --socket && lacks --delay'
+
+complete_line thaw --t
+check "thaw has no --timeout (freeze has)" only ""
+complete_line freeze --t
+check "freeze --t gives --timeout" only --timeout
+
+complete_line create q --on-interrupt = r
+check "an option's choices after '='" only rerun
+
+# A real daemon: a user instance on a private socket.
+DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent/cmwq-test/system_bus_socket XDG_RUNTIME_DIR=$tmp \
+        "$cmwqd" --user --socket "$tmp/cmwqd.sock" --config /dev/null --state-dir "$tmp/state" \
+        --no-sleep-inhibitor 2>"$tmp/cmwqd.log" &
+pid=$!
+for ((i = 0; i < 150; i++)); do
+        "$cmwqctl" --socket "$tmp/cmwqd.sock" list >/dev/null 2>&1 && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+done
+"$cmwqctl" --socket "$tmp/cmwqd.sock" create completion-build >/dev/null 2>&1 ||
+        { echo "# cannot create a queue; cmwqd's log:"; sed 's/^/#   /' "$tmp/cmwqd.log"; }
+
+complete_line --socket "$tmp/cmwqd.sock" flush completion-
+check "a queue name from the daemon --socket names" only completion-build
+
+CMWQ_SOCKET=$tmp/cmwqd.sock complete_line submit --wait compl
+check "a queue name from \$CMWQ_SOCKET's daemon, after options" only completion-build
+
+complete_line --socket "$tmp/cmwqd.sock" submit completion-build --wait -- /bin/tru
+check "after the queue, the program" has /bin/true
+
+kill "$pid" && wait "$pid"
+pid=
+complete_line --socket "$tmp/cmwqd.sock" flush completion-
+check "no daemon: no names, and no noise" only ""
