@@ -71,10 +71,22 @@ static int wait_refused(const Cmwq__Response *resp) {
         return r;
 }
 
+/* Wait for item @id to end: 0 and the response carrying it, or the exit
+ * status after saying why not. */
 static int call_wait(Context *ctx, uint64_t id, Cmwq__Response **ret) {
+        _cleanup_(response_freep) Cmwq__Response *resp = NULL;
         struct request req;
+        int r;
 
-        return ctx_call(ctx, request_item(&req, CMWQ__REQUEST__BODY_WAIT, id), ret);
+        r = ctx_call(ctx, request_item(&req, CMWQ__REQUEST__BODY_WAIT, id), &resp);
+        if (r != 0)
+                return r;
+        if (resp->error != CMWQ__ERROR__OK)
+                return wait_refused(resp);
+        if (resp->body_case != CMWQ__RESPONSE__BODY_ITEM)
+                return unexpected_reply();
+        *ret = TAKE_PTR(resp);
+        return 0;
 }
 
 static int read_payload(const char *path, uint8_t **ret, size_t *ret_len) {
@@ -257,10 +269,6 @@ int verb_submit(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
                 r = call_wait(ctx, reply->id, &wait_resp);
                 if (r != 0)
                         return r;
-                if (wait_resp->error != CMWQ__ERROR__OK)
-                        return wait_refused(wait_resp);
-                if (wait_resp->body_case != CMWQ__RESPONSE__BODY_ITEM)
-                        return unexpected_reply();
                 item = wait_resp->item;
         }
 
@@ -285,10 +293,6 @@ int verb_id(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
                 r = call_wait(ctx, id, &resp);
                 if (r != 0)
                         return r;
-                if (resp->error != CMWQ__ERROR__OK)
-                        return wait_refused(resp);
-                if (resp->body_case != CMWQ__RESPONSE__BODY_ITEM)
-                        return unexpected_reply();
                 if (ctx->json) {
                         json_init(&w, stdout);
                         item_json(resp->item, &w);
