@@ -72,10 +72,11 @@ check "freeze --t gives --timeout" only --timeout
 complete_line create q --on-interrupt = r
 check "an option's choices after '='" only rerun
 
-# A real daemon: a user instance on a private socket.
+# A real daemon: a user instance on a private socket, off the buses (not
+# the session bus of whoever runs the tests).
 DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent/cmwq-test/system_bus_socket XDG_RUNTIME_DIR=$tmp \
         "$cmwqd" --user --socket "$tmp/cmwqd.sock" --config /dev/null --state-dir "$tmp/state" \
-        --no-sleep-inhibitor 2>"$tmp/cmwqd.log" &
+        --no-dbus --no-sleep-inhibitor 2>"$tmp/cmwqd.log" &
 pid=$!
 for ((i = 0; i < 150; i++)); do
         "$cmwqctl" --socket "$tmp/cmwqd.sock" list >/dev/null 2>&1 && break
