@@ -44,10 +44,10 @@ complete_line() {
         got=$(printf '%s\n' "${COMPREPLY[@]}")
 }
 # has WORD: the last completion offered WORD.
-has() { grep -qxF -- "$1" <<<"$got" || { echo "# '$1' not offered; got: $(echo $got)"; return 1; }; }
-lacks() { ! grep -qxF -- "$1" <<<"$got" || { echo "# '$1' offered: $(echo $got)"; return 1; }; }
+has() { grep -qxF -- "$1" <<<"$got" || { echo "# '$1' not offered; got: ${got//$'\n'/ }"; return 1; }; }
+lacks() { ! grep -qxF -- "$1" <<<"$got" || { echo "# '$1' offered: ${got//$'\n'/ }"; return 1; }; }
 has_all() { for w; do has "$w" || return 1; done; }
-only() { [ "$got" = "$1" ] || { echo "# expected only '$1'; got: $(echo $got)"; return 1; }; }
+only() { [ "$got" = "$1" ] || { echo "# expected only '$1'; got: ${got//$'\n'/ }"; return 1; }; }
 
 check "the completion is registered for cmwqctl" \
         eval 'complete -p cmwqctl | grep -q -- "-F _cmwqctl"'
