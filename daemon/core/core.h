@@ -191,6 +191,7 @@ struct workqueue_stats {
         uint64_t failed;
         uint64_t timed_out;
         uint64_t watchdog;              /* stalls of a pool this queue's items waited on */
+        uint64_t completed;             /* item processes that ended, requeued ones too */
 };
 
 /* What counts against a queue's max_active on one pwq.  A queue's items

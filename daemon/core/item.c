@@ -292,6 +292,7 @@ static void item_exec_done(struct exec_proc *p, struct exec_result *r, void *use
                 i->cpu_intensive = true;
 
         wq->stats.cpu_usec += r->cpu_usec;
+        wq->stats.completed++;
         if (r->timed_out)
                 wq->stats.timed_out++;
         if (r->exec_errno)

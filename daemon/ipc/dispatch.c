@@ -462,21 +462,35 @@ static void dispatch_list(struct ipc_client *c, const Cmwq__Request *req) {
         (void) ipc_client_send(c, &resp);
 }
 
-static void dispatch_pools(struct ipc_client *c, const Cmwq__Request *req) {
-        struct core *core = client_core(c);
-        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
-        Cmwq__PoolsReply reply = CMWQ__POOLS_REPLY__INIT;
-        size_t total = (size_t) core->nr_cpus * 2 + 2;
-        _cleanup_(freep) Cmwq__PoolInfo *infos = calloc(total, sizeof(Cmwq__PoolInfo));
-        _cleanup_(freep) Cmwq__PoolInfo **ptrs = calloc(total, sizeof(Cmwq__PoolInfo *));
+/* The pools and the visible queues' statistics, in arrays that point into
+ * the daemon's state (names): send them before anything changes.  Used by
+ * the Pools, Stats and Snapshot requests alike. */
+struct stats_arrays {
+        Cmwq__PoolInfo *pool_infos;
+        Cmwq__PoolInfo **pools;
+        size_t n_pools;
+        Cmwq__WorkqueueStats *wq_infos;
+        Cmwq__WorkqueueStats **workqueues;
+        size_t n_workqueues;
+};
 
-        if (!infos || !ptrs) {
-                ipc_client_send_error(c, req->id, -ENOMEM, "out of memory", false);
-                return;
-        }
+static void stats_arrays_done(struct stats_arrays *a) {
+        free(a->pool_infos);
+        free(a->pools);
+        free(a->wq_infos);
+        free(a->workqueues);
+}
+
+static int fill_pools(const struct core *core, struct stats_arrays *a) {
+        size_t total = (size_t) core->nr_cpus * 2 + 2;
+
+        a->pool_infos = calloc(total, sizeof(Cmwq__PoolInfo));
+        a->pools = calloc(total, sizeof(Cmwq__PoolInfo *));
+        if (!a->pool_infos || !a->pools)
+                return -ENOMEM;
         for (size_t n = 0; n < total; n++) {
                 const struct pool *p = n < total - 2 ? &core->cpu_pools[n] : &core->unbound_pools[n - (total - 2)];
-                Cmwq__PoolInfo *pi = &infos[n];
+                Cmwq__PoolInfo *pi = &a->pool_infos[n];
 
                 cmwq__pool_info__init(pi);
                 pi->cpu = p->cpu;
@@ -503,33 +517,24 @@ static void dispatch_pools(struct ipc_client *c, const Cmwq__Request *req) {
                 pi->cm_wakeups = p->counters.cm_wakeups;
                 pi->has_contended = true;
                 pi->contended = p->counters.contended;
-                ptrs[n] = pi;
+                a->pools[n] = pi;
         }
-        reply.n_pools = total;
-        reply.pools = ptrs;
-        resp.id = req->id;
-        resp.body_case = CMWQ__RESPONSE__BODY_POOLS;
-        resp.pools = &reply;
-        (void) ipc_client_send(c, &resp);
+        a->n_pools = total;
+        return 0;
 }
 
-static void dispatch_stats(struct ipc_client *c, const Cmwq__Request *req) {
-        struct core *core = client_core(c);
-        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
-        Cmwq__StatsReply reply = CMWQ__STATS_REPLY__INIT;
+static int fill_stats(const struct core *core, const struct core_caller *caller, struct stats_arrays *a) {
         size_t n = 0, total = list_count(&core->workqueues);
-        _cleanup_(freep) Cmwq__WorkqueueStats *infos = calloc(total ? total : 1, sizeof(Cmwq__WorkqueueStats));
-        _cleanup_(freep) Cmwq__WorkqueueStats **ptrs = calloc(total ? total : 1, sizeof(Cmwq__WorkqueueStats *));
         struct workqueue *wq;
 
-        if (!infos || !ptrs) {
-                ipc_client_send_error(c, req->id, -ENOMEM, "out of memory", false);
-                return;
-        }
+        a->wq_infos = calloc(total ? total : 1, sizeof(Cmwq__WorkqueueStats));
+        a->workqueues = calloc(total ? total : 1, sizeof(Cmwq__WorkqueueStats *));
+        if (!a->wq_infos || !a->workqueues)
+                return -ENOMEM;
         list_for_each_entry(wq, &core->workqueues, entry) {
-                Cmwq__WorkqueueStats *s = &infos[n];
+                Cmwq__WorkqueueStats *s = &a->wq_infos[n];
 
-                if (!workqueue_visible_to(wq, &c->caller))
+                if (!workqueue_visible_to(wq, caller))
                         continue;
                 cmwq__workqueue_stats__init(s);
                 s->name = wq->name;
@@ -548,13 +553,57 @@ static void dispatch_stats(struct ipc_client *c, const Cmwq__Request *req) {
                 s->timed_out = wq->stats.timed_out;
                 s->has_watchdog = true;
                 s->watchdog = wq->stats.watchdog;
-                ptrs[n++] = s;
+                s->has_completed = true;
+                s->completed = wq->stats.completed;
+                s->has_flags = true;
+                s->flags = wq->flags;
+                s->has_owner_uid = true;
+                s->owner_uid = wq->owner;
+                a->workqueues[n++] = s;
         }
-        reply.n_workqueues = n;
-        reply.workqueues = ptrs;
+        a->n_workqueues = n;
+        return 0;
+}
+
+/* Pools, Stats, Snapshot: one handler, the reply differs. */
+static void dispatch_stats(struct ipc_client *c, const Cmwq__Request *req) {
+        _cleanup_(stats_arrays_done) struct stats_arrays a = {};
+        struct core *core = client_core(c);
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__PoolsReply pools = CMWQ__POOLS_REPLY__INIT;
+        Cmwq__StatsReply stats = CMWQ__STATS_REPLY__INIT;
+        Cmwq__SnapshotReply snapshot = CMWQ__SNAPSHOT_REPLY__INIT;
+        bool want_pools = req->body_case != CMWQ__REQUEST__BODY_STATS;
+        bool want_stats = req->body_case != CMWQ__REQUEST__BODY_POOLS;
+
+        if ((want_pools && fill_pools(core, &a) < 0) || (want_stats && fill_stats(core, &c->caller, &a) < 0)) {
+                ipc_client_send_error(c, req->id, -ENOMEM, "out of memory", false);
+                return;
+        }
         resp.id = req->id;
-        resp.body_case = CMWQ__RESPONSE__BODY_STATS;
-        resp.stats = &reply;
+        switch (req->body_case) {
+        case CMWQ__REQUEST__BODY_POOLS:
+                pools.n_pools = a.n_pools;
+                pools.pools = a.pools;
+                resp.body_case = CMWQ__RESPONSE__BODY_POOLS;
+                resp.pools = &pools;
+                break;
+        case CMWQ__REQUEST__BODY_STATS:
+                stats.n_workqueues = a.n_workqueues;
+                stats.workqueues = a.workqueues;
+                resp.body_case = CMWQ__RESPONSE__BODY_STATS;
+                resp.stats = &stats;
+                break;
+        default:
+                snapshot.n_pools = a.n_pools;
+                snapshot.pools = a.pools;
+                snapshot.n_workqueues = a.n_workqueues;
+                snapshot.workqueues = a.workqueues;
+                snapshot.monotonic_usec = now_usec(CLOCK_MONOTONIC);
+                resp.body_case = CMWQ__RESPONSE__BODY_SNAPSHOT;
+                resp.snapshot = &snapshot;
+                break;
+        }
         (void) ipc_client_send(c, &resp);
 }
 
@@ -698,9 +747,8 @@ void ipc_dispatch(struct ipc_client *c, Cmwq__Request *req) {
                 dispatch_list(c, req);
                 return;
         case CMWQ__REQUEST__BODY_POOLS:
-                dispatch_pools(c, req);
-                return;
         case CMWQ__REQUEST__BODY_STATS:
+        case CMWQ__REQUEST__BODY_SNAPSHOT:
                 dispatch_stats(c, req);
                 return;
         case CMWQ__REQUEST__BODY_CALLBACK_ATTACH:
