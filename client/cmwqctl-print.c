@@ -569,6 +569,10 @@ void stats_json(const Cmwq__StatsReply *stats, JsonWriter *w) {
                         json_kv_uint(w, "timed_out", s->timed_out);
                 if (s->has_watchdog)
                         json_kv_uint(w, "watchdog", s->watchdog);
+                if (s->has_completed)
+                        json_kv_uint(w, "completed", s->completed);
+                if (s->has_owner_uid)
+                        json_kv_uint(w, "owner_uid", s->owner_uid);
                 json_object_end(w);
         }
         json_array_end(w);

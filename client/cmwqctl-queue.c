@@ -228,11 +228,17 @@ int verb_pools(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
 
 int verb_stats(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
         _cleanup_(response_freep) Cmwq__Response *resp = NULL, *list = NULL;
+        const char *format = a->opt[OPT_FORMAT], *output = a->opt[OPT_OUTPUT];
         JsonWriter w;
         int r;
 
         (void) verb;
-        (void) a;
+        if (format && strcmp(format, "json") != 0 && strcmp(format, "table") != 0)
+                return stats_metrics(ctx, format, output);
+        if (output)
+                return usage_error("stats: --output needs --format=openmetrics or prometheus");
+        if (format && strcmp(format, "json") == 0)
+                ctx->json = true;
         r = call_empty(ctx, CMWQ__REQUEST__BODY_STATS, CMWQ__RESPONSE__BODY_STATS, &resp);
         if (r != 0)
                 return r;

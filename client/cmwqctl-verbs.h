@@ -34,6 +34,11 @@ enum {
         OPT_TIMEOUT,
         OPT_STDIN,
         OPT_WAIT,
+        OPT_FORMAT,
+        OPT_OUTPUT,
+        OPT_INTERVAL,
+        OPT_ITERATIONS,
+        OPT_PLAIN,
         _OPT_MAX,
 };
 

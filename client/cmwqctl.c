@@ -225,6 +225,24 @@ static const CtlOption create_options[] = {
         {}
 };
 
+static const CtlOption stats_options[] = {
+        { "format", 0, "FORMAT", "table (default), json (as --json), openmetrics\n"
+                                 "(OpenMetrics text), prometheus (for node_exporter's\n"
+                                 "textfile collector)",
+          OPT_FORMAT, CTL_VALUE_WORDS, "table json openmetrics prometheus" },
+        { "output", 0, "FILE", "Metrics into FILE, replaced at once (written beside\n"
+                               "it, then renamed)", OPT_OUTPUT, CTL_VALUE_FILE },
+        {}
+};
+
+static const CtlOption top_options[] = {
+        { "interval",   0, "SECONDS", "Refresh every SECONDS (default 1, decimals allowed)", OPT_INTERVAL },
+        { "iterations", 0, "N", "Stop after N refreshes (default: until Ctrl-C)", OPT_ITERATIONS },
+        { "plain",      0, NULL, "No screen control: one block of lines per refresh\n"
+                                 "(the default when stdout is not a terminal)", OPT_PLAIN },
+        {}
+};
+
 static const CtlOption freeze_options[] = {
         { "timeout", 0, "SECONDS", "Wait at most SECONDS for running items", OPT_TIMEOUT },
         {}
@@ -291,7 +309,9 @@ const CtlVerb ctl_verbs[] = {
         { .name = "pools", .group = INSPECTION,
           .summary = "Worker pools: CPU, priority, workers, running,\nidle, pending", .run = verb_pools },
         { .name = "stats", .group = INSPECTION, .summary = "Per-workqueue statistics (wq_monitor columns)",
-          .run = verb_stats },
+          .options = stats_options, .run = verb_stats },
+        { .name = "top", .group = INSPECTION, .summary = "Live pools and workqueues, rates per second",
+          .options = top_options, .run = verb_top },
 };
 const size_t ctl_n_verbs = ELEMENTSOF(ctl_verbs);
 

@@ -52,5 +52,9 @@ int verb_freeze_thaw(Context *ctx, const CtlVerb *verb, const CtlArgs *args);
 int verb_list(Context *ctx, const CtlVerb *verb, const CtlArgs *args);
 int verb_pools(Context *ctx, const CtlVerb *verb, const CtlArgs *args);
 int verb_stats(Context *ctx, const CtlVerb *verb, const CtlArgs *args);
+int verb_top(Context *ctx, const CtlVerb *verb, const CtlArgs *args);         /* cmwqctl-top.c */
+/* stats --format=openmetrics|prometheus [--output=FILE] (cmwqctl-top.c):
+ * the exit status. */
+int stats_metrics(Context *ctx, const char *format, const char *output);
 int verb_submit(Context *ctx, const CtlVerb *verb, const CtlArgs *args);
 int verb_id(Context *ctx, const CtlVerb *verb, const CtlArgs *args);           /* wait, show, cancel */

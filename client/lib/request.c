@@ -22,6 +22,9 @@ Cmwq__Request *request_empty(struct request *r, Cmwq__Request__BodyCase kind) {
         case CMWQ__REQUEST__BODY_STATS:
                 r->req.stats = &r->body.empty;
                 break;
+        case CMWQ__REQUEST__BODY_SNAPSHOT:
+                r->req.snapshot = &r->body.empty;
+                break;
         default:
                 r->req.list = &r->body.empty;
                 break;
