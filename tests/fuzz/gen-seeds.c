@@ -121,6 +121,8 @@ static void empty(struct stream *s, Cmwq__Request__BodyCase kind) {
                 req.list = &e;
         else if (kind == CMWQ__REQUEST__BODY_POOLS)
                 req.pools = &e;
+        else if (kind == CMWQ__REQUEST__BODY_SNAPSHOT)
+                req.snapshot = &e;
         else
                 req.stats = &e;
         put(s, &req);
@@ -397,6 +399,14 @@ int main(int argc, char **argv) {
         empty(s, CMWQ__REQUEST__BODY_POOLS);
         empty(s, CMWQ__REQUEST__BODY_STATS);
         emit("list-pools-stats", s, true);
+
+        /* cmwqctl top: one Snapshot per refresh, with work about */
+        BEGIN();
+        create(s, "mine", 0, 0);
+        submit(s, "mine", "/bin/true", &(struct submit_opts) { .cpu = 1 });
+        empty(s, CMWQ__REQUEST__BODY_SNAPSHOT);
+        empty(s, CMWQ__REQUEST__BODY_SNAPSHOT);
+        emit("snapshot", s, true);
 
         BEGIN();
         submit(s, "system", "/bin/true", &(struct submit_opts) { .wait = true, .payload = "hello" });
