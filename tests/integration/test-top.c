@@ -50,21 +50,27 @@ START_TEST(test_top_plain_shows_pools_and_rates_while_items_run) {
         enum { N = 40 };
         char log[400], tag[16], f[12][32];
         bool seen_rate = false, seen_infl = false, seen_plain = false;
-        int64_t deadline = mono_ns() + 90 * 1000000000LL;
+        struct file_gate gate;
+        int64_t deadline;
 
         /* One at a time, 50 ms each: about 2 s of items starting and ending
-         * one after another. */
+         * one after another, once the first, gated one lets them (however
+         * long submitting them took). */
         free(CTL_OK(&d, "create", "seq", "--ordered"));
         test_path(&d, "probe.log", log, sizeof(log));
+        file_gate_close(&d, &gate, "gate");
+        free(CTL_OK(&d, "submit", "seq", "--", d.probe, "wait", gate.path, log, "gate"));
         for (int i = 0; i < N; i++) {
                 snprintf(tag, sizeof(tag), "t%d", i);
                 free(CTL_OK(&d, "submit", "seq", "--", d.probe, "sleep", "50", log, tag));
         }
+        file_gate_open(&gate);
+        deadline = mono_ns() + 90 * 1000000000LL;
 
         /* Short tops one after another, until one saw seq's items start or
          * they have all ended. */
         while (!(seen_rate && seen_infl && seen_plain) && mono_ns() < deadline) {
-                bool done = count_probe_lines(log, "end") == N;
+                bool done = count_probe_lines(log, "end") == N + 1;
                 bool plain = !seen_plain;
                 struct ctl_result r;
                 int n;
