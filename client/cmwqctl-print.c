@@ -527,10 +527,13 @@ int stats_print(const Cmwq__StatsReply *stats, const Cmwq__ListReply *list, FILE
 
         for (size_t i = 0; i < stats->n_workqueues; i++) {
                 const Cmwq__WorkqueueStats *s = stats->workqueues[i];
-                const Cmwq__WorkqueueInfo *q = list_find(list, s->name);
-                /* Without the flags, show every counter. */
-                bool unbound = q && (q->flags & (CMWQ__WORKQUEUE_FLAG__FLAG_UNBOUND | CMWQ__WORKQUEUE_FLAG__FLAG_ORDERED));
-                bool rescuer = !q || (q->flags & CMWQ__WORKQUEUE_FLAG__FLAG_MEM_RECLAIM);
+                const Cmwq__WorkqueueInfo *q = s->has_flags ? NULL : list_find(list, s->name);
+                /* The queue's own flags, else the list's; without either,
+                 * show every counter. */
+                bool known = s->has_flags || q;
+                uint32_t flags = s->has_flags ? s->flags : q ? q->flags : 0;
+                bool unbound = known && (flags & (CMWQ__WORKQUEUE_FLAG__FLAG_UNBOUND | CMWQ__WORKQUEUE_FLAG__FLAG_ORDERED));
+                bool rescuer = !known || (flags & CMWQ__WORKQUEUE_FLAG__FLAG_MEM_RECLAIM);
 
                 if (table_add(t, s->name) < 0 ||
                     table_addf(t, "%" PRIu64, s->total) < 0 ||

@@ -35,7 +35,8 @@ int list_print(const Cmwq__ListReply *list, FILE *f);
 void list_json(const Cmwq__ListReply *list, JsonWriter *w);
 int pools_print(const Cmwq__PoolsReply *pools, FILE *f);
 void pools_json(const Cmwq__PoolsReply *pools, JsonWriter *w);
-/* @list (may be NULL) supplies the flags that decide which columns apply
- * to a queue, as in the kernel's wq_monitor.py. */
+/* The flags decide which columns apply to a queue, as in the kernel's
+ * wq_monitor.py: the queue's own (WorkqueueStats.flags), else from @list
+ * (may be NULL; for a cmwqd that does not send them). */
 int stats_print(const Cmwq__StatsReply *stats, const Cmwq__ListReply *list, FILE *f);
 void stats_json(const Cmwq__StatsReply *stats, JsonWriter *w);

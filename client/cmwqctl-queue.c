@@ -249,11 +249,16 @@ int verb_stats(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
                 return CTL_EXIT_OK;
         }
 
-        /* The queues' flags decide which columns apply, as in wq_monitor.py. */
-        r = call_empty(ctx, CMWQ__REQUEST__BODY_LIST, CMWQ__RESPONSE__BODY_LIST, &list);
-        if (r != 0)
-                return r;
-        if (stats_print(resp->stats, list->list, stdout) < 0)
+        /* The queues' flags decide which columns apply, as in wq_monitor.py;
+         * a cmwqd from before they came with the statistics is asked for
+         * its list. */
+        for (size_t i = 0; i < resp->stats->n_workqueues && !list; i++)
+                if (!resp->stats->workqueues[i]->has_flags) {
+                        r = call_empty(ctx, CMWQ__REQUEST__BODY_LIST, CMWQ__RESPONSE__BODY_LIST, &list);
+                        if (r != 0)
+                                return r;
+                }
+        if (stats_print(resp->stats, list ? list->list : NULL, stdout) < 0)
                 return fail_oom();
         return CTL_EXIT_OK;
 }

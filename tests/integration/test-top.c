@@ -198,6 +198,19 @@ START_TEST(test_openmetrics_of_a_real_daemon) {
                 ck_assert_msg(!strstr(de->d_name, ".tmp."), "left behind: %s", de->d_name);
         closedir(dir);
 
+        /* The table takes each queue's flags from the statistics: the
+         * columns that do not apply to it are '-'. */
+        out = CTL_OK(&d, "stats");
+        {
+                char f[9][32];
+
+                ck_assert_int_eq(row_fields(out, "system_unbound", f, 9), 9);
+                ck_assert_msg(strcmp(f[4], "-") == 0 && strcmp(f[7], "-") == 0, "%s", out);
+                ck_assert_int_eq(row_fields(out, "mine", f, 9), 9);
+                ck_assert_msg(strcmp(f[1], "2") == 0 && strcmp(f[4], "0") == 0, "%s", out);
+        }
+        free(out);
+
         CTL(&d, &r, "stats", "--format=yaml");
         ck_assert_int_eq(r.status, 2);
         ctl_result_free(&r);
