@@ -137,7 +137,16 @@ static const Cmwq__WorkqueueStats *find_queue(const Cmwq__SnapshotReply *s, cons
         return NULL;
 }
 
-static int top_pools(const Cmwq__SnapshotReply *cur, const Cmwq__SnapshotReply *prev, double dt, FILE *f) {
+/* On a terminal, a pool with no worker, nothing pending and no event since
+ * the last refresh takes no line: a machine with many CPUs shows the ones
+ * at work. */
+static bool pool_empty(const Cmwq__PoolInfo *p, const Cmwq__PoolInfo *o) {
+        return p->workers == 0 && p->pending == 0 && p->callback_threads == 0 && p->started == o->started &&
+               p->sleeps == o->sleeps && p->wakes == o->wakes && p->contended == o->contended;
+}
+
+static int top_pools(const Cmwq__SnapshotReply *cur, const Cmwq__SnapshotReply *prev, double dt, bool all,
+                     FILE *f) {
         static const TableColumn columns[] = {
                 { "CPU", false },
                 { "PRIO", false },
@@ -155,6 +164,7 @@ static int top_pools(const Cmwq__SnapshotReply *cur, const Cmwq__SnapshotReply *
                 { "contended/s", true },
         };
         _cleanup_(table_freep) Table *t = NULL;
+        size_t hidden = 0;
 
         if (table_new(columns, ELEMENTSOF(columns), &t) < 0)
                 return -ENOMEM;
@@ -165,6 +175,10 @@ static int top_pools(const Cmwq__SnapshotReply *cur, const Cmwq__SnapshotReply *
 
                 if (!o)
                         o = &zero;
+                if (!all && pool_empty(p, o)) {
+                        hidden++;
+                        continue;
+                }
                 if ((p->cpu < 0 ? table_add(t, "unbound") : table_addf(t, "%" PRIi32, p->cpu)) < 0 ||
                     table_add(t, p->highpri ? "highpri" : "normal") < 0 ||
                     table_addf(t, "%" PRIu32, p->workers) < 0 ||
@@ -182,6 +196,8 @@ static int top_pools(const Cmwq__SnapshotReply *cur, const Cmwq__SnapshotReply *
                         return -ENOMEM;
         }
         table_print(t, f);
+        if (hidden > 0)
+                fprintf(f, "(%zu pool%s without workers or events not shown)\n", hidden, hidden == 1 ? "" : "s");
         return 0;
 }
 
@@ -244,7 +260,7 @@ static int top_show(Context *ctx, const Cmwq__SnapshotReply *cur, const Cmwq__Sn
         if (!plain)
                 fputs("\033[H\033[2J", f);      /* home, clear the screen */
         fprintf(f, "%s  cmwqd at %s, rates over %.2fs\n\n", when, ctx->socket_path, dt);
-        if (top_pools(cur, prev, dt, f) < 0)
+        if (top_pools(cur, prev, dt, plain, f) < 0)
                 return -ENOMEM;
         fputc('\n', f);
         if (top_queues(cur, prev, dt, f) < 0)
