@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
 #include "cmwqctl-json.h"
@@ -92,6 +93,17 @@ void json_base64(JsonWriter *w, const void *p, size_t n) {
 void json_uint(JsonWriter *w, uint64_t v) {
         json_prefix(w);
         fprintf(w->f, "%" PRIu64, v);
+        w->need_comma = true;
+}
+
+/* Three decimals; JSON has no NaN or infinity: those write null. */
+void json_double(JsonWriter *w, double v) {
+        if (!isfinite(v)) {
+                json_null(w);
+                return;
+        }
+        json_prefix(w);
+        fprintf(w->f, "%.3f", v);
         w->need_comma = true;
 }
 

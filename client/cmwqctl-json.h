@@ -36,6 +36,7 @@ void json_string_len(JsonWriter *w, const void *p, size_t n);
 void json_base64(JsonWriter *w, const void *p, size_t n);
 void json_uint(JsonWriter *w, uint64_t v);
 void json_int(JsonWriter *w, int64_t v);
+void json_double(JsonWriter *w, double v);
 void json_bool(JsonWriter *w, bool b);
 void json_null(JsonWriter *w);
 
@@ -50,6 +51,10 @@ static inline void json_kv_uint(JsonWriter *w, const char *k, uint64_t v) {
 static inline void json_kv_int(JsonWriter *w, const char *k, int64_t v) {
         json_key(w, k);
         json_int(w, v);
+}
+static inline void json_kv_double(JsonWriter *w, const char *k, double v) {
+        json_key(w, k);
+        json_double(w, v);
 }
 static inline void json_kv_bool(JsonWriter *w, const char *k, bool b) {
         json_key(w, k);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cmwqctl.h"
+#include "cmwqctl-json.h"
 #include "cmwqctl-metrics.h"
 #include "cmwqctl-print.h"
 #include "cmwqctl-util.h"
@@ -270,6 +271,71 @@ static int top_show(Context *ctx, const Cmwq__SnapshotReply *cur, const Cmwq__Sn
         return 0;
 }
 
+/* --json: one object per refresh, on one line (JSON lines), with what the
+ * tables show; rates per second under names ending in _per_s. */
+static void top_json(const Cmwq__SnapshotReply *cur, const Cmwq__SnapshotReply *prev, double dt, FILE *f) {
+        static const Cmwq__PoolInfo zero_pool = CMWQ__POOL_INFO__INIT;
+        static const Cmwq__WorkqueueStats zero_queue = CMWQ__WORKQUEUE_STATS__INIT;
+        struct timespec now;
+        JsonWriter w;
+
+        clock_gettime(CLOCK_REALTIME, &now);
+        json_init(&w, f);
+        json_object_begin(&w);
+        json_kv_uint(&w, "time_usec", (uint64_t) now.tv_sec * 1000000 + (uint64_t) now.tv_nsec / 1000);
+        json_kv_double(&w, "interval", dt);
+        json_key(&w, "pools");
+        json_array_begin(&w);
+        for (size_t i = 0; i < cur->n_pools; i++) {
+                const Cmwq__PoolInfo *p = cur->pools[i];
+                const Cmwq__PoolInfo *o = find_pool(prev, p) ?: &zero_pool;
+
+                json_object_begin(&w);
+                json_kv_int(&w, "cpu", p->cpu);
+                json_kv_bool(&w, "unbound", p->cpu < 0);
+                json_kv_bool(&w, "highpri", p->highpri);
+                json_kv_uint(&w, "workers", p->workers);
+                json_kv_uint(&w, "busy", p->busy);
+                json_kv_uint(&w, "running", p->running);
+                json_kv_uint(&w, "blocked", p->blocked);
+                json_kv_uint(&w, "idle", p->idle);
+                json_kv_uint(&w, "pending", p->pending);
+                json_kv_uint(&w, "callback_threads", p->callback_threads);
+                json_kv_double(&w, "started_per_s", rate(p->started, o->started, dt));
+                json_kv_double(&w, "cm_wakeups_per_s", rate(p->cm_wakeups, o->cm_wakeups, dt));
+                json_kv_double(&w, "sleeps_per_s", rate(p->sleeps, o->sleeps, dt));
+                json_kv_double(&w, "wakes_per_s", rate(p->wakes, o->wakes, dt));
+                json_kv_double(&w, "contended_per_s", rate(p->contended, o->contended, dt));
+                json_object_end(&w);
+        }
+        json_array_end(&w);
+        json_key(&w, "workqueues");
+        json_array_begin(&w);
+        for (size_t i = 0; i < cur->n_workqueues; i++) {
+                const Cmwq__WorkqueueStats *q = cur->workqueues[i];
+                const Cmwq__WorkqueueStats *o = find_queue(prev, q) ?: &zero_queue;
+
+                json_object_begin(&w);
+                json_kv_string(&w, "name", q->name);
+                if (q->has_owner_uid)
+                        json_kv_uint(&w, "owner_uid", q->owner_uid);
+                json_kv_uint(&w, "total", q->total);
+                json_kv_uint(&w, "in_flight", q->in_flight);
+                json_kv_double(&w, "started_per_s", rate(q->total, o->total, dt));
+                json_kv_double(&w, "completed_per_s", rate(q->completed, o->completed, dt));
+                json_kv_double(&w, "cpu_seconds_per_s", rate(q->cpu_usec, o->cpu_usec, dt) / 1e6);
+                json_kv_double(&w, "cpu_intensive_per_s", rate(q->cpu_intensive, o->cpu_intensive, dt));
+                json_kv_double(&w, "cm_wakeups_per_s", rate(q->cm_wakeups, o->cm_wakeups, dt));
+                json_kv_double(&w, "mayday_per_s", rate(q->mayday, o->mayday, dt));
+                json_kv_double(&w, "rescued_per_s", rate(q->rescued, o->rescued, dt));
+                json_kv_double(&w, "stalls_per_s", rate(q->watchdog, o->watchdog, dt));
+                json_object_end(&w);
+        }
+        json_array_end(&w);
+        json_object_end(&w);
+        (void) json_finish(&w);
+}
+
 int verb_top(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
         _cleanup_(response_freep) Cmwq__Response *prev = NULL;
         struct sigaction sa = { .sa_handler = top_on_signal };
@@ -287,8 +353,6 @@ int verb_top(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
         }
         if (a->opt[OPT_ITERATIONS] && (parse_uint64(a->opt[OPT_ITERATIONS], &iterations) < 0 || iterations == 0))
                 return usage_error("top: invalid --iterations value '%s' (a positive number)", a->opt[OPT_ITERATIONS]);
-        if (ctx->json)
-                return usage_error("top: --json is not supported; use 'cmwqctl --json stats' and 'pools'");
 
         /* Ctrl-C (or SIGTERM) ends the loop between refreshes and cuts a
          * wait short; without SA_RESTART the sleep returns at once. */
@@ -319,7 +383,11 @@ int verb_top(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
                 r = call_snapshot(ctx, &cur);
                 if (r != 0)
                         return r;
-                if (top_show(ctx, cur->snapshot, prev->snapshot, plain, stdout) < 0)
+                if (ctx->json)
+                        top_json(cur->snapshot, prev->snapshot,
+                                 (double) (cur->snapshot->monotonic_usec - prev->snapshot->monotonic_usec) / 1e6,
+                                 stdout);
+                else if (top_show(ctx, cur->snapshot, prev->snapshot, plain, stdout) < 0)
                         return fail_oom();
                 if (fflush(stdout) != 0 || ferror(stdout))
                         return fail(CTL_EXIT_REFUSED, "cannot write output: %s", strerror(errno ?: EIO));

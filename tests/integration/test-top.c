@@ -109,6 +109,22 @@ START_TEST(test_top_plain_shows_pools_and_rates_while_items_run) {
 }
 END_TEST
 
+START_TEST(test_top_json_is_one_object_per_refresh) {
+        char *out = CTL_OK(&d, "--json", "top", "--iterations", "3", "--interval", "0.1");
+        int lines = 1;
+
+        for (const char *p = out; (p = strchr(p, '\n')); p++)
+                lines++;
+        ck_assert_msg(lines == 3, "%d lines:\n%s", lines, out);
+        for (const char *p = out; p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+                ck_assert_msg(strncmp(p, "{\"time_usec\":", 13) == 0, "%s", out);
+                ck_assert_msg(strstr(p, "\"pools\":[{\"cpu\":0,") && strstr(p, "\"name\":\"system\""), "%s", out);
+                ck_assert_msg(strstr(p, "\"started_per_s\":0.000"), "%s", out);
+        }
+        free(out);
+}
+END_TEST
+
 START_TEST(test_top_refuses_bad_options) {
         static const char *const bad[][2] = {
                 { "--interval", "0" },
@@ -226,6 +242,7 @@ int main(void) {
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_top_plain_shows_pools_and_rates_while_items_run);
+        tcase_add_test(tc, test_top_json_is_one_object_per_refresh);
         tcase_add_test(tc, test_top_refuses_bad_options);
         tcase_add_test(tc, test_openmetrics_of_a_real_daemon);
         suite_add_tcase(s, tc);
