@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/uio.h>
 #include <systemd/sd-journal.h>
 
 #include "base/log.h"
@@ -45,27 +47,88 @@ int log_level_from_string(const char *s) {
         return -EINVAL;
 }
 
-int log_internal(int level, int error, const char *file, int line, const char *fmt, ...) {
-        char buf[2048];
-        va_list ap;
+size_t log_fields_format(const struct log_fields *f, char buf[static LOG_FIELDS_MAX][LOG_FIELD_SIZE]) {
+        size_t n = 0;
+
+        if (!f)
+                return 0;
+        if (f->queue)
+                snprintf(buf[n++], LOG_FIELD_SIZE, "CMWQ_QUEUE=%s", f->queue);
+        if (f->item > 0)
+                snprintf(buf[n++], LOG_FIELD_SIZE, "CMWQ_ITEM=%" PRIu64, f->item);
+        if (f->has_uid)
+                snprintf(buf[n++], LOG_FIELD_SIZE, "CMWQ_UID=%u", (unsigned) f->uid);
+        if (f->has_cpu)
+                snprintf(buf[n++], LOG_FIELD_SIZE, "CMWQ_CPU=%u", f->cpu);
+        if (f->pool)
+                snprintf(buf[n++], LOG_FIELD_SIZE, "CMWQ_POOL=%s", f->pool);
+        return n;
+}
+
+#define MESSAGE_PREFIX "MESSAGE="
+
+/* @message is "MESSAGE=text". */
+static void log_journal(int level, int error, const char *file, int line, const struct log_fields *f,
+                        const char *message) {
+        char fields[LOG_FIELDS_MAX][LOG_FIELD_SIZE], priority[16], code_file[256], code_line[32], errno_field[32];
+        struct iovec iov[6 + LOG_FIELDS_MAX];
+        size_t n = 0, nf;
+
+        snprintf(priority, sizeof(priority), "PRIORITY=%d", level);
+        snprintf(code_file, sizeof(code_file), "CODE_FILE=%s", file);
+        snprintf(code_line, sizeof(code_line), "CODE_LINE=%d", line);
+        iov[n++] = (struct iovec) { (char *) message, strlen(message) };
+        iov[n++] = (struct iovec) { priority, strlen(priority) };
+        iov[n++] = (struct iovec) { code_file, strlen(code_file) };
+        iov[n++] = (struct iovec) { code_line, strlen(code_line) };
+        iov[n++] = (struct iovec) { (char *) "SYSLOG_IDENTIFIER=cmwqd", strlen("SYSLOG_IDENTIFIER=cmwqd") };
+        if (error) {
+                snprintf(errno_field, sizeof(errno_field), "ERRNO=%d", error < 0 ? -error : error);
+                iov[n++] = (struct iovec) { errno_field, strlen(errno_field) };
+        }
+        nf = log_fields_format(f, fields);
+        for (size_t k = 0; k < nf; k++)
+                iov[n++] = (struct iovec) { fields[k], strlen(fields[k]) };
+        sd_journal_sendv(iov, (int) n);
+}
+
+static int log_va(int level, int error, const char *file, int line, const struct log_fields *f, const char *fmt,
+                  va_list ap) {
+        char buf[sizeof(MESSAGE_PREFIX) - 1 + 2048] = MESSAGE_PREFIX;
+        char *text = buf + sizeof(MESSAGE_PREFIX) - 1;
 
         if (level > max_level)
                 return error;
 
         /* %m must mean the error we were handed, not whatever errno is. */
         errno = error < 0 ? -error : error;
-        va_start(ap, fmt);
-        vsnprintf(buf, sizeof(buf), fmt, ap);
-        va_end(ap);
+        vsnprintf(text, sizeof(buf) - (sizeof(MESSAGE_PREFIX) - 1), fmt, ap);
 
-        if (to_journal) {
-                char code_line[32];
-                snprintf(code_line, sizeof(code_line), "%d", line);
-                sd_journal_send("MESSAGE=%s", buf, "PRIORITY=%d", level, "CODE_FILE=%s", file,
-                                "CODE_LINE=%s", code_line, "SYSLOG_IDENTIFIER=cmwqd",
-                                error ? "ERRNO=%d" : NULL, error < 0 ? -error : error, NULL);
-        } else
-                fprintf(stderr, "cmwqd[%s]: %s\n", level_names[level], buf);
+        if (to_journal)
+                log_journal(level, error, file, line, f, buf);
+        else
+                fprintf(stderr, "cmwqd[%s]: %s\n", level_names[level], text);
 
         return error;
+}
+
+int log_internal(int level, int error, const char *file, int line, const char *fmt, ...) {
+        va_list ap;
+        int r;
+
+        va_start(ap, fmt);
+        r = log_va(level, error, file, line, NULL, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+int log_internal_fields(int level, int error, const char *file, int line, const struct log_fields *f,
+                        const char *fmt, ...) {
+        va_list ap;
+        int r;
+
+        va_start(ap, fmt);
+        r = log_va(level, error, file, line, f, fmt, ap);
+        va_end(ap);
+        return r;
 }

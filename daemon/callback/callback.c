@@ -20,6 +20,12 @@
 #include "callback/callback.h"
 #include "util.h"
 
+/* A line about a client's worker thread: CMWQ_CPU= in the journal. */
+#define log_callback(w, ...) \
+        log_fields_errno(LOG_DEBUG, 0, &(const struct log_fields) { .has_cpu = (w)->pool->cpu >= 0, \
+                                                                    .cpu = (unsigned) (w)->pool->cpu }, \
+                         __VA_ARGS__)
+
 struct callback_registry {
         struct core *core;
         struct list_head clients;
@@ -113,7 +119,8 @@ static int callback_execute(struct worker *pw, struct pool_work *work) {
         w->granted_cpu_usec = pw->cpu_baseline_usec;
         /* It waits for this grant asleep; from now on it runs. */
         sleepwatch_target_assume_running(w->target);
-        log_debug("callback: thread %d (PID %d) granted CPU %d", (int) w->tid, (int) w->client->pid, w->pool->cpu);
+        log_callback(w, "callback: thread %d (PID %d) granted CPU %d", (int) w->tid, (int) w->client->pid,
+                     w->pool->cpu);
         callback_shm_grant(w->client->shm, w->slot, ++w->grant_seq);
         return 0;
 }
@@ -298,9 +305,9 @@ static void callback_yield_overdue(evutil_socket_t fd, short what, void *userdat
                 callback_yield_timer_arm(w);
                 return;
         }
-        log_debug("callback: thread %d (PID %d) has not yielded CPU %d in %" PRIu64
-                  " ms and hardly ran meanwhile (%s): it stops counting there",
-                  (int) w->tid, (int) w->client->pid, w->pool->cpu, waited / USEC_PER_MSEC, why);
+        log_callback(w, "callback: thread %d (PID %d) has not yielded CPU %d in %" PRIu64
+                     " ms and hardly ran meanwhile (%s): it stops counting there",
+                     (int) w->tid, (int) w->client->pid, w->pool->cpu, waited / USEC_PER_MSEC, why);
         pool_worker_cpu_intensive(w->granted);
 }
 
@@ -320,8 +327,8 @@ static void callback_sleep_changed(struct sleepwatch_target *t, bool running, vo
          * before this (callback_switches_seen()). */
         if (!w->granted)
                 return;         /* waiting for a grant: that is not work blocking */
-        log_debug("callback: thread %d (PID %d) %s", (int) w->tid, (int) w->client->pid,
-                  running ? "runs again" : "blocked");
+        log_callback(w, "callback: thread %d (PID %d) %s", (int) w->tid, (int) w->client->pid,
+                     running ? "runs again" : "blocked");
         if (!running) {
                 pool_worker_sleeping(w->granted);
                 return;
@@ -348,8 +355,8 @@ static void callback_pool_contended(struct pool *p, struct pool_work *work, void
                         continue;       /* its own next demand: the thread keeps going */
                 list_for_each_entry(w, &c->workers, entry)
                         if (w->pool == p && w->granted && !w->yield_sent && worker_counts_running(w->granted)) {
-                                log_debug("callback: thread %d (PID %d) asked to yield CPU %d", (int) w->tid,
-                                          (int) c->pid, p->cpu);
+                                log_callback(w, "callback: thread %d (PID %d) asked to yield CPU %d", (int) w->tid,
+                                             (int) c->pid, p->cpu);
                                 callback_worker_ask_yield(w);
                         }
         }
@@ -382,8 +389,9 @@ static void callback_client_tell_freeze(struct callback_client *c, struct workqu
                         list_add_tail(&h->wq_entry, &wq->callback_holds);
                         list_add_tail(&h->owner_entry, &c->holds);
                 } else
-                        log_warning("Out of memory: the freeze of %s does not wait for PID %d's callbacks", wq->name,
-                                    (int) c->pid);
+                        log_queue(LOG_WARNING, wq,
+                                  "Out of memory: the freeze of %s does not wait for PID %d's callbacks", wq->name,
+                                  (int) c->pid);
         }
         c->freeze(name, wq->frozen, seq, c->userdata);
 }
@@ -402,8 +410,8 @@ static void callback_client_freeze_answered(struct callback_client *c, uint32_t 
 
         list_for_each_entry_safe(h, n, &c->holds, owner_entry)
                 if (freeze_seq_answered(h->seq, acked)) {
-                        log_debug("callback: PID %d has no callback of %s running any more", (int) c->pid,
-                                  h->wq->name);
+                        log_queue(LOG_DEBUG, h->wq, "callback: PID %d has no callback of %s running any more",
+                                  (int) c->pid, h->wq->name);
                         workqueue_callback_hold_free(h);
                         freed = true;
                 }
@@ -562,8 +570,8 @@ static void callback_worker_release(struct callback_worker *w) {
         callback_worker_count(w);
         evtimer_del(w->yield_timer);
         if (pw) {
-                log_debug("callback: thread %d (PID %d) gives CPU %d back%s", (int) w->tid, (int) w->client->pid,
-                          w->pool->cpu, pw->flags & WORKER_CPU_INTENSIVE ? " (was CPU-intensive)" : "");
+                log_callback(w, "callback: thread %d (PID %d) gives CPU %d back%s", (int) w->tid, (int) w->client->pid,
+                             w->pool->cpu, pw->flags & WORKER_CPU_INTENSIVE ? " (was CPU-intensive)" : "");
                 w->granted = NULL;
                 pw->userdata = NULL;
                 pool_worker_done(pw);
@@ -746,8 +754,8 @@ int callback_worker_unregister(struct callback_client *c, pid_t tid, struct core
 static void callback_worker_demand(struct callback_worker *w) {
         if (w->granted || list_linked(&w->work.entry))
                 return;
-        log_debug("callback: thread %d (PID %d) demands CPU %d (%u running there)", (int) w->tid,
-                  (int) w->client->pid, w->pool->cpu, w->pool->nr_running);
+        log_callback(w, "callback: thread %d (PID %d) demands CPU %d (%u running there)", (int) w->tid,
+                     (int) w->client->pid, w->pool->cpu, w->pool->nr_running);
         pool_queue_work(w->pool, &w->work);
 }
 
@@ -756,8 +764,8 @@ static void callback_worker_demand(struct callback_worker *w) {
 static void callback_worker_intensive(struct callback_worker *w) {
         if (!w->granted)
                 return;         /* gave it back already, or never had it: nothing to stop counting */
-        log_debug("callback: thread %d (PID %d) runs CPU-intensive work on CPU %d", (int) w->tid,
-                  (int) w->client->pid, w->pool->cpu);
+        log_callback(w, "callback: thread %d (PID %d) runs CPU-intensive work on CPU %d", (int) w->tid,
+                     (int) w->client->pid, w->pool->cpu);
         pool_worker_cpu_intensive(w->granted);
 }
 

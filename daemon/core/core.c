@@ -178,8 +178,9 @@ int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_c
                 r = core_workqueue_create(c, &owner, builtin_workqueues[i].name, builtin_workqueues[i].flags,
                                           builtin_workqueues[i].max_active, &e);
                 if (r < 0) {
-                        log_error_errno(r, "Failed to create built-in workqueue %s: %s",
-                                        builtin_workqueues[i].name, e.message);
+                        log_fields_errno(LOG_ERR, r, &(const struct log_fields) { .queue = builtin_workqueues[i].name },
+                                         "Failed to create built-in workqueue %s: %s", builtin_workqueues[i].name,
+                                         e.message);
                         core_free(c);
                         return r;
                 }

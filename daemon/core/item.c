@@ -178,6 +178,17 @@ void item_retire(struct item *i, enum item_state state) {
                 i->timer = NULL;
         }
         i->deadline_usec = 0;
+        if (i->core->restoring)
+                ;       /* replaying the state log: what ended then was logged then */
+        else if (state == ITEM_FINISHED && i->signal)
+                log_item(LOG_DEBUG, i, "Item %" PRIu64 " of workqueue %s finished: killed by signal %d", i->id,
+                         i->wq_name, i->signal);
+        else if (state == ITEM_FINISHED)
+                log_item(LOG_DEBUG, i, "Item %" PRIu64 " of workqueue %s finished: exit status %d", i->id, i->wq_name,
+                         i->exit_status);
+        else
+                log_item(LOG_DEBUG, i, "Item %" PRIu64 " of workqueue %s %s", i->id, i->wq_name,
+                         item_state_to_string(state));
         core_store_item_result(i);
         list_del_init(&i->inflight_entry);
         list_del_init(&i->wq_entry);
@@ -371,7 +382,8 @@ static int item_make_process(struct item *i, struct pool *pool) {
         had_rescuer = i->wq->rescuer;
         r = exec_prepare(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->prepared);
         if (r < 0) {
-                log_warning_errno(r, "Failed to start item %" PRIu64 " of workqueue %s: %m", i->id, i->wq_name);
+                log_item_errno(LOG_WARNING, r, i, "Failed to start item %" PRIu64 " of workqueue %s: %m", i->id,
+                               i->wq_name);
                 /* A process may be had again by now: be ready next time. */
                 workqueue_rescuer_replenish(i->wq);
                 return r;
@@ -381,8 +393,9 @@ static int item_make_process(struct item *i, struct pool *pool) {
                  * call, answered by the rescuer. */
                 i->wq->stats.pool.mayday++;
                 i->wq->stats.pool.rescued++;
-                log_warning("No process could be created for item %" PRIu64 " of workqueue %s: its rescuer runs it",
-                            i->id, i->wq_name);
+                log_item(LOG_WARNING, i,
+                         "No process could be created for item %" PRIu64 " of workqueue %s: its rescuer runs it",
+                         i->id, i->wq_name);
         }
         return 0;
 }
@@ -393,7 +406,8 @@ static int item_exec_start(struct item *i) {
 
         r = exec_go(i->prepared);
         if (r < 0) {
-                log_warning_errno(r, "Failed to start item %" PRIu64 " of workqueue %s: %m", i->id, i->wq_name);
+                log_item_errno(LOG_WARNING, r, i, "Failed to start item %" PRIu64 " of workqueue %s: %m", i->id,
+                               i->wq_name);
                 i->prepared = exec_proc_discard(i->prepared);
                 return r;
         }
@@ -408,6 +422,7 @@ static void item_mark_running(struct item *i, struct worker *worker) {
         i->state = ITEM_RUNNING;
         if (!i->started_usec)
                 i->started_usec = now_usec(CLOCK_REALTIME);
+        log_item(LOG_DEBUG, i, "Started item %" PRIu64 " of workqueue %s", i->id, i->wq_name);
         i->pwq->nr_running++;
         if (i->key) {
                 if (i->key->pending == i)
@@ -487,7 +502,7 @@ static void item_prepare(struct pool_work *work) {
         r = exec_prepare(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->prepared);
         if (r < 0)
                 /* It is started the ordinary way when its turn comes. */
-                log_debug_errno(r, "Could not prepare item %" PRIu64 " ahead: %m", i->id);
+                log_item_errno(LOG_DEBUG, r, i, "Could not prepare item %" PRIu64 " ahead: %m", i->id);
 }
 
 static void item_unprepare(struct pool_work *work) {
@@ -754,7 +769,8 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
         list_add_tail(&i->wq_entry, &wq->items);
         wq->nr_items++;
         core_store_item_queued(i);
-        log_debug("Queued item %" PRIu64 " on %s for uid %u: %s", i->id, wq->name, (unsigned) i->uid, i->argv[0]);
+        log_item(LOG_DEBUG, i, "Queued item %" PRIu64 " on %s for uid %u: %s", i->id, wq->name, (unsigned) i->uid,
+                 i->argv[0]);
 
         *ret_id = i->id;
         *ret_already_pending = false;

@@ -32,7 +32,10 @@ static int restore_workqueue(struct core *c, const CmwqStore__Workqueue *w) {
                 r = core_workqueue_create(c, &owner, w->name, w->flags, (w->flags & WQ_ORDERED) ? 0 : w->max_active,
                                           &e);
                 if (r < 0) {
-                        log_warning("Cannot recreate workqueue %s from the state log: %s", w->name, e.message);
+                        log_fields_errno(LOG_WARNING, 0,
+                                         &(const struct log_fields) { .queue = w->name, .has_uid = true,
+                                                                      .uid = w->owner },
+                                         "Cannot recreate workqueue %s from the state log: %s", w->name, e.message);
                         return 0;
                 }
                 wq = core_find_workqueue(c, w->owner, w->name);
@@ -187,13 +190,18 @@ int core_store_replay(const CmwqStore__Record *rec, void *userdata) {
                                                     ? rec->item_queued->workqueue_owner : getuid(),
                                          rec->item_queued->workqueue);
                 if (!wq) {
-                        log_warning("The state log queues item %" PRIu64 " on workqueue %s, which does not exist; "
-                                    "dropping it", rec->item_queued->id, rec->item_queued->workqueue);
+                        log_fields_errno(LOG_WARNING, 0,
+                                         &(const struct log_fields) { .queue = rec->item_queued->workqueue,
+                                                                      .item = rec->item_queued->id },
+                                         "The state log queues item %" PRIu64 " on workqueue %s, which does not exist; "
+                                         "dropping it", rec->item_queued->id, rec->item_queued->workqueue);
                         break;
                 }
                 r = restore_item(c, wq, rec->item_queued, &i);
                 if (r < 0) {
-                        log_warning_errno(r, "Cannot restore item %" PRIu64 ": %m", rec->item_queued->id);
+                        log_fields_errno(LOG_WARNING, r,
+                                         &(const struct log_fields) { .queue = wq->name, .item = rec->item_queued->id },
+                                         "Cannot restore item %" PRIu64 ": %m", rec->item_queued->id);
                         break;
                 }
                 i->state = ITEM_DELAYED;        /* placeholder until recovery queues it */
@@ -229,8 +237,10 @@ int core_store_replay(const CmwqStore__Record *rec, void *userdata) {
         case CMWQ_STORE__RECORD__BODY_ITEM_HISTORY:
                 r = restore_item(c, NULL, rec->item_history->item, &i);
                 if (r < 0) {
-                        log_warning_errno(r, "Cannot restore item %" PRIu64 " of the history: %m",
-                                          rec->item_history->item->id);
+                        log_fields_errno(LOG_WARNING, r,
+                                         &(const struct log_fields) { .item = rec->item_history->item->id },
+                                         "Cannot restore item %" PRIu64 " of the history: %m",
+                                         rec->item_history->item->id);
                         break;
                 }
                 restore_result(i, rec->item_history->result);
@@ -258,13 +268,14 @@ static void core_store_settle(struct core *c) {
                         i->restored_running = false;
                         i->interruptions++;
                         if (wq->on_interrupt == INTERRUPT_RERUN) {
-                                log_notice("Item %" PRIu64 " of workqueue %s was running when cmwqd stopped; "
-                                           "running it again (its queue's policy is rerun)", i->id, wq->name);
+                                log_item(LOG_NOTICE, i,
+                                         "Item %" PRIu64 " of workqueue %s was running when cmwqd stopped; "
+                                         "running it again (its queue's policy is rerun)", i->id, wq->name);
                                 i->started_usec = 0;
                                 continue;
                         }
-                        log_notice("Item %" PRIu64 " of workqueue %s was running when cmwqd stopped; "
-                                   "it is reported as interrupted", i->id, wq->name);
+                        log_item(LOG_NOTICE, i, "Item %" PRIu64 " of workqueue %s was running when cmwqd stopped; "
+                                 "it is reported as interrupted", i->id, wq->name);
                         i->finished_usec = now_usec(CLOCK_REALTIME);
                         item_retire(i, ITEM_INTERRUPTED);
                 }

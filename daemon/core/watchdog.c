@@ -93,11 +93,20 @@ static void watchdog_describe_holder(struct pool *p, char *buf, size_t size) {
                 }
 }
 
+/* The pool's name in the journal's CMWQ_POOL=: cpu0, cpu0-highpri, unbound, unbound-highpri. */
+static void watchdog_pool_field(const struct pool *p, char *buf, size_t size) {
+        if (pool_is_unbound(p))
+                snprintf(buf, size, "unbound%s", p->highpri ? "-highpri" : "");
+        else
+                snprintf(buf, size, "cpu%d%s", p->cpu, p->highpri ? "-highpri" : "");
+}
+
 static void watchdog_report(struct core *c, struct pool *p, uint64_t stalled_usec) {
         struct item *waiting = NULL, *holder;
         struct pool_work *work;
         struct pwq *pwq = NULL;
-        char pool_name[64], who[256];
+        char pool_name[64], who[256], pool_field[32];
+        struct log_fields f = {};
 
         /* Who waits: the first item on the worklist, else the first queue
          * held back. */
@@ -110,27 +119,38 @@ static void watchdog_report(struct core *c, struct pool *p, uint64_t stalled_use
         watchdog_describe_holder(p, who, sizeof(who));
 
         watchdog_describe_pool(p, pool_name, sizeof(pool_name));
+        /* The line is about the pool, and the queue and item that wait. */
+        watchdog_pool_field(p, pool_field, sizeof(pool_field));
+        if (waiting)
+                f = *LOG_FIELDS_ITEM(waiting);
+        f.pool = pool_field;
+        f.has_cpu = !pool_is_unbound(p);
+        f.cpu = (unsigned) p->cpu;
         if (!waiting)
                 /* Only clients' callbacks wait: they are not counted per queue. */
-                log_warning("Watchdog: %s has had callbacks waiting and made no progress for %" PRIu64 " s: "
-                            "%s holds it", pool_name, stalled_usec / USEC_PER_SEC, who);
+                log_fields_errno(LOG_WARNING, 0, &f,
+                                 "Watchdog: %s has had callbacks waiting and made no progress for %" PRIu64 " s: "
+                                 "%s holds it", pool_name, stalled_usec / USEC_PER_SEC, who);
         else if (holder)
-                log_warning("Watchdog: %s has had work waiting and made no progress for %" PRIu64 " s: "
-                            "item %" PRIu64 " of workqueue %s (%s) holds it, running for %" PRIu64 " s; "
-                            "item %" PRIu64 " of workqueue %s waits",
-                            pool_name, stalled_usec / USEC_PER_SEC, holder->id, holder->wq_name, holder->argv[0],
-                            (now_usec(CLOCK_REALTIME) - holder->started_usec) / USEC_PER_SEC,
-                            waiting->id, waiting->wq_name);
+                log_fields_errno(LOG_WARNING, 0, &f,
+                                 "Watchdog: %s has had work waiting and made no progress for %" PRIu64 " s: "
+                                 "item %" PRIu64 " of workqueue %s (%s) holds it, running for %" PRIu64 " s; "
+                                 "item %" PRIu64 " of workqueue %s waits",
+                                 pool_name, stalled_usec / USEC_PER_SEC, holder->id, holder->wq_name,
+                                 holder->argv[0], (now_usec(CLOCK_REALTIME) - holder->started_usec) / USEC_PER_SEC,
+                                 waiting->id, waiting->wq_name);
         else if (!list_empty(&p->busy_list)) {
-                log_warning("Watchdog: %s has had work waiting and made no progress for %" PRIu64 " s: "
-                            "%s holds it; item %" PRIu64 " of workqueue %s waits",
-                            pool_name, stalled_usec / USEC_PER_SEC, who, waiting->id, waiting->wq_name);
+                log_fields_errno(LOG_WARNING, 0, &f,
+                                 "Watchdog: %s has had work waiting and made no progress for %" PRIu64 " s: "
+                                 "%s holds it; item %" PRIu64 " of workqueue %s waits",
+                                 pool_name, stalled_usec / USEC_PER_SEC, who, waiting->id, waiting->wq_name);
         }
         else
-                log_warning("Watchdog: %s has had work waiting and made no progress for %" PRIu64 " s: "
-                            "item %" PRIu64 " of workqueue %s (%s) cannot be started, queued %" PRIu64 " s ago",
-                            pool_name, stalled_usec / USEC_PER_SEC, waiting->id, waiting->wq_name,
-                            waiting->argv[0], (now_usec(CLOCK_REALTIME) - waiting->queued_usec) / USEC_PER_SEC);
+                log_fields_errno(LOG_WARNING, 0, &f,
+                                 "Watchdog: %s has had work waiting and made no progress for %" PRIu64 " s: "
+                                 "item %" PRIu64 " of workqueue %s (%s) cannot be started, queued %" PRIu64 " s ago",
+                                 pool_name, stalled_usec / USEC_PER_SEC, waiting->id, waiting->wq_name,
+                                 waiting->argv[0], (now_usec(CLOCK_REALTIME) - waiting->queued_usec) / USEC_PER_SEC);
         if (waiting && waiting->wq)
                 waiting->wq->stats.watchdog++;
 }

@@ -230,11 +230,12 @@ static int workqueue_create(struct core *c, const struct core_caller *caller, co
         u->nr_workqueues++;
         core_store_workqueue(wq);
         if (owner)
-                log_debug("Created workqueue %s (flags 0x%x, max_active %u, owner %u, for the connection of pid %d)",
+                log_queue(LOG_DEBUG, wq,
+                          "Created workqueue %s (flags 0x%x, max_active %u, owner %u, for the connection of pid %d)",
                           name, flags, max_active, (unsigned) caller->uid, (int) owner->pid);
         else
-                log_debug("Created workqueue %s (flags 0x%x, max_active %u, owner %u)", name, flags, max_active,
-                          (unsigned) caller->uid);
+                log_queue(LOG_DEBUG, wq, "Created workqueue %s (flags 0x%x, max_active %u, owner %u)", name, flags,
+                          max_active, (unsigned) caller->uid);
         workqueue_rescuer_replenish(wq);
         core_notify_workqueue_added(wq);
         return 0;
@@ -272,11 +273,12 @@ void workqueue_orphan(struct workqueue *wq) {
         if (wq->destroying)
                 return;         /* destroyed explicitly already; that goes on */
         if (wq->nr_items > 0)
-                log_info("The connection of pid %d has ended: destroying its workqueue %s once its %" PRIu64
-                         " items have run", (int) wq->owner_pid, wq->name, wq->nr_items);
+                log_queue(LOG_INFO, wq,
+                          "The connection of pid %d has ended: destroying its workqueue %s once its %" PRIu64
+                          " items have run", (int) wq->owner_pid, wq->name, wq->nr_items);
         else
-                log_debug("The connection of pid %d has ended: destroying its workqueue %s", (int) wq->owner_pid,
-                          wq->name);
+                log_queue(LOG_DEBUG, wq, "The connection of pid %d has ended: destroying its workqueue %s",
+                          (int) wq->owner_pid, wq->name);
         wq->draining = true;
         wq->destroying = true;
         core_notify_workqueue_changed(wq);
@@ -293,9 +295,9 @@ void workqueue_rescuer_replenish(struct workqueue *wq) {
                 return;
         r = exec_rescuer_new(&wq->rescuer);
         if (r < 0)
-                log_full_errno(wq->stats.pool.rescued ? LOG_DEBUG : LOG_WARNING, r,
-                               "Workqueue %s has no rescuer for now (%m); it gets one once a process can be made",
-                               wq->name);
+                log_queue_errno(wq->stats.pool.rescued ? LOG_DEBUG : LOG_WARNING, r, wq,
+                                "Workqueue %s has no rescuer for now (%m); it gets one once a process can be made",
+                                wq->name);
 }
 
 static void waiters_complete(struct list_head *waiters, int r) {
@@ -369,9 +371,10 @@ static struct pwq_share *item_pwq_share(struct item *i) {
         if (!u->builtin_shares) {
                 u->builtin_shares = calloc(c->nr_builtin_pwqs, sizeof(struct pwq_share));
                 if (!u->builtin_shares) {
-                        log_warning("Out of memory for uid %u's shares of the built-in queues; its item %" PRIu64
-                                    " counts against %s's max_active with everybody's",
-                                    (unsigned) i->uid, i->id, pwq->wq->name);
+                        log_item(LOG_WARNING, i,
+                                 "Out of memory for uid %u's shares of the built-in queues; its item %" PRIu64
+                                 " counts against %s's max_active with everybody's",
+                                 (unsigned) i->uid, i->id, pwq->wq->name);
                         return &pwq->shared;
                 }
                 for (size_t k = 0; k < c->nr_builtin_pwqs; k++)
@@ -525,7 +528,7 @@ void workqueue_check_waiters(struct workqueue *wq) {
                         core_notify_workqueue_changed(wq);
                 waiters_complete(&wq->drainers, 0);
                 if (destroy) {
-                        log_debug("Destroyed workqueue %s", wq->name);
+                        log_queue(LOG_DEBUG, wq, "Destroyed workqueue %s", wq->name);
                         core_store_workqueue_destroyed(wq);
                         workqueue_free(wq);
                 }
@@ -619,7 +622,7 @@ int core_workqueue_flush(struct core *c, const struct core_caller *caller, const
         if (workqueue_flushed(wq, w->flush_seq))
                 return 0;
         list_add_tail(&w->entry, &wq->flushers);
-        log_debug("Flush of %s waits for its items up to number %" PRIu64, wq->name, w->flush_seq);
+        log_queue(LOG_DEBUG, wq, "Flush of %s waits for its items up to number %" PRIu64, wq->name, w->flush_seq);
         return 1;
 }
 
@@ -713,11 +716,13 @@ static void core_freeze_timer_fired(evutil_socket_t fd, short what, void *userda
 
                 list_for_each_entry(i, &wq->items, wq_entry)
                         if (i->state == ITEM_RUNNING)
-                                log_warning("Freeze timed out: item %" PRIu64 " of workqueue %s (%s) is still running",
-                                            i->id, wq->name, i->argv[0]);
+                                log_item(LOG_WARNING, i,
+                                         "Freeze timed out: item %" PRIu64 " of workqueue %s (%s) is still running",
+                                         i->id, wq->name, i->argv[0]);
                 list_for_each_entry(h, &wq->callback_holds, wq_entry)
-                        log_warning("Freeze timed out: PID %d has not said that its callbacks of workqueue %s "
-                                    "have returned", (int) h->pid, wq->name);
+                        log_queue(LOG_WARNING, wq,
+                                  "Freeze timed out: PID %d has not said that its callbacks of workqueue %s "
+                                  "have returned", (int) h->pid, wq->name);
         }
         core_arm_freeze_timer(c);
         waiters_complete(&expired, -ETIMEDOUT);
@@ -778,7 +783,8 @@ int core_freeze(struct core *c, const struct core_caller *caller, const char *na
         r = freezer_apply(c, caller, name, "freeze", workqueue_freeze, e);
         if (r < 0)
                 return r;
-        log_info("Froze %s", name ? name : "all freezable workqueues");
+        log_fields_errno(LOG_INFO, 0, &(const struct log_fields) { .queue = name }, "Froze %s",
+                         name ? name : "all freezable workqueues");
 
         if (core_frozen_queues_idle(c))
                 return 0;
@@ -801,7 +807,8 @@ int core_thaw(struct core *c, const struct core_caller *caller, const char *name
         r = freezer_apply(c, caller, name, "thaw", workqueue_thaw, e);
         if (r < 0)
                 return r;
-        log_info("Thawed %s", name ? name : "all freezable workqueues");
+        log_fields_errno(LOG_INFO, 0, &(const struct log_fields) { .queue = name }, "Thawed %s",
+                         name ? name : "all freezable workqueues");
         core_check_freezers(c);
         return 0;
 }

@@ -483,7 +483,7 @@ static void observe_workqueue_added(struct core_observer *o, struct workqueue *w
 
         w = dbus_workqueue_track(d, wq);
         if (!w) {
-                log_warning("Out of memory: workqueue %s will not be announced on the bus", wq->name);
+                log_queue(LOG_WARNING, wq, "Out of memory: workqueue %s will not be announced on the bus", wq->name);
                 return;
         }
         if (ipc_dbus_workqueue_path(wq, &path) < 0)
