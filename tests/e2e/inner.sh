@@ -166,6 +166,28 @@ bounded() {
 }
 check "items have no capability outside the unit's bounding set, no new privileges, none at all for users" bounded
 
+# --- journal fields: a queue's lines are found with journalctl CMWQ_QUEUE= (cmwqd(8), LOGGING);
+# the queueing, start and end of items are logged at debug level.
+mkdir -p /run/systemd/system/cmwqd.service.d
+printf '[Service]\nExecStart=\nExecStart=%s --log-level=debug\n' "$(command -v cmwqd)" \
+        >/run/systemd/system/cmwqd.service.d/debug-log.conf
+systemctl daemon-reload && systemctl restart cmwqd
+as_user cmwqctl create e2e_journal >/dev/null || echo "cannot create e2e_journal" | say
+jid=$(as_user cmwqctl submit e2e_journal -- /bin/true) && as_user cmwqctl wait "$jid" >/dev/null ||
+        echo "the item of e2e_journal did not run" | say
+journal_fields() { # the queue's lines, and the item's end with its own fields
+        local out
+        out=$(journalctl -b -o json --no-pager CMWQ_QUEUE=e2e_journal)
+        echo "$out" | grep -q '"MESSAGE":"Created workqueue e2e_journal ' &&
+                echo "$out" | grep "\"CMWQ_ITEM\":\"$jid\"" | grep "\"CMWQ_UID\":\"$uid\"" |
+                grep -q "\"MESSAGE\":\"Item $jid of workqueue e2e_journal finished: exit status 0\""
+}
+check "journalctl CMWQ_QUEUE=e2e_journal -o json: the queue's lines, item $jid's with CMWQ_ITEM= and CMWQ_UID=" \
+        poll 10 journal_fields || journalctl -b -o json --no-pager CMWQ_QUEUE=e2e_journal | say
+as_user cmwqctl destroy e2e_journal >/dev/null
+rm /run/systemd/system/cmwqd.service.d/debug-log.conf
+systemctl daemon-reload && systemctl restart cmwqd
+
 # --- the D-Bus front end on the real system bus, with the installed policy
 bus_cpus() { as_user busctl --system get-property org.cmwq.cmwqd1 /org/cmwq/cmwqd1 org.cmwq.cmwqd1.Manager CPUs; }
 cpus=$(bus_cpus 2>&1)

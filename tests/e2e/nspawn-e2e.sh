@@ -16,7 +16,7 @@
 set -uo pipefail
 
 OUTER_CHECKS=4
-INNER_CHECKS=31             # keep in step with inner.sh
+INNER_CHECKS=32             # keep in step with inner.sh
 SUITE=bookworm
 # systemd, logind (libpam-systemd) and D-Bus for the system under test; the
 # libraries that cmwqd and cmwqctl link; passwd and util-linux for the test's
