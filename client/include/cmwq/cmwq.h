@@ -77,6 +77,8 @@ const char *cmwq_last_error(void);
 
 /* ---- event-loop integration --------------------------------------------- */
 
+/* examples/ in the source tree: complete programs under sd-event, GLib and libevent. */
+
 /*
  * A file descriptor that polls readable (POLLIN / EV_READ / G_IO_IN) while
  * cmwq_process() has something to do.  Owned by the connection: do not read
