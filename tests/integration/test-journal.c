@@ -28,9 +28,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "base/log.h"
+#include "core/core.h"
 #include "harness.h"
-#include "log.h"
 
 /* ------------------------------------------------------------------------ */
 /* the field builder */
