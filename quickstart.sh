@@ -23,6 +23,7 @@ packages=(
         prometheus          # promtool, which checks the metrics "cmwqctl stats --format=openmetrics" prints
         dbus-daemon python3-dbusmock    # the suspend tests: a private system bus with a mock logind
         systemd debootstrap debian-archive-keyring systemd-container    # units' tests, end-to-end tier, busctl (D-Bus tests)
+        debhelper lintian   # the end-to-end tier builds the Debian packages (debian/) and checks them
         libuv1-dev      # a peer of "make bench" only
         libglib2.0-dev  # the GLib example (examples/glib.c, run by the tests) and a peer of "make bench"
 )

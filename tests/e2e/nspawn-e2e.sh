@@ -2,32 +2,40 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 #
 # The end-to-end tier (tests/e2e/README.md): a Debian 12 system with real
-# systemd, logind and D-Bus, booted in systemd-nspawn, runs the installed
-# cmwqd under its unit and goes through a suspend whose "sleep" is a write to
-# a plain file.  This script runs on the host: it makes (or reuses) the root
-# file system, installs the project into the container's volatile overlay,
-# boots it, runs inner.sh inside through nsenter, and always tears it down.
-# TAP output; the plan counts inner.sh's checks too.
+# systemd, logind and D-Bus, booted in systemd-nspawn, installs cmwq's Debian
+# packages, runs cmwqd under its unit, goes through a suspend whose "sleep" is
+# a write to a plain file, and purges the packages.  This script runs on the
+# host: it makes (or reuses) the root file system, builds the packages from
+# the build tree's "make distdir" with dpkg-buildpackage, checks them with
+# lintian, boots the container with the packages in its volatile overlay,
+# installs them with apt-get, runs inner.sh and purge.sh inside through
+# nsenter, and always tears it down.  TAP output; the plan counts inner.sh's
+# and purge.sh's checks too.
 #
-# Environment: CMWQ_TEST_BUILDDIR (the configured build tree, installed with
-# "make install DESTDIR="), CMWQ_TEST_SRCDIR (tests/); optional
-# CMWQ_E2E_ROOTFS (default /var/tmp/cmwq-e2e-rootfs) and CMWQ_E2E_MIRROR
-# (default: the Debian mirror of this machine's APT sources).
+# Environment: CMWQ_TEST_BUILDDIR (the configured build tree: its "make
+# distdir" is what the packages are built from), CMWQ_TEST_SRCDIR (tests/);
+# optional CMWQ_E2E_ROOTFS (default /var/tmp/cmwq-e2e-rootfs),
+# CMWQ_E2E_MIRROR (default: the Debian mirror of this machine's APT sources)
+# and CMWQ_E2E_DEBS (a directory of .debs built before: used instead of
+# building them, to iterate on the scenario faster).
 set -uo pipefail
 
-OUTER_CHECKS=4
+OUTER_CHECKS=5
 INNER_CHECKS=32             # keep in step with inner.sh
+PURGE_CHECKS=4              # keep in step with purge.sh
 SUITE=bookworm
 # systemd, logind (libpam-systemd) and D-Bus for the system under test; the
 # libraries that cmwqd and cmwqctl link; passwd and util-linux for the test's
-# user; procps for pgrep.
-PACKAGES=systemd,systemd-sysv,dbus,libpam-systemd,libevent-2.1-7,libprotobuf-c1,libsystemd0,passwd,util-linux,procps
+# user; procps for pgrep; libprotobuf-c-dev, on which libcmwq-client-dev
+# depends (the container has no network: apt-get finds every dependency of
+# the packages installed already).
+PACKAGES=systemd,systemd-sysv,dbus,libpam-systemd,libevent-2.1-7,libprotobuf-c1,libsystemd0,passwd,util-linux,procps,libprotobuf-c-dev
 
 builddir=${CMWQ_TEST_BUILDDIR:?}
 testsdir=${CMWQ_TEST_SRCDIR:?}
 rootfs=${CMWQ_E2E_ROOTFS:-/var/tmp/cmwq-e2e-rootfs}
 
-echo "1..$((OUTER_CHECKS + INNER_CHECKS))"
+echo "1..$((OUTER_CHECKS + INNER_CHECKS + PURGE_CHECKS))"
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $*"; }
 not_ok() { n=$((n + 1)); echo "not ok $n - $*"; }
@@ -35,9 +43,9 @@ bail() { echo "Bail out! $*"; exit 1; }
 diag() { sed 's/^/# /'; }
 
 [ "$(id -u)" -eq 0 ] || bail "the end-to-end tier needs root (debootstrap, systemd-nspawn)"
-for tool in debootstrap systemd-nspawn nsenter flock; do
+for tool in debootstrap systemd-nspawn nsenter flock dpkg-buildpackage dh lintian; do
         command -v "$tool" >/dev/null || PATH=$PATH:/usr/sbin:/sbin command -v "$tool" >/dev/null ||
-                bail "$tool not found (Debian: debootstrap systemd-container util-linux)"
+                bail "$tool not found (Debian: debootstrap systemd-container util-linux dpkg-dev debhelper lintian)"
 done
 PATH=$PATH:/usr/sbin:/sbin
 
@@ -143,32 +151,52 @@ else
         bail "no root file system to boot"
 fi
 
-# --- 2: the project, installed as "make install" does, plus the test's files
+# --- 2: the Debian packages, built from what "make dist" would ship (the
+# tree's debian/ included), without their test suite: "make check" is running
+# it already.  A few minutes on two CPUs; CMWQ_E2E_DEBS skips it.
+debs=$work/debs
+mkdir -p "$debs"
+build_debs() {
+        local src=$work/src
+        if [ -n "${CMWQ_E2E_DEBS:-}" ]; then
+                echo "# the packages of $CMWQ_E2E_DEBS (CMWQ_E2E_DEBS), not built from this tree"
+                cp "$CMWQ_E2E_DEBS"/*.deb "$debs"/
+                return
+        fi
+        make -C "$builddir" distdir distdir="$src" >"$work/dist.log" 2>&1 || { tail -20 "$work/dist.log" | diag; return 1; }
+        # (its own make, not the one of "make check" that runs this script)
+        (cd "$src" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL \
+                DEB_BUILD_OPTIONS="nocheck noautodbgsym parallel=$(nproc)" \
+                dpkg-buildpackage -b -us -uc) >"$work/dpkg-buildpackage.log" 2>&1 ||
+                { tail -30 "$work/dpkg-buildpackage.log" | diag; return 1; }
+        mv "$work"/*.deb "$debs"/
+}
+start=$SECONDS
+if build_debs && ls "$debs"/cmwqd_*.deb "$debs"/libcmwq-client0_*.deb "$debs"/libcmwq-client-dev_*.deb >/dev/null; then
+        ok "dpkg-buildpackage -b: $(cd "$debs" && echo *.deb) ($((SECONDS - start)) s)"
+else
+        not_ok "dpkg-buildpackage -b of the tree's debian/"
+        bail "no packages to test"
+fi
+# No errors; the warnings are listed (and explained in debian/README.source).
+lintian_ok() {
+        local out st
+        out=$(lintian --fail-on error "$debs"/*.deb 2>&1)
+        st=$?
+        [ -z "$out" ] || echo "$out" | diag
+        return $st
+}
+if lintian_ok; then
+        ok "lintian: no errors in the packages"
+else
+        not_ok "lintian: no errors in the packages"
+fi
+
 token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 stage=$work/stage
-if make -C "$builddir" install DESTDIR="$stage" >"$work/install.log" 2>&1 &&
-        [ -f "$stage/$(sed -n 's/^ExecStart=//p' "$builddir/systemd/cmwqd.service")" ]; then
-        ok "make install DESTDIR= of the build"
-else
-        tail -20 "$work/install.log" | diag
-        not_ok "make install DESTDIR= of the build"
-        bail "nothing to test"
-fi
-# The system bus reads policies only from /usr/share and /etc: a build for
-# another prefix (/usr/local by default) gets its directory added, as an
-# administrator would add it for such an installation.
-includes=
-for policydir in $(cd "$stage" && find . -path '*/share/dbus-1/system.d' -type d | sed 's|^\.||'); do
-        [ "$policydir" = /usr/share/dbus-1/system.d ] || includes+="  <includedir>$policydir</includedir>"$'\n'
-done
-if [ -n "$includes" ]; then
-        mkdir -p "$stage/etc/dbus-1"
-        printf '%s\n%s\n<busconfig>\n%s</busconfig>\n' \
-                '<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"' \
-                ' "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">' \
-                "$includes" >"$stage/etc/dbus-1/system-local.conf"
-fi
+install -D -m 0644 -t "$stage/var/lib/cmwq-e2e/debs" "$debs"/*.deb
 install -D -m 0755 "$testsdir/e2e/inner.sh" "$stage/var/lib/cmwq-e2e/inner.sh"
+install -D -m 0755 "$testsdir/e2e/purge.sh" "$stage/var/lib/cmwq-e2e/purge.sh"
 install -D -m 0755 "$testsdir/e2e/sleep-hold.sh" "$stage/usr/lib/systemd/system-sleep/cmwq-e2e-hold"
 echo "$token" >"$stage/var/lib/cmwq-e2e/marker"
 
@@ -225,19 +253,34 @@ else
         bail "the container did not come up"
 fi
 
-# --- 4: into the container's overlay (keeping merged /usr's symlinks)
-if tar -C "$stage" -cf - . | in_container tar -C / --keep-directory-symlink -xf - &&
-        in_container systemctl daemon-reload && in_container systemctl reload dbus; then
-        ok "the project is installed in the container"
+# --- 4: the test's files into the container's overlay (keeping merged /usr's
+# symlinks), then the packages as an administrator installs them: their
+# postinst enables and starts the service and its socket (Debian's default).
+installed() {
+        local out st
+        tar -C "$stage" -cf - . | in_container tar -C / --keep-directory-symlink -xf - || return 1
+        out=$(in_container sh -c 'cd /var/lib/cmwq-e2e/debs && DEBIAN_FRONTEND=noninteractive \
+                apt-get install -y -q --no-install-recommends ./cmwqd_*.deb ./libcmwq-client0_*.deb ./libcmwq-client-dev_*.deb' 2>&1)
+        st=$?
+        echo "$out" | grep -v '^\(Selecting\|Preparing\|Unpacking\|(Reading\)' | tail -15 | diag
+        [ $st -eq 0 ] || return 1
+        out=$(in_container systemctl is-enabled cmwqd.service cmwqd.socket; in_container systemctl is-active cmwqd.service cmwqd.socket)
+        echo "# is-enabled, is-active:" $out
+        [ "$(echo $out)" = "enabled enabled active active" ]
+}
+if installed; then
+        ok "apt-get install ./cmwqd_*.deb ./libcmwq-client*.deb: cmwqd.service and cmwqd.socket enabled and running"
 else
-        not_ok "the project is installed in the container"
-        bail "cannot install into the container"
+        not_ok "apt-get install ./cmwqd_*.deb ./libcmwq-client*.deb: cmwqd.service and cmwqd.socket enabled and running"
+        bail "the packages did not install"
 fi
 
 # --- the scenario, inside
 in_container /var/lib/cmwq-e2e/inner.sh "$token" "$n"
 status=$?
 n=$((n + INNER_CHECKS))
+in_container /var/lib/cmwq-e2e/purge.sh "$token" "$n" || status=1
+n=$((n + PURGE_CHECKS))
 if [ $status -ne 0 ]; then
         echo "# inner.sh exited $status; the daemon's journal:"
         in_container journalctl -b --no-pager -o short-monotonic -u cmwqd -u systemd-logind \
