@@ -158,6 +158,7 @@ struct pool {
         uint64_t last_progress_usec;    /* CLOCK_MONOTONIC, for the watchdog */
         uint64_t watchdog_since_usec;   /* core/watchdog.c's: work waiting since; 0: none */
         uint64_t watchdog_reported_usec;        /* core/watchdog.c's: the stall last reported */
+        unsigned claim_window;          /* core/item.c's: starts claimed ahead on disk, at most */
         struct event *idle_timer;
         struct event *retry_timer;
         unsigned retry_backoff_ms;

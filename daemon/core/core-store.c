@@ -5,11 +5,13 @@
  * from the log at start-up is core/store-recovery.c's.
  *
  * Written: a queue's state when it is created or changed and when it is
- * gone; an item when it is queued (all it needs to run again), when it
- * starts, when it is requeued after exiting 75, and its result when it ends
- * for good.  A snapshot is the same records for the live state: a Header,
- * every queue, the history (ItemHistory), every unfinished item in queue
- * order (and ItemStarted for those that run).
+ * gone; an item when it is queued (all it needs to run again), when its
+ * start is claimed ahead and when it starts (ItemStarted; core/item.c,
+ * "Claims"), when a claim is given back (ItemReleased), when it is requeued
+ * after exiting 75, and its result when it ends for good.  A snapshot is
+ * the same records for the live state: a Header, every queue, the history
+ * (ItemHistory), every unfinished item in queue order (and ItemStarted for
+ * those that run or are claimed).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -165,25 +167,67 @@ void core_store_item_queued(struct item *i) {
         (void) core_store_append(i->core, &rec);
 }
 
-uint64_t core_store_item_started(struct item *i) {
+bool core_store_at_most_once(const struct item *i) {
+        return core_store_on(i->core) && i->wq && i->wq->on_interrupt != INTERRUPT_RERUN;
+}
+
+bool core_store_is_durable(const struct core *c, uint64_t seq) {
+        return !c->store || seq <= store_durable_seq(c->store);
+}
+
+static int64_t core_store_append_started(struct item *i, bool ahead) {
         CmwqStore__Record rec = CMWQ_STORE__RECORD__INIT;
         CmwqStore__ItemStarted st = CMWQ_STORE__ITEM_STARTED__INIT;
+
+        st.id = i->id;
+        if (ahead) {
+                st.has_ahead = true;
+                st.ahead = true;
+        } else {
+                st.has_started_usec = true;
+                st.started_usec = now_usec(CLOCK_REALTIME);
+        }
+        rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_STARTED;
+        rec.item_started = &st;
+        return core_store_append(i->core, &rec);
+}
+
+uint64_t core_store_item_claim(struct item *i) {
+        int64_t seq;
+
+        if (!core_store_at_most_once(i))
+                return 0;
+        seq = core_store_append_started(i, true);
+        return seq > 0 ? (uint64_t) seq : 0;
+}
+
+void core_store_item_released(struct item *i) {
+        CmwqStore__Record rec = CMWQ_STORE__RECORD__INIT;
+        CmwqStore__ItemReleased rl = CMWQ_STORE__ITEM_RELEASED__INIT;
+
+        if (!core_store_on(i->core))
+                return;
+        rl.id = i->id;
+        rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_RELEASED;
+        rec.item_released = &rl;
+        (void) core_store_append(i->core, &rec);
+}
+
+uint64_t core_store_item_started(struct item *i) {
         int64_t seq;
 
         if (!core_store_on(i->core))
                 return 0;
-        st.id = i->id;
-        st.has_started_usec = true;
-        st.started_usec = now_usec(CLOCK_REALTIME);
-        rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_STARTED;
-        rec.item_started = &st;
-        seq = core_store_append(i->core, &rec);
-        /* At most once (drop): the item must not run before its start is on
-         * disk, or a crash in between would run it a second time.  At least
-         * once (rerun): such a second run is what the queue asked for. */
+        seq = core_store_append_started(i, false);
+        /* At most once (drop): the item must not run before a record that
+         * says it may have is on disk, or a crash in between would run it
+         * a second time: its claim, or else this record.  At least once
+         * (rerun): such a second run is what the queue asked for. */
         if (i->wq->on_interrupt == INTERRUPT_RERUN)
                 return 0;
-        return seq > 0 && (uint64_t) seq > store_durable_seq(i->core->store) ? (uint64_t) seq : 0;
+        if (i->start_seq > 0)
+                return core_store_is_durable(i->core, i->start_seq) ? 0 : i->start_seq;
+        return seq > 0 && !core_store_is_durable(i->core, (uint64_t) seq) ? (uint64_t) seq : 0;
 }
 
 void core_store_item_requeued(struct item *i) {
@@ -270,12 +314,20 @@ static int core_store_snapshot(struct store_buf *b, void *userdata) {
                         r = store_record_append(b, &rec);
                         if (r < 0)
                                 return r;
-                        if (i->state == ITEM_RUNNING) {
+                        /* Running, or claimed ahead: it may run without
+                         * another record (a claim on disk only in the old
+                         * log must be in the new one). */
+                        if (i->state == ITEM_RUNNING || i->start_seq > 0) {
                                 CmwqStore__ItemStarted st = CMWQ_STORE__ITEM_STARTED__INIT;
 
                                 st.id = i->id;
-                                st.has_started_usec = true;
-                                st.started_usec = i->started_usec;
+                                if (i->state == ITEM_RUNNING) {
+                                        st.has_started_usec = true;
+                                        st.started_usec = i->started_usec;
+                                } else {
+                                        st.has_ahead = true;
+                                        st.ahead = true;
+                                }
                                 rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_STARTED;
                                 rec.item_started = &st;
                                 r = store_record_append(b, &rec);
@@ -308,9 +360,32 @@ int core_store_start(struct core *c, struct store *s) {
         return 0;
 }
 
+/* Stopping: the claims of items that did not start are given back, so
+ * that they come back pending rather than interrupted.  So are the starts
+ * still waiting for the disk (core->starting): their processes never got
+ * to run their programs. */
+static void core_store_release_claims(struct core *c) {
+        struct workqueue *wq;
+        struct item *i;
+
+        list_for_each_entry(wq, &c->workqueues, entry)
+                list_for_each_entry(i, &wq->items, wq_entry) {
+                        CmwqStore__Record rec = CMWQ_STORE__RECORD__INIT;
+                        CmwqStore__ItemReleased rl = CMWQ_STORE__ITEM_RELEASED__INIT;
+
+                        if (i->start_seq == 0 || i->proc)
+                                continue;
+                        rl.id = i->id;
+                        rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_RELEASED;
+                        rec.item_released = &rl;
+                        (void) core_store_append(c, &rec);
+                }
+}
+
 void core_store_detach(struct core *c) {
         if (!c->store)
                 return;
+        core_store_release_claims(c);
         store_remove_listener(c->store, &c->store_listener);
         c->store = NULL;
 }

@@ -126,7 +126,11 @@ struct item {
         bool cancel_requested;
         unsigned interruptions;         /* times cmwqd stopped while it ran */
         bool restored_running;          /* recovery: the log says it was running */
-        struct list_head starting_entry;        /* core->starting: waits for its start record */
+        struct list_head starting_entry;        /* core->starting: waits for start_seq on disk */
+        /* At most once (drop queues): the record its start waits for, a
+         * claim made ahead (ItemStarted ahead) or its own ItemStarted; 0:
+         * none.  Set while pending: claimed; cleared when its process goes
+         * or the claim is given back (item.c, "Claims"). */
         uint64_t start_seq;
 
         /* What to run. */
@@ -448,6 +452,9 @@ void item_queue(struct item *i);
 void item_retire(struct item *i, enum item_state state);
 void item_abort(struct item *i);
 void core_items_start_durable(struct core *c, uint64_t seq);
+/* @i, claimed ahead to start (at most once), will not start soon (its
+ * queue is frozen): the claim is given back. */
+void item_release_claim(struct item *i);
 const char *item_key_name(const struct item *i);       /* NULL: no key */
 /* The item of @work, or NULL when @work is no item (a client's callback). */
 struct item *item_from_work(struct pool_work *work);
@@ -477,7 +484,19 @@ void core_store_detach(struct core *c);
 void core_store_workqueue(struct workqueue *wq);
 void core_store_workqueue_destroyed(struct workqueue *wq);
 void core_store_item_queued(struct item *i);
-/* The seq the item's start must wait for (at-most-once queues), 0: none. */
+/* Whether @i may run only once a record of its start is on disk: the
+ * store is on and its queue's policy is drop (at most once). */
+bool core_store_at_most_once(const struct item *i);
+/* Whether the record @seq is on disk. */
+bool core_store_is_durable(const struct core *c, uint64_t seq);
+/* Appends a claim for @i (ItemStarted ahead): once on disk, @i may start
+ * without another record.  Returns its seq, 0 if none was written. */
+uint64_t core_store_item_claim(struct item *i);
+/* Gives @i's claim back (ItemReleased, not waited for): it did not start. */
+void core_store_item_released(struct item *i);
+/* Appends @i's start.  Returns the seq its process must wait for: 0 when
+ * it may go at once (no store, policy rerun, or its claim on disk), else
+ * its claim's or this record's. */
 uint64_t core_store_item_started(struct item *i);
 void core_store_item_requeued(struct item *i);
 void core_store_item_result(struct item *i);

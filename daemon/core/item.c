@@ -189,6 +189,7 @@ void item_retire(struct item *i, enum item_state state) {
         else
                 log_item(LOG_DEBUG, i, "Item %" PRIu64 " of workqueue %s %s", i->id, i->wq_name,
                          item_state_to_string(state));
+        i->start_seq = 0;
         core_store_item_result(i);
         list_del_init(&i->inflight_entry);
         list_del_init(&i->wq_entry);
@@ -432,6 +433,99 @@ static void item_mark_running(struct item *i, struct worker *worker) {
         core_notify_workqueue_changed(i->wq);
 }
 
+/* Claims: at most once without a sync per start.
+ *
+ * A drop item's process runs only once a record saying that it may have
+ * run is on disk.  Waiting for one sync per start would cap a pool that
+ * runs short items one after another (a bound pool) at one item per
+ * fdatasync().  So the items that will start next on the pool are claimed
+ * ahead (an ItemStarted record with "ahead", appended with the others and
+ * synced in the same group commit); a claimed item whose claim is on disk
+ * starts at once, its own ItemStarted appended and not waited for.
+ *
+ * How many: the pool's claim window.  It doubles each time an item had to
+ * wait for the disk to start (the items run faster than the syncs), up to
+ * ITEM_CLAIM_WINDOW_MAX, and goes back to 1 when nothing is left to claim
+ * behind the item that starts; once fewer than half of it are claimed
+ * ahead, the next ones are claimed, so that their sync runs while the
+ * claimed ones start.  After a crash a claimed item is reported
+ * interrupted, as the drop policy allows for an item that may have run:
+ * at most the window of items per pool that never ran.  A claim is given
+ * back (ItemReleased) when its item leaves the pool unstarted (frozen,
+ * cmwqd stops). */
+#define ITEM_CLAIM_WINDOW_MAX 64u
+
+/* An item whose claim waits to be used: claimed and not started. */
+static bool item_claimed(const struct item *i) {
+        return i->start_seq > 0 && !list_linked(&i->starting_entry) && !i->proc;
+}
+
+void item_release_claim(struct item *i) {
+        if (!item_claimed(i))
+                return;
+        core_store_item_released(i);
+        i->start_seq = 0;
+}
+
+/* The items that start after one that starts now, as far as the window
+ * goes. */
+struct claim_scan {
+        unsigned window;
+        unsigned seen;                  /* at-most-once items */
+        unsigned claimed;               /* of those, claimed already */
+        unsigned steps;
+        unsigned n;
+        struct item *unclaimed[ITEM_CLAIM_WINDOW_MAX];
+};
+
+/* Looks at @j (NULL: work that is no item), the next to start: false once
+ * the scan has seen enough. */
+static bool claim_scan_add(struct claim_scan *cs, struct item *j) {
+        if (cs->seen >= cs->window || ++cs->steps > 4 * ITEM_CLAIM_WINDOW_MAX)
+                return false;
+        if (!j || !core_store_at_most_once(j))
+                return true;
+        cs->seen++;
+        if (j->start_seq > 0)
+                cs->claimed++;
+        else
+                cs->unclaimed[cs->n++] = j;
+        return true;
+}
+
+/* @i starts now (@waited: it has to wait for the disk first): claims ahead
+ * for the items after it, as the window says.  Those are its pool's
+ * worklist, then what waits behind max_active on @i's pwq. */
+static void item_claim_next(struct item *i, bool waited) {
+        struct pool *p = i->pwq->pool;
+        struct claim_scan cs = {};
+        struct pool_work *work;
+        struct item *j;
+
+        if (p->claim_window == 0)
+                p->claim_window = 1;
+        if (waited && p->claim_window < ITEM_CLAIM_WINDOW_MAX)
+                p->claim_window *= 2;
+        cs.window = p->claim_window;
+        list_for_each_entry(work, &p->worklist, entry)
+                if (!claim_scan_add(&cs, item_from_work(work)))
+                        goto scanned;
+        if (!i->wq->frozen)
+                list_for_each_entry(j, &i->pwq->inactive, work.entry)
+                        if (!claim_scan_add(&cs, j))
+                                goto scanned;
+scanned:
+        if (cs.seen == 0) {
+                /* Nothing waits behind it: the next burst starts small. */
+                p->claim_window = 1;
+                return;
+        }
+        if (cs.claimed * 2 >= cs.window)
+                return;
+        for (unsigned k = 0; k < cs.n; k++)
+                cs.unclaimed[k]->start_seq = core_store_item_claim(cs.unclaimed[k]);
+}
+
 static int item_execute(struct worker *worker, struct pool_work *work) {
         struct item *i = container_of(work, struct item, work);
         struct core *c = i->core;
@@ -445,26 +539,37 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
         if (r < 0)
                 return r;
 
-        /* Its start is on disk before its process runs: after a crash an
-         * item is either known to have started (interrupted) or has not run
-         * at all, never run and still pending.  Its process waits for the
+        /* A record that says it may have run is on disk before its process
+         * runs (at most once): after a crash an item is either known to
+         * have started, or claimed to (interrupted), or has not run at
+         * all, never run and still pending.  Its process waits for the
          * release meanwhile. */
         i->started_usec = 0;
         seq = core_store_item_started(i);
+        if (core_store_at_most_once(i))
+                item_claim_next(i, seq > 0);
         if (seq > 0) {
+                struct list_head *at = c->starting.prev;
+
                 item_mark_running(i, worker);
                 i->start_seq = seq;
-                list_add_tail(&i->starting_entry, &c->starting);
+                /* In the order of their records: a claim may be older than
+                 * the starts waiting already. */
+                while (at != &c->starting && list_entry(at, struct item, starting_entry)->start_seq > seq)
+                        at = at->prev;
+                list_add(&i->starting_entry, at);
                 return 0;
         }
         r = item_exec_start(i);
         if (r < 0)
                 return r;
+        i->start_seq = 0;
         item_mark_running(i, worker);
         return 0;
 }
 
-/* The start records of the items on core->starting up to @seq are on disk. */
+/* The records up to @seq are on disk: the items on core->starting waiting
+ * for them start. */
 void core_items_start_durable(struct core *c, uint64_t seq) {
         while (!list_empty(&c->starting)) {
                 struct item *i = list_first_entry(&c->starting, struct item, starting_entry);
@@ -474,6 +579,7 @@ void core_items_start_durable(struct core *c, uint64_t seq) {
                 if (i->start_seq > seq)
                         break;
                 list_del_init(&i->starting_entry);
+                i->start_seq = 0;
                 if (i->cancel_requested) {
                         i->prepared = exec_proc_discard(i->prepared);
                         res.killed = true;
@@ -505,10 +611,13 @@ static void item_prepare(struct pool_work *work) {
                 log_item_errno(LOG_DEBUG, r, i, "Could not prepare item %" PRIu64 " ahead: %m", i->id);
 }
 
+/* It leaves the pool without having started (cancelled, frozen, cmwqd
+ * stops): its process and its claim are given back. */
 static void item_unprepare(struct pool_work *work) {
         struct item *i = container_of(work, struct item, work);
 
         i->prepared = exec_proc_discard(i->prepared);
+        item_release_claim(i);
 }
 
 /* CPU time the item has used since it exec'd (see exec_proc_cpu_usec()). */

@@ -7,9 +7,9 @@
  *
  * Rebuilt: queues are recreated, items keep their ids and their order.  An
  * item that was pending is queued again (a delay that has not passed is
- * armed for what is left of it); one that was running is interrupted: run
- * again from the start if its queue's policy is "rerun", otherwise retired
- * as ITEM_INTERRUPTED.  Finished items are back in the history.  A
+ * armed for what is left of it); one that was running or claimed is
+ * interrupted: run again from the start if its queue's policy is "rerun",
+ * otherwise retired as ITEM_INTERRUPTED.  Finished items are back in the history.  A
  * connection-owned queue is destroyed once its recovered items have run:
  * no connection survives a restart.
  */
@@ -209,11 +209,21 @@ int core_store_replay(const CmwqStore__Record *rec, void *userdata) {
                 wq->nr_items++;
                 break;
         case CMWQ_STORE__RECORD__BODY_ITEM_STARTED:
+                /* Started, or claimed ahead (it may have started since
+                 * without a record): either way it may have run. */
                 i = restore_lookup_live(c, rec->item_started->id);
                 if (i) {
                         i->restored_running = true;
                         i->started_usec = rec->item_started->started_usec;
                         i->deadline_usec = 0;
+                }
+                break;
+        case CMWQ_STORE__RECORD__BODY_ITEM_RELEASED:
+                /* Its claim was given back before it started. */
+                i = restore_lookup_live(c, rec->item_released->id);
+                if (i) {
+                        i->restored_running = false;
+                        i->started_usec = 0;
                 }
                 break;
         case CMWQ_STORE__RECORD__BODY_ITEM_REQUEUED:

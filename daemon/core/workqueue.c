@@ -729,10 +729,16 @@ static void core_freeze_timer_fired(evutil_socket_t fd, short what, void *userda
 }
 
 static void workqueue_freeze(struct workqueue *wq) {
+        struct item *i;
+
         if (wq->frozen)
                 return;
         wq->frozen = true;
         workqueue_deactivate_pending(wq);
+        /* A claim to start is for what starts soon; a crash while frozen
+         * (a suspend that never resumes) leaves these pending. */
+        list_for_each_entry(i, &wq->items, wq_entry)
+                item_release_claim(i);
         if (wq->core->freeze_changed)
                 wq->core->freeze_changed(wq, wq->core->freeze_changed_userdata);
         core_notify_workqueue_changed(wq);
