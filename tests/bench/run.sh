@@ -29,6 +29,7 @@
 #   CMWQ_BENCH_SERVICES_N=     services: items per process for every mix (default: block 1000,
 #                              compute 100, open 150, times 8/K)
 #   CMWQ_BENCH_SERVICES_KEEP=FILE  services: keep the raw ROW lines there
+#   CMWQ_BENCH_DAEMON_ARGS=    options added to every cmwqd started here (e.g. --no-store)
 set -eu
 
 if [ $# -lt 1 ] || [ ! -x "$1/cmwqd" ]; then
@@ -68,6 +69,7 @@ SVC_REPS=${CMWQ_BENCH_SERVICES_REPS:-3}
 SVC_RUNNERS=${CMWQ_BENCH_SERVICES_RUNNERS:-cmwq-bound,glib-n,glib-4n,libuv,cmwq-unbound,cmwq-local}
 SVC_MIXES=${CMWQ_BENCH_SERVICES_MIXES:-block,compute,open50,open90}
 SVC_N=${CMWQ_BENCH_SERVICES_N:-}
+DAEMON_ARGS=${CMWQ_BENCH_DAEMON_ARGS:-}
 NCPU=$(nproc)
 
 TMP=$(mktemp -d /tmp/cmwq-bench-XXXXXX)
@@ -94,7 +96,8 @@ start_daemon() {
         local name=$1 det=$2 waited=0
         shift 2
         DAEMON_SOCK=$TMP/$name.sock
-        "$CMWQD" --socket "$DAEMON_SOCK" --sleep-detector "$det" --state-dir "$TMP/$name.state" "$@" \
+        # shellcheck disable=SC2086 # DAEMON_ARGS: options, split at blanks
+        "$CMWQD" --socket "$DAEMON_SOCK" --sleep-detector "$det" --state-dir "$TMP/$name.state" $DAEMON_ARGS "$@" \
                 2>"$TMP/$name.log" &
         DAEMON_PID=$!
         DAEMONS+=("$DAEMON_PID")
@@ -156,6 +159,7 @@ echo "cmwq benchmarks  $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 echo "  $("$CMWQD" --version 2>/dev/null | head -n1), kernel $(uname -r), $NCPU CPUs${model:+ ($model)}"
 echo "  build: $BUILD"
 echo "  load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews every figure)"
+[ -z "$DAEMON_ARGS" ] || echo "  every cmwqd started with: $DAEMON_ARGS"
 
 # ---------------------------------------------------------------------------
 if want throughput; then
