@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Preloaded into cmwqd by test-store (LD_PRELOAD): every fdatasync() first
+ * sleeps $CMWQ_SLOW_SYNC_MS milliseconds (default 50), as a slow disk
+ * would.  Records then wait in the daemon's memory while a sync runs, so
+ * that a SIGKILL right after an item ran finds out whether the item ran
+ * before a record of its start had reached the log: a daemon that starts
+ * items too early runs some of them twice, and the test sees it.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+int fdatasync(int fd) {
+        static int (*real)(int);
+        const char *ms = getenv("CMWQ_SLOW_SYNC_MS");
+        long n = ms ? atol(ms) : 50;
+        struct timespec ts = { n / 1000, (n % 1000) * 1000000L };
+
+        if (!real)
+                real = (int (*)(int)) dlsym(RTLD_NEXT, "fdatasync");
+        if (n > 0)
+                nanosleep(&ts, NULL);
+        return real(fd);
+}
