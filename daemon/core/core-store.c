@@ -259,7 +259,7 @@ void core_store_item_result(struct item *i) {
 }
 
 /* The snapshot: the live state as records. */
-static int core_store_snapshot(struct store_buf *b, void *userdata) {
+static int core_store_snapshot(struct store_writer *b, void *userdata) {
         struct core *c = userdata;
         CmwqStore__Record rec = CMWQ_STORE__RECORD__INIT;
         CmwqStore__Header hdr = CMWQ_STORE__HEADER__INIT;
@@ -271,7 +271,7 @@ static int core_store_snapshot(struct store_buf *b, void *userdata) {
         hdr.next_id = c->next_id;
         rec.body_case = CMWQ_STORE__RECORD__BODY_HEADER;
         rec.header = &hdr;
-        r = store_record_append(b, &rec);
+        r = store_writer_append(b, &rec);
         if (r < 0)
                 return r;
 
@@ -283,7 +283,7 @@ static int core_store_snapshot(struct store_buf *b, void *userdata) {
                 workqueue_record_fill(&w, wq);
                 rec.body_case = CMWQ_STORE__RECORD__BODY_WORKQUEUE;
                 rec.workqueue = &w;
-                r = store_record_append(b, &rec);
+                r = store_writer_append(b, &rec);
                 if (r < 0)
                         return r;
         }
@@ -299,7 +299,7 @@ static int core_store_snapshot(struct store_buf *b, void *userdata) {
                 h.result = &res;
                 rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_HISTORY;
                 rec.item_history = &h;
-                r = store_record_append(b, &rec);
+                r = store_writer_append(b, &rec);
                 if (r < 0)
                         return r;
         }
@@ -311,7 +311,7 @@ static int core_store_snapshot(struct store_buf *b, void *userdata) {
                         item_queued_fill(&q, i);
                         rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_QUEUED;
                         rec.item_queued = &q;
-                        r = store_record_append(b, &rec);
+                        r = store_writer_append(b, &rec);
                         if (r < 0)
                                 return r;
                         /* Running, or claimed ahead: it may run without
@@ -330,7 +330,7 @@ static int core_store_snapshot(struct store_buf *b, void *userdata) {
                                 }
                                 rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_STARTED;
                                 rec.item_started = &st;
-                                r = store_record_append(b, &rec);
+                                r = store_writer_append(b, &rec);
                                 if (r < 0)
                                         return r;
                         }

@@ -10,10 +10,15 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -32,6 +37,9 @@
 /* While the log cannot be written, records wait in memory up to this; past
  * it they are dropped (the state on disk falls behind, and says so). */
 #define STORE_BACKLOG_MAX (4u * 1024u * 1024u)
+
+/* A snapshot is written in chunks of this. */
+#define STORE_WRITER_CHUNK (256u * 1024u)
 
 static bool errno_is_full(int r) {
         return r == -ENOSPC || r == -EDQUOT;
@@ -52,6 +60,11 @@ struct store {
         uint64_t compacted_bytes;       /* right after the last compaction */
         struct event *wake_event;       /* the thread says: durable_seq moved */
         struct event *compact_event;
+        pid_t compact_pid;              /* the child writing a snapshot, 0: none */
+        int compact_status_fd;          /* its status pipe: '1' once the snapshot is synced */
+        struct event *compact_status_event;
+        bool compact_ok;                /* the child said '1' */
+        uint64_t compact_log_bytes;     /* log_bytes at the fork */
         uint64_t seen_durable_seq;
         bool seen_full;
         bool backlog_dropping;          /* records were dropped: logged once */
@@ -66,9 +79,10 @@ struct store {
         int fd;                         /* the log; replaced by a compaction */
         struct store_buf pending;       /* framed records not yet handed to write() */
         uint64_t pending_seq;           /* the last record in pending */
-        struct store_buf snapshot_buf;  /* a compaction waiting for the thread */
-        uint64_t snapshot_seq;
-        bool snapshot_posted;
+        bool compacting;                /* a child writes a snapshot: records also go to tail */
+        bool compact_broken;            /* a record could not go to tail: the compaction is void */
+        struct store_buf tail;          /* every record appended since the fork */
+        bool compact_posted;            /* the child succeeded: the thread finishes the compaction */
         uint64_t durable_seq;
         bool full;                      /* no room: changes are refused */
         bool failing;                   /* the last commit failed */
@@ -91,6 +105,10 @@ uint64_t store_durable_seq(const struct store *s) {
 
 const char *store_dir(const struct store *s) {
         return s->dir;
+}
+
+bool store_compacting(const struct store *s) {
+        return s && s->compact_pid > 0;
 }
 
 bool store_is_full(const struct store *s) {
@@ -140,29 +158,55 @@ static int read_all(int fd, struct store_buf *b) {
         }
 }
 
-/* Writes @data as the whole new log: a temporary file, synced, renamed over
- * the log, the directory synced.  Returns the new log's fd. */
-static int store_write_new_log(struct store *s, const struct store_buf *data, int *ret_fd) {
-        _cleanup_(closep) int fd = -1;
+int store_writer_append(struct store_writer *w, const CmwqStore__Record *rec) {
+        int r = store_record_append(&w->buf, rec);
+
+        if (r < 0 || w->buf.len < STORE_WRITER_CHUNK)
+                return r;
+        r = write_all(w->fd, w->buf.data, w->buf.len);
+        if (r < 0)
+                return r;
+        w->written += w->buf.len;
+        w->buf.len = 0;
+        return 0;
+}
+
+/* Writes the magic and the snapshot into @name under the state directory
+ * (created or truncated) and syncs it.  Returns its fd (open for appending)
+ * and size. */
+static int store_write_snapshot(int dir_fd, const char *name, store_snapshot_fn snapshot, void *userdata,
+                                int *ret_fd, uint64_t *ret_size) {
+        struct store_writer w = { .fd = -1 };
         int r;
 
-        fd = openat(s->dir_fd, STORE_LOG_NAME ".new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0600);
-        if (fd < 0)
+        w.fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0600);
+        if (w.fd < 0)
                 return -errno;
-        r = write_all(fd, (const uint8_t *) STORE_MAGIC, STORE_MAGIC_SIZE);
+        r = write_all(w.fd, (const uint8_t *) STORE_MAGIC, STORE_MAGIC_SIZE);
         if (r >= 0)
-                r = write_all(fd, data->data, data->len);
-        if (r >= 0 && fsync(fd) < 0)
+                r = snapshot(&w, userdata);
+        if (r >= 0)
+                r = write_all(w.fd, w.buf.data, w.buf.len);
+        w.written += w.buf.len;
+        if (r >= 0 && fsync(w.fd) < 0)
                 r = -errno;
-        if (r >= 0 && renameat(s->dir_fd, STORE_LOG_NAME ".new", s->dir_fd, STORE_LOG_NAME) < 0)
-                r = -errno;
-        if (r >= 0 && fsync(s->dir_fd) < 0)
-                r = -errno;
+        store_buf_done(&w.buf);
         if (r < 0) {
-                (void) unlinkat(s->dir_fd, STORE_LOG_NAME ".new", 0);
+                close(w.fd);
                 return r;
         }
-        *ret_fd = TAKE_FD(fd);
+        *ret_fd = w.fd;
+        *ret_size = STORE_MAGIC_SIZE + w.written;
+        return 0;
+}
+
+/* @name, written and synced, becomes the log: renamed over it, the
+ * directory synced. */
+static int store_install(int dir_fd, const char *name) {
+        if (renameat(dir_fd, name, dir_fd, STORE_LOG_NAME) < 0)
+                return -errno;
+        if (fsync(dir_fd) < 0)
+                return -errno;
         return 0;
 }
 
@@ -234,7 +278,7 @@ static void *store_thread(void *userdata) {
                 uint64_t seq;
                 int r, k;
 
-                while (!s->stop && s->pending.len == 0 && !s->snapshot_posted) {
+                while (!s->stop && s->pending.len == 0 && !s->compact_posted) {
                         struct timespec ts;
                         int fd;
 
@@ -256,22 +300,48 @@ static void *store_thread(void *userdata) {
                                 store_set_full(s, false);
                 }
 
-                if (s->snapshot_posted) {
-                        struct store_buf snap = s->snapshot_buf;
+                if (s->compact_posted) {
+                        struct store_buf tail = s->tail;
+                        size_t taken = s->pending.len;
+                        bool broken = s->compact_broken;
                         int new_fd = -1;
 
-                        s->snapshot_buf = (struct store_buf) {};
-                        s->snapshot_posted = false;
-                        seq = s->snapshot_seq;
+                        /* The snapshot holds every record up to the fork,
+                         * the tail every one since: together, everything
+                         * appended so far, pending included. */
+                        s->tail = (struct store_buf) {};
+                        s->compact_posted = s->compacting = s->compact_broken = false;
+                        seq = s->pending_seq;
                         pthread_mutex_unlock(&s->lock);
-                        r = store_write_new_log(s, &snap, &new_fd);
-                        store_buf_done(&snap);
-                        pthread_mutex_lock(&s->lock);
+                        r = broken ? -ENOMEM : 0;
+                        if (r >= 0) {
+                                new_fd = openat(s->dir_fd, STORE_COMPACT_NAME, O_WRONLY | O_APPEND | O_CLOEXEC);
+                                if (new_fd < 0)
+                                        r = -errno;
+                        }
+                        if (r >= 0)
+                                r = write_all(new_fd, tail.data, tail.len);
+                        if (r >= 0 && fdatasync(new_fd) < 0)
+                                r = -errno;
+                        if (r >= 0)
+                                r = store_install(s->dir_fd, STORE_COMPACT_NAME);
+                        store_buf_done(&tail);
                         if (r < 0) {
                                 /* The old log still holds everything: go on with it. */
+                                if (new_fd >= 0)
+                                        close(new_fd);
+                                (void) unlinkat(s->dir_fd, STORE_COMPACT_NAME, 0);
                                 log_warning_errno(r, "Cannot compact the state log %s, going on with it: %m",
                                                   s->path);
+                                pthread_mutex_lock(&s->lock);
                                 continue;
+                        }
+                        pthread_mutex_lock(&s->lock);
+                        /* What was pending then is in the new log; what came
+                         * since is after it in pending. */
+                        if (taken > 0) {
+                                memmove(s->pending.data, s->pending.data + taken, s->pending.len - taken);
+                                s->pending.len -= taken;
                         }
                         close(s->fd);
                         s->fd = new_fd;
@@ -377,34 +447,180 @@ static void store_woken(evutil_socket_t fd, short what, void *userdata) {
         store_notify(s);
 }
 
-static void store_compact_now(evutil_socket_t fd, short what, void *userdata) {
-        struct store *s = userdata;
-        struct store_buf snap = {};
-        int r;
+/* Closes every fd from 3 up but @keep. */
+static void close_all_but(int keep) {
+        if (keep > 3 && syscall(SYS_close_range, 3, (unsigned) keep - 1, 0) < 0)
+                for (int fd = 3; fd < keep; fd++)
+                        (void) close(fd);
+        if (syscall(SYS_close_range, (unsigned) keep + 1, ~0U, 0) < 0) {
+                long max = sysconf(_SC_OPEN_MAX);
 
-        r = s->snapshot(&snap, s->snapshot_userdata);
-        if (r < 0) {
-                log_warning_errno(r, "Cannot take a snapshot of the state, the log keeps growing: %m");
-                store_buf_done(&snap);
+                for (long fd = keep + 1; fd < (max > 0 && max < 65536 ? max : 65536); fd++)
+                        (void) close((int) fd);
+        }
+}
+
+/* The compaction child: writes the state as it was at the fork into
+ * STORE_COMPACT_NAME, syncs it, says '1' on @status_fd and exits.  It shares
+ * nothing with the daemon but its memory as of the fork: no lock, no event,
+ * no log line (another thread of the daemon may have held their locks). */
+static __attribute__((noreturn)) void store_compact_child(struct store *s, pid_t daemon, int status_fd) {
+        struct sigaction sa = { .sa_handler = SIG_DFL };
+        sigset_t all;
+        uint64_t size;
+        int dir_fd, fd;
+        char ok = '1';
+
+        /* Dies with the daemon: a snapshot nobody will install is of no use. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != daemon)
+                _exit(EXIT_FAILURE);
+        /* The daemon's handlers (a signal sent here would reach its loop). */
+        for (int sig = 1; sig < NSIG; sig++)
+                if (sig != SIGKILL && sig != SIGSTOP)
+                        (void) sigaction(sig, &sa, NULL);
+        sigfillset(&all);
+        (void) sigprocmask(SIG_UNBLOCK, &all, NULL);
+        /* Holds no client's connection open after the daemon closed it. */
+        close_all_but(status_fd);
+        /* The loop comes first. */
+        (void) setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + 10);
+
+        dir_fd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir_fd < 0 || store_write_snapshot(dir_fd, STORE_COMPACT_NAME, s->snapshot, s->snapshot_userdata, &fd,
+                                               &size) < 0)
+                _exit(EXIT_FAILURE);
+        /* Tests: stop here, the snapshot written and not yet installed, so
+         * that a crash can be made to fall during a compaction. */
+        if (getenv("CMWQD_TEST_STOP_COMPACTION"))
+                (void) raise(SIGSTOP);
+        if (write(status_fd, &ok, 1) != 1)
+                _exit(EXIT_FAILURE);
+        _exit(EXIT_SUCCESS);
+}
+
+/* Loop: the compaction child is gone (@ok: it wrote and synced the
+ * snapshot).  The commit thread finishes the compaction, or it is void. */
+static void store_compact_reap(struct store *s, bool ok, bool aborted) {
+        int status = 0;
+        struct stat st;
+
+        if (s->compact_status_event)
+                event_free(s->compact_status_event);
+        s->compact_status_event = NULL;
+        if (s->compact_status_fd >= 0)
+                close(s->compact_status_fd);
+        s->compact_status_fd = -1;
+        while (waitpid(s->compact_pid, &status, 0) < 0 && errno == EINTR)
+                ;
+        s->compact_pid = 0;
+        ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+             fstatat(s->dir_fd, STORE_COMPACT_NAME, &st, 0) >= 0;
+
+        pthread_mutex_lock(&s->lock);
+        if (ok) {
+                s->compact_posted = true;
+                pthread_cond_signal(&s->cond);
+        } else {
+                s->compacting = s->compact_broken = false;
+                store_buf_done(&s->tail);
+        }
+        pthread_mutex_unlock(&s->lock);
+        if (!ok) {
+                (void) unlinkat(s->dir_fd, STORE_COMPACT_NAME, 0);
+                if (aborted)
+                        return;
+                log_warning("Cannot take a snapshot of the state (its process %s %d), the log keeps growing",
+                            WIFSIGNALED(status) ? "was killed by signal" : "exited",
+                            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
                 s->compacted_bytes = s->log_bytes;      /* do not retry at once */
                 return;
         }
-        log_info("Compacting the state log: %" PRIu64 " bytes to %zu", s->log_bytes, snap.len);
+        /* The new log: the snapshot, then what was appended since the fork. */
+        s->compacted_bytes = (uint64_t) st.st_size;
+        s->log_bytes = (uint64_t) st.st_size + (s->log_bytes - s->compact_log_bytes);
+        log_info("Compacted the state log: the snapshot takes %" PRIu64 " bytes", s->compacted_bytes);
+}
 
-        /* Records appended before now are in the snapshot: those the thread
-         * has not taken yet need not be written to the old log at all. */
+static void store_compact_status(evutil_socket_t fd, short what, void *userdata) {
+        struct store *s = userdata;
+
+        for (;;) {
+                char c;
+                ssize_t n = read(s->compact_status_fd, &c, 1);
+
+                if (n == 1) {
+                        s->compact_ok = c == '1';
+                        continue;
+                }
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && errno == EAGAIN)
+                        return;
+                /* End of file: the child has exited. */
+                store_compact_reap(s, s->compact_ok, false);
+                return;
+        }
+}
+
+/* Ends a running compaction at once (the daemon stops): the old log holds
+ * everything. */
+static void store_compact_abort(struct store *s) {
+        if (s->compact_pid <= 0)
+                return;
+        (void) kill(s->compact_pid, SIGKILL);
+        store_compact_reap(s, false, true);
+}
+
+static void store_compact_now(evutil_socket_t fd, short what, void *userdata) {
+        struct store *s = userdata;
+        int status[2];
+        pid_t daemon = getpid(), pid;
+
+        if (s->compact_pid > 0)
+                return;
+        if (pipe2(status, O_CLOEXEC) < 0) {
+                log_warning_errno(-errno, "Cannot compact the state log: %m");
+                s->compacted_bytes = s->log_bytes;
+                return;
+        }
+        /* Only the loop appends: nothing comes between this and the fork. */
         pthread_mutex_lock(&s->lock);
-        store_buf_done(&s->snapshot_buf);
-        s->snapshot_buf = snap;
-        s->snapshot_seq = s->appended_seq;
-        s->snapshot_posted = true;
-        s->pending.len = 0;
-        pthread_cond_signal(&s->cond);
+        s->compacting = true;
+        s->compact_broken = false;
+        s->tail.len = 0;
         pthread_mutex_unlock(&s->lock);
-        s->log_bytes = s->compacted_bytes = STORE_MAGIC_SIZE + snap.len;
+        pid = fork();
+        if (pid == 0) {
+                close(status[0]);
+                store_compact_child(s, daemon, status[1]);
+        }
+        close(status[1]);
+        if (pid > 0) {
+                s->compact_pid = pid;
+                s->compact_ok = false;
+                s->compact_status_fd = status[0];
+                s->compact_log_bytes = s->log_bytes;
+                (void) fcntl(status[0], F_SETFL, O_NONBLOCK);
+                s->compact_status_event = event_new(s->base, status[0], EV_READ | EV_PERSIST, store_compact_status, s);
+                if (s->compact_status_event && event_add(s->compact_status_event, NULL) >= 0) {
+                        log_info("Compacting the state log: %" PRIu64 " bytes, the snapshot written by process %d",
+                                 s->log_bytes, (int) pid);
+                        return;
+                }
+                /* Cannot watch it: it is of no use. */
+                store_compact_abort(s);
+                return;
+        }
+        log_warning_errno(-errno, "Cannot start compacting the state log: %m");
+        close(status[0]);
+        pthread_mutex_lock(&s->lock);
+        s->compacting = false;
+        pthread_mutex_unlock(&s->lock);
+        s->compacted_bytes = s->log_bytes;
 }
 
 int64_t store_append(struct store *s, const CmwqStore__Record *rec) {
+        bool compacting;
         size_t before;
         int r;
 
@@ -420,6 +636,17 @@ int64_t store_append(struct store *s, const CmwqStore__Record *rec) {
                 return -ENOSPC;
         }
         r = store_record_append(&s->pending, rec);
+        compacting = s->compacting;
+        if (r >= 0 && compacting && !s->compact_broken) {
+                size_t len = s->pending.len - before;
+
+                /* The framed record once more, for the new log. */
+                if (store_buf_reserve(&s->tail, len) >= 0) {
+                        memcpy(s->tail.data + s->tail.len, s->pending.data + before, len);
+                        s->tail.len += len;
+                } else
+                        s->compact_broken = true;       /* the old log goes on, complete */
+        }
         if (r >= 0) {
                 s->pending_seq = ++s->appended_seq;
                 pthread_cond_signal(&s->cond);
@@ -430,7 +657,7 @@ int64_t store_append(struct store *s, const CmwqStore__Record *rec) {
                 return r;
 
         if (s->compact_event && s->log_bytes > STORE_COMPACT_MIN_BYTES && s->log_bytes > 2 * s->compacted_bytes &&
-            !event_pending(s->compact_event, EV_TIMEOUT, NULL))
+            s->compact_pid == 0 && !compacting && !event_pending(s->compact_event, EV_TIMEOUT, NULL))
                 event_active(s->compact_event, EV_TIMEOUT, 0);
         return (int64_t) s->appended_seq;
 }
@@ -460,7 +687,7 @@ int store_open(const char *dir, store_record_cb replay, void *userdata, struct s
         s = calloc(1, sizeof(*s));
         if (!s)
                 return -ENOMEM;
-        s->fd = s->dir_fd = s->wake_fd = -1;
+        s->fd = s->dir_fd = s->wake_fd = s->compact_status_fd = -1;
         list_init(&s->listeners);
         pthread_mutex_init(&s->lock, NULL);
         pthread_cond_init(&s->cond, NULL);
@@ -525,7 +752,7 @@ fail:
 }
 
 int store_start(struct store *s, struct event_base *base, store_snapshot_fn snapshot, void *userdata) {
-        struct store_buf snap = {};
+        uint64_t size = 0;
         int new_fd = -1, r;
         struct stat st;
 
@@ -533,11 +760,17 @@ int store_start(struct store *s, struct event_base *base, store_snapshot_fn snap
         s->snapshot = snapshot;
         s->snapshot_userdata = userdata;
 
+        /* A compaction that a crash interrupted: the log holds everything. */
+        (void) unlinkat(s->dir_fd, STORE_COMPACT_NAME, 0);
         /* Start from a compact log: it also drops a damaged tail for good. */
-        r = snapshot(&snap, userdata);
-        if (r >= 0)
-                r = store_write_new_log(s, &snap, &new_fd);
-        store_buf_done(&snap);
+        r = store_write_snapshot(s->dir_fd, STORE_LOG_NAME ".new", snapshot, userdata, &new_fd, &size);
+        if (r >= 0) {
+                r = store_install(s->dir_fd, STORE_LOG_NAME ".new");
+                if (r < 0)
+                        close(new_fd);
+        }
+        if (r < 0)
+                (void) unlinkat(s->dir_fd, STORE_LOG_NAME ".new", 0);
         if (errno_is_full(r)) {
                 /* No room for a new log: serve what the old one holds and
                  * refuse changes until there is room (what stands in it
@@ -563,7 +796,7 @@ int store_start(struct store *s, struct event_base *base, store_snapshot_fn snap
         else {
                 close(s->fd);
                 s->fd = new_fd;
-                s->log_bytes = s->compacted_bytes = STORE_MAGIC_SIZE + snap.len;
+                s->log_bytes = s->compacted_bytes = size;
                 if (errno_is_full(store_keep_reserve(s, s->fd))) {
                         log_error("The state directory %s is full: changes are refused until there is room again",
                                   s->dir);
@@ -588,6 +821,7 @@ int store_start(struct store *s, struct event_base *base, store_snapshot_fn snap
 void store_stop(struct store *s) {
         if (!s || !s->thread_running)
                 return;
+        store_compact_abort(s);
         pthread_mutex_lock(&s->lock);
         s->stop = true;
         pthread_cond_signal(&s->cond);
@@ -612,7 +846,7 @@ struct store *store_free(struct store *s) {
         if (s->dir_fd >= 0)
                 close(s->dir_fd);
         store_buf_done(&s->pending);
-        store_buf_done(&s->snapshot_buf);
+        store_buf_done(&s->tail);
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->cond);
         free(s->dir);

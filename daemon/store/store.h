@@ -14,10 +14,16 @@
  * start of an item) waits until store_durable_seq() reaches it, and
  * listeners are called from the loop each time it advances.
  *
- * When the log has grown to several times its last snapshot, the owner's
- * snapshot function writes the live state as records into a new file,
- * which the commit thread syncs and renames over the log (then syncs the
- * directory); records appended after the snapshot go to the new file.
+ * When the log has grown to several times its last snapshot, it is
+ * compacted off the event loop (doc/design.md §3.11): a child process
+ * (fork(), as Redis' BGSAVE) sees the state as it was at the fork, writes
+ * it with the owner's snapshot function into STORE_COMPACT_NAME and syncs
+ * it, while the loop goes on serving and the commit thread goes on
+ * appending to the old log, which stays complete.  Records appended since
+ * the fork are also kept aside; once the child succeeded, the commit thread
+ * appends them to the new file, syncs it and renames it over the log (then
+ * syncs the directory).  A crash at any moment leaves either the old log or
+ * the new one, each holding every record that was on disk.
  *
  * A full file system: the store keeps STORE_RESERVE_BYTES allocated past
  * the end of the log and renews that after every commit.  When it cannot
@@ -41,6 +47,7 @@ struct event_base;
 struct store;
 
 #define STORE_LOG_NAME "log"
+#define STORE_COMPACT_NAME "log.compact"
 /* Compact when the log is past this and twice its size after the last
  * compaction. */
 #define STORE_COMPACT_MIN_BYTES (4u * 1024u * 1024u)
@@ -57,9 +64,22 @@ struct store_listener {
         void (*full)(struct store_listener *l, bool full);
 };
 
-/* Writes the live state into @b: a Header record first, then what recreates
- * every queue and item. */
-typedef int (*store_snapshot_fn)(struct store_buf *b, void *userdata);
+/* Where a snapshot goes: records are framed into buf and written to fd
+ * whenever a chunk has gathered, so that a snapshot of any size needs only
+ * a chunk of memory. */
+struct store_writer {
+        struct store_buf buf;
+        int fd;
+        uint64_t written;               /* bytes handed to write() */
+};
+
+int store_writer_append(struct store_writer *w, const CmwqStore__Record *rec);
+
+/* Writes the live state into @w: a Header record first, then what recreates
+ * every queue and item.  At start-up it runs on the loop; for a compaction
+ * it runs in a child process, on the state as it was at the fork: it may
+ * only read the owner's data, never take a lock, log or touch an event. */
+typedef int (*store_snapshot_fn)(struct store_writer *w, void *userdata);
 
 /* Opens (creating) @dir and its log, and calls @replay for every intact
  * record in order.  A damaged tail is cut off (and logged).  The store takes
@@ -84,6 +104,8 @@ void store_add_listener(struct store *s, struct store_listener *l);
 void store_remove_listener(struct store *s, struct store_listener *l);
 const char *store_path(const struct store *s);
 const char *store_dir(const struct store *s);
+/* Whether a compaction runs (its child writes), for tests and benchmarks. */
+bool store_compacting(const struct store *s);
 /* Whether the state directory has no room: changes must be refused
  * (NULL: false).  As last told to the loop. */
 bool store_is_full(const struct store *s);
