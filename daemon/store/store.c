@@ -166,6 +166,11 @@ int store_writer_append(struct store_writer *w, const CmwqStore__Record *rec) {
         r = write_all(w->fd, w->buf.data, w->buf.len);
         if (r < 0)
                 return r;
+        /* Start writing it out now: a snapshot of hundreds of MiB does not
+         * pile up in the page cache for the final fsync() (and every other
+         * sync on the disk meanwhile) to wait for. */
+        (void) sync_file_range(w->fd, (off64_t) (STORE_MAGIC_SIZE + w->written), (off64_t) w->buf.len,
+                               SYNC_FILE_RANGE_WRITE);
         w->written += w->buf.len;
         w->buf.len = 0;
         return 0;

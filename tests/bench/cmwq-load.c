@@ -19,6 +19,19 @@
  *       Run by another user than root (who may not freeze), the items are
  *       delayed by an hour on "system" instead, and a refusal over a
  *       per-user limit ends the flood: printed with the figures.
+ *   cmwq-load pending SOCKET PID N STATEDIR
+ *       The same, then a compaction of the state log (STATEDIR/log) with
+ *       the N items pending (root only): cmwqd's peak RSS is reset
+ *       (clear_refs), items with 256 KiB payloads are submitted and
+ *       cancelled until the log is past twice its last snapshot, and
+ *       small ones are submitted (and cancelled) until the log has been
+ *       replaced.  Meanwhile another connection asks for the list of
+ *       queues every 5 ms (cmwqctl list) on a fixed schedule: a reply's
+ *       latency counts from when the request was due, so a stalled loop
+ *       counts with every request it held back.  Prints the list latency
+ *       (p50, p99, max), the submissions acknowledged while the compaction
+ *       ran, and the peak memory against the steady RSS: cmwqd's VmHWM
+ *       plus the peak private memory of any process it forked meanwhile.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -306,6 +319,255 @@ static int cmd_clients(int argc, char **argv) {
 
 /* ---- pending ---- */
 
+#define POLL_INTERVAL_S 0.005
+
+struct poller {
+        pthread_t thread;
+        const char *socket;
+        atomic_bool stop;
+        double *due, *latency;          /* seconds, CLOCK_MONOTONIC */
+        size_t n, cap;
+};
+
+static void sleep_until(double t) {
+        double d = t - now_s();
+
+        if (d > 0) {
+                struct timespec ts = { (time_t) d, (long) ((d - (double) (time_t) d) * 1e9) };
+                nanosleep(&ts, NULL);
+        }
+}
+
+/* Asks for the list of queues every POLL_INTERVAL_S, on schedule. */
+static void *poller_run(void *userdata) {
+        struct poller *p = userdata;
+        struct conn *c = connect_daemon(p->socket);
+        double t0 = now_s();
+
+        if (!c)
+                die("poller cannot connect");
+        for (size_t k = 0; !atomic_load(&p->stop); k++) {
+                Cmwq__Request req = CMWQ__REQUEST__INIT;
+                Cmwq__Empty empty = CMWQ__EMPTY__INIT;
+                double due = t0 + (double) k * POLL_INTERVAL_S;
+
+                sleep_until(due);
+                req.body_case = CMWQ__REQUEST__BODY_LIST;
+                req.list = &empty;
+                if (!call_ok(c, &req, "list", -1))
+                        die("list failed");
+                if (p->n == p->cap) {
+                        p->cap = p->cap ? 2 * p->cap : 65536;
+                        p->due = realloc(p->due, p->cap * sizeof(double));
+                        p->latency = realloc(p->latency, p->cap * sizeof(double));
+                        if (!p->due || !p->latency)
+                                die("out of memory");
+                }
+                p->due[p->n] = due;
+                p->latency[p->n++] = now_s() - due;
+        }
+        conn_close(c);
+        return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+        double x = *(const double *) a, y = *(const double *) b;
+
+        return x < y ? -1 : x > y;
+}
+
+/* The private memory (KiB) of @pid's children that are not in @old. */
+static long new_children_private_kib(pid_t pid, const char *old) {
+        char path[128], buf[4096], line[256];
+        long total = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int) pid, (int) pid);
+        f = fopen(path, "re");
+        if (!f || !fgets(buf, sizeof(buf), f)) {
+                if (f)
+                        fclose(f);
+                return 0;
+        }
+        fclose(f);
+        for (char *save = NULL, *tok = strtok_r(buf, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save)) {
+                char needle[32];
+
+                snprintf(needle, sizeof(needle), " %s ", tok);
+                if (strstr(old, needle))
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/smaps_rollup", tok);
+                f = fopen(path, "re");
+                if (!f)
+                        continue;
+                while (fgets(line, sizeof(line), f))
+                        if (strncmp(line, "Private_Clean:", 14) == 0 || strncmp(line, "Private_Dirty:", 14) == 0)
+                                total += atol(strchr(line, ':') + 1);
+                fclose(f);
+        }
+        return total;
+}
+
+static uint64_t submit_one(struct conn *c, const char *queue, const void *payload, size_t len, double *ret_s) {
+        static char *env[] = { (char *) "PATH=/usr/bin:/bin", NULL };
+        static char *true_argv[] = { (char *) "/bin/true", NULL };
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__Submit sub = CMWQ__SUBMIT__INIT;
+        Cmwq__Response *resp = NULL;
+        double t = now_s();
+        uint64_t id;
+
+        sub.workqueue = (char *) queue;
+        sub.n_argv = 1;
+        sub.argv = true_argv;
+        sub.n_env = 1;
+        sub.env = env;
+        sub.cwd = (char *) "/";
+        if (len > 0) {
+                sub.has_stdin_payload = true;
+                sub.stdin_payload = (ProtobufCBinaryData) { len, (uint8_t *) payload };
+        }
+        sub.has_cpu = true;
+        sub.cpu = 0;
+        req.body_case = CMWQ__REQUEST__BODY_SUBMIT;
+        req.submit = &sub;
+        if (conn_call(c, &req, &resp) < 0 || resp->error != CMWQ__ERROR__OK || !resp->submit)
+                die("submit refused during the compaction phase");
+        id = resp->submit->id;
+        cmwq__response__free_unpacked(resp, NULL);
+        if (ret_s)
+                *ret_s = now_s() - t;
+        return id;
+}
+
+static void cancel_one(struct conn *c, uint64_t id) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__ItemId iid = CMWQ__ITEM_ID__INIT;
+
+        iid.id = id;
+        req.body_case = CMWQ__REQUEST__BODY_CANCEL;
+        req.cancel = &iid;
+        if (!call_ok(c, &req, "cancel", -1))
+                die("cancel failed");
+}
+
+static bool file_ino(const char *path, ino_t *ret) {
+        struct stat st;
+
+        if (stat(path, &st) < 0)
+                return false;
+        *ret = st.st_ino;
+        return true;
+}
+
+/* A compaction with the pending items in place; see the top comment. */
+static void compaction_phase(struct conn *c, const char *socket, pid_t pid, const char *statedir) {
+        const size_t big = 256 * 1024;
+        char logp[4096], compactp[4096], path[64], old[4096] = " ", buf[4096];
+        struct poller p = { .socket = socket };
+        double t_start, t_seen = 0, t_end, worst_ack = 0;
+        size_t acked = 0, in_window = 0;
+        long rss_steady, hwm, child_peak = 0;
+        ino_t ino0, ino;
+        void *payload;
+        FILE *f;
+
+        snprintf(logp, sizeof(logp), "%s/log", statedir);
+        snprintf(compactp, sizeof(compactp), "%s/log.compact", statedir);
+        /* A compaction the flood started ends first. */
+        for (double t = now_s(); access(compactp, F_OK) == 0; sleep_until(now_s() + 0.05))
+                if (now_s() - t > 600)
+                        die("a compaction did not end in 600 s");
+        sleep_until(now_s() + 0.5);
+        if (!file_ino(logp, &ino0))
+                die("no state log at %s", logp);
+        /* The children cmwqd has now (its spawner) are not the compaction's. */
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int) pid, (int) pid);
+        f = fopen(path, "re");
+        if (f && fgets(buf, sizeof(buf) - 2, f))
+                snprintf(old, sizeof(old), " %.4000s ", buf);
+        if (f)
+                fclose(f);
+        for (char *nl = strchr(old, '\n'); nl; nl = strchr(old, '\n'))
+                *nl = ' ';
+        snprintf(path, sizeof(path), "/proc/%d/clear_refs", (int) pid);
+        f = fopen(path, "we");
+        if (!f || fputs("5", f) < 0 || fclose(f) != 0)
+                die("cannot reset the peak RSS through %s: %m", path);
+        rss_steady = status_kib(pid, "VmRSS");
+        payload = calloc(1, big);
+        if (!payload)
+                die("out of memory");
+
+        if (pthread_create(&p.thread, NULL, poller_run, &p) != 0)
+                die("cannot start the poller");
+        sleep_until(now_s() + 0.2);
+        t_start = now_s();
+        /* Grow the log until a compaction starts (or, done on the loop,
+         * has replaced the log already). */
+        for (;;) {
+                if (access(compactp, F_OK) == 0 || (file_ino(logp, &ino) && ino != ino0))
+                        break;
+                cancel_one(c, submit_one(c, "system_freezable", payload, big, NULL));
+                if (now_s() - t_start > 300)
+                        die("no compaction in 300 s");
+        }
+        t_seen = now_s();
+        /* Submissions go on while it runs; until the log is replaced. */
+        for (;;) {
+                double ack;
+                long priv;
+
+                if (file_ino(logp, &ino) && ino != ino0 && access(compactp, F_OK) != 0)
+                        break;
+                cancel_one(c, submit_one(c, "system_freezable", NULL, 0, &ack));
+                acked++;
+                /* Every reply waits for the records before it to be on disk
+                 * (a list too): paced, so that most list requests see the
+                 * loop, not the disk. */
+                sleep_until(now_s() + 0.02);
+                if (ack > worst_ack)
+                        worst_ack = ack;
+                priv = new_children_private_kib(pid, old);
+                if (priv > child_peak)
+                        child_peak = priv;
+                if (now_s() - t_start > 600)
+                        die("the compaction did not end in 600 s");
+        }
+        t_end = now_s();
+        sleep_until(now_s() + 0.2);
+        atomic_store(&p.stop, true);
+        pthread_join(p.thread, NULL);
+        hwm = status_kib(pid, "VmHWM");
+
+        printf("cmwq-load: compaction with the items pending: log grown for %.2f s, compacted in %.2f s after\n",
+               t_seen - t_start, t_end - t_seen);
+        /* The requests due while the log grew and was compacted (a
+         * compaction on the loop happens in the first part), then those
+         * due while a compaction ran outside the loop. */
+        for (int pass = 0; pass < 2; pass++) {
+                double *l = malloc((p.n + 1) * sizeof(double));
+
+                in_window = 0;
+                for (size_t k = 0; l && k < p.n; k++)
+                        if (p.due[k] >= (pass ? t_seen : t_start) && p.due[k] <= t_end)
+                                l[in_window++] = p.latency[k];
+                qsort(l, in_window, sizeof(double), cmp_double);
+                if (in_window > 0)
+                        printf("  list every %.0f ms, %s: %zu requests, latency p50 %.2f ms, p99 %.2f ms, "
+                               "max %.2f ms\n", POLL_INTERVAL_S * 1e3,
+                               pass ? "while the compaction ran" : "while the log grew and was compacted", in_window,
+                               l[in_window / 2] * 1e3, l[in_window * 99 / 100] * 1e3, l[in_window - 1] * 1e3);
+                free(l);
+        }
+        printf("  %zu submissions acknowledged while it ran, the slowest in %.2f ms\n", acked, worst_ack * 1e3);
+        printf("  memory: steady RSS %ld KiB, peak %ld KiB (VmHWM) + %ld KiB private to its child = %.2fx steady\n",
+               rss_steady, hwm, child_peak, (double) (hwm + child_peak) / (double) rss_steady);
+        free(p.due);
+        free(p.latency);
+        free(payload);
+}
+
 static void request_ok(struct conn *c, Cmwq__Request *req, const char *what) {
         if (!call_ok(c, req, what, 0))
                 die("%s failed", what);
@@ -328,7 +590,7 @@ static int cmd_pending(int argc, char **argv) {
         int fd;
 
         if (argc < 5)
-                die("usage: cmwq-load pending SOCKET PID N");
+                die("usage: cmwq-load pending SOCKET PID N [STATEDIR]");
         pid = atoi(argv[3]);
         n = strtoull(argv[4], NULL, 10);
         if (!rbuf || pid <= 0 || n == 0)
@@ -454,6 +716,8 @@ static int cmd_pending(int argc, char **argv) {
         if (n > 0)
                 printf("  %.0f bytes per pending item (RSS growth / items)\n",
                        (double) (rss1 - rss0) * 1024.0 / (double) n);
+        if (argc >= 6 && root)
+                compaction_phase(c, argv[2], pid, argv[5]);
         free(buf);
         free(rbuf);
         conn_close(c);
@@ -467,6 +731,6 @@ int main(int argc, char **argv) {
         if (argc >= 2 && strcmp(argv[1], "pending") == 0)
                 return cmd_pending(argc, argv);
         fprintf(stderr, "usage: cmwq-load clients SOCKET PID CLIENTS ITEMS DIR [ROUNDS [QUEUE]]\n"
-                        "       cmwq-load pending SOCKET PID N\n");
+                        "       cmwq-load pending SOCKET PID N [STATEDIR]\n");
         return 2;
 }
