@@ -832,6 +832,139 @@ START_TEST(test_full_state_dir_refuses_changes_and_recovers) {
 }
 END_TEST
 
+/* The compaction child of cmwqd (stopped by CMWQD_TEST_STOP_COMPACTION once
+ * its snapshot is written), or 0 when there is none yet. */
+static pid_t stopped_compaction_child(void) {
+        char path[128], buf[4096], stat[512];
+        pid_t found = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int) d.pid, (int) d.pid);
+        f = fopen(path, "re");
+        if (!f)
+                return 0;
+        if (!fgets(buf, sizeof(buf), f))
+                buf[0] = 0;
+        fclose(f);
+        for (char *save = NULL, *tok = strtok_r(buf, " \n", &save); tok && !found;
+             tok = strtok_r(NULL, " \n", &save)) {
+                char *st;
+
+                snprintf(path, sizeof(path), "/proc/%s/stat", tok);
+                f = fopen(path, "re");
+                if (!f)
+                        continue;
+                if (fgets(stat, sizeof(stat), f) && (st = strrchr(stat, ')')) && st[1] == ' ' && st[2] == 'T')
+                        found = (pid_t) atoi(tok);
+                fclose(f);
+        }
+        return found;
+}
+
+/* Grows the log with big payloads (submitted and cancelled) until the
+ * compaction child has written its snapshot and stopped. */
+static pid_t grow_until_compaction_stops(const char *payload) {
+        for (int k = 0; k < 200; k++) {
+                pid_t child = stopped_compaction_child();
+                char *id;
+
+                if (child > 0)
+                        return child;
+                id = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
+                free(CTL_OK(&d, "cancel", id));
+                free(id);
+        }
+        for (int waited = 0; waited < 60000; waited += 20) {
+                pid_t child = stopped_compaction_child();
+
+                if (child > 0)
+                        return child;
+                sleep_ms(20);
+        }
+        ck_abort_msg("no compaction started");
+        return 0;
+}
+
+/* SIGKILL while a compaction runs outside the loop (its child holds the new
+ * log, written and not yet installed), and again after one finished: every
+ * item acknowledged before, and while it ran, is there once, in order. */
+START_TEST(test_crash_during_background_compaction) {
+        enum { PER_ROUND = 10 };
+        char payload[400], logp[400], compactp[420], *ids[4 * PER_ROUND], *big, *text;
+        int n = 0;
+        pid_t child;
+
+        test_path(&d, "payload", payload, sizeof(payload));
+        big = malloc(512 * 1024);
+        memset(big, 'x', 512 * 1024);
+        write_file(payload, big, 512 * 1024);
+        free(big);
+        log_path(logp, sizeof(logp));
+        snprintf(compactp, sizeof(compactp), "%s.compact", logp);
+
+        cmwqd_kill(&d);
+        setenv("CMWQD_TEST_STOP_COMPACTION", "1", 1);
+        cmwqd_launch(&d, NULL);
+        unsetenv("CMWQD_TEST_STOP_COMPACTION");
+        free(CTL_OK(&d, "create", "cq"));
+        for (int k = 0; k < PER_ROUND; k++)
+                ids[n++] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "before");
+
+        /* Round 1: killed while the snapshot waits to be installed. */
+        child = grow_until_compaction_stops(payload);
+        ck_assert_msg(access(compactp, F_OK) == 0, "no %s while the compaction runs", compactp);
+        for (int k = 0; k < PER_ROUND; k++)
+                ids[n++] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "during");
+        text = CTL_OK(&d, "list");      /* served meanwhile */
+        free(text);
+        cmwqd_kill(&d);
+        /* The child dies with the daemon. */
+        for (int waited = 0; waited < 10000 && kill(child, 0) == 0; waited += 20)
+                sleep_ms(20);
+        ck_assert_msg(kill(child, 0) < 0, "the compaction child %d outlived cmwqd", (int) child);
+
+        /* Round 2: the compaction is let finish, then a crash. */
+        setenv("CMWQD_TEST_STOP_COMPACTION", "1", 1);
+        cmwqd_launch(&d, NULL);
+        unsetenv("CMWQD_TEST_STOP_COMPACTION");
+        ck_assert_msg(access(compactp, F_OK) < 0, "%s was left from the interrupted compaction", compactp);
+        for (int k = 0; k < PER_ROUND; k++)
+                ids[n++] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "after");
+        child = grow_until_compaction_stops(payload);
+        for (int k = 0; k < PER_ROUND; k++)
+                ids[n++] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "during2");
+        kill(child, SIGCONT);
+        for (int waited = 0; waited < 30000 && access(compactp, F_OK) == 0; waited += 20)
+                sleep_ms(20);
+        ck_assert_msg(access(compactp, F_OK) < 0, "the compaction did not finish");
+        text = read_file(d.log);
+        ck_assert_msg(strstr(text, "Compacted the state log"), "no compaction finished:\n%s", text);
+        free(text);
+        cmwqd_kill(&d);
+        cmwqd_launch(&d, NULL);
+
+        text = CTL_OK(&d, "--json", "list");
+        ck_assert_msg(strstr(text, "\"name\":\"cq\""), "the queue is gone: %s", text);
+        free(text);
+        for (int k = 0; k < n; k++) {
+                assert_state(ids[k], "delayed");
+                if (k > 0)
+                        ck_assert_msg(strtoull(ids[k], NULL, 10) > strtoull(ids[k - 1], NULL, 10),
+                                      "id %s after %s", ids[k], ids[k - 1]);
+                free(ids[k]);
+        }
+        /* Once each: as many delayed items on the queue as were acknowledged. */
+        text = CTL_OK(&d, "--json", "list");
+        {
+                char want[64];
+
+                snprintf(want, sizeof(want), "\"pending\":%d", n);
+                ck_assert_msg(strstr(text, want), "not %d items on the queue: %s", n, text);
+        }
+        free(text);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("store");
         TCase *tc = tcase_create("store");
@@ -847,6 +980,7 @@ int main(void) {
         tcase_add_test(tc, test_crash_during_submission_stream);
         tcase_add_test(tc, test_crash_while_items_start);
         tcase_add_test(tc, test_stop_gives_back_claimed_starts);
+        tcase_add_test(tc, test_crash_during_background_compaction);
         tcase_add_test(tc, test_no_store_keeps_nothing);
         tcase_add_test(tc, test_per_user_queues_come_back_as_theirs);
         tcase_add_test(tc, test_full_state_dir_refuses_changes_and_recovers);
