@@ -88,7 +88,7 @@ void core_store_workqueue_destroyed(struct workqueue *wq) {
 static void item_queued_fill(CmwqStore__ItemQueued *q, const struct item *i) {
         cmwq_store__item_queued__init(q);
         q->id = i->id;
-        q->workqueue = i->wq_name;
+        q->workqueue = (char *) i->wq_name;
         if (i->wq) {
                 q->has_workqueue_owner = true;
                 q->workqueue_owner = i->wq->owner;

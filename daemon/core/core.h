@@ -103,12 +103,16 @@ struct workqueue;
 struct pwq;
 struct work_key;
 
+/* Laid out for a million pending items (tests/bench/README.md, "Where the
+ * bytes of a pending item go"): no holes, flags as bits, and what it runs in
+ * one allocation (item_args_pack()). */
 struct item {
         uint64_t id;
         struct core *core;
         struct workqueue *wq;           /* NULL once finished and the queue is gone */
-        char *wq_name;
-        enum item_state state;
+        /* Its queue's name: the queue's own while it is unfinished, a copy
+         * of its own once finished (wq_name_owned). */
+        const char *wq_name;
         struct pool_work work;          /* on a pool worklist or its pwq's inactive list */
         struct pwq *pwq;
         struct pwq_share *share;        /* while queued: the max_active it counts against */
@@ -123,9 +127,6 @@ struct item {
         char *key_name;                 /* kept in the history too */
         struct event *timer;            /* delay, back-off */
         uint64_t deadline_usec;         /* CLOCK_REALTIME end of the delay or back-off, 0: none */
-        bool cancel_requested;
-        unsigned interruptions;         /* times cmwqd stopped while it ran */
-        bool restored_running;          /* recovery: the log says it was running */
         struct list_head starting_entry;        /* core->starting: waits for start_seq on disk */
         /* At most once (drop queues): the record its start waits for, a
          * claim made ahead (ItemStarted ahead) or its own ItemStarted; 0:
@@ -133,16 +134,15 @@ struct item {
          * or the claim is given back (item.c, "Claims"). */
         uint64_t start_seq;
 
-        /* What to run. */
+        /* What to run: argv is the one allocation that also holds envp, cwd
+         * and program (item_args_pack()). */
         char **argv;
         char *program;                  /* resolved plugin path, or NULL: argv[0] */
-        char **envp;
+        char **envp;                    /* NULL once finished */
         char *cwd;
         void *payload;
         size_t payload_len;
-        int cpu;                        /* requested CPU; -1: unbound queue */
         uint64_t timeout_usec;
-        uid_t uid;
         uint64_t queued_bytes;          /* charged to its uid's queued-bytes while unfinished */
         uint64_t history_bytes;         /* charged to its uid's history-bytes once finished */
 
@@ -155,23 +155,31 @@ struct item {
         struct worker *worker;
 
         /* What happened. */
-        unsigned requeues;
-        int exit_status;
-        int signal;
-        int exec_errno;
         uint64_t cpu_usec;
-        bool timed_out;
-        bool cpu_intensive;
         char *out;
         size_t out_len;
-        bool out_truncated;
         char *err;
         size_t err_len;
-        bool err_truncated;
         uint64_t queued_usec;           /* CLOCK_REALTIME */
         uint64_t started_usec;
         uint64_t finished_usec;
         struct list_head waiters;
+
+        int cpu;                        /* requested CPU; -1: unbound queue */
+        uid_t uid;
+        unsigned interruptions;         /* times cmwqd stopped while it ran */
+        unsigned requeues;
+        int exit_status;
+        int signal;
+        int exec_errno;
+        enum item_state state : 8;
+        bool cancel_requested : 1;
+        bool restored_running : 1;      /* recovery: the log says it was running */
+        bool timed_out : 1;
+        bool cpu_intensive : 1;
+        bool out_truncated : 1;
+        bool err_truncated : 1;
+        bool wq_name_owned : 1;
 };
 
 static inline bool item_is_finished(const struct item *i) {
@@ -464,6 +472,10 @@ void core_watchdog_done(struct core *c);
 /* Work was queued on @p (its worklist, or behind max_active): arms the watchdog. */
 void core_watchdog_kick(struct core *c, struct pool *p);
 struct item *item_alloc(struct core *c, struct workqueue *wq);
+/* Sets @i's argv, envp, cwd and program (NULL when it is argv[0]) to copies
+ * in one allocation, freed with argv; @program may be NULL. */
+int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *envp, size_t envc, const char *cwd,
+                   const char *program);
 int item_attach_key(struct item *i, const char *key);
 int item_delay(struct item *i, uint64_t usec);
 int item_restore_charge(struct item *i);

@@ -88,17 +88,69 @@ struct item *item_free(struct item *i) {
                 return NULL;
         if (i->timer)
                 event_free(i->timer);
-        strv_free(i->argv);
-        strv_free(i->envp);
-        free(i->cwd);
-        free(i->program);
+        free(i->argv);          /* envp, cwd and program with it */
         free(i->payload);
-        free(i->wq_name);
+        if (i->wq_name_owned)
+                free((char *) i->wq_name);
         free(i->key_name);
         free(i->out);
         free(i->err);
         free(i);
         return NULL;
+}
+
+int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *envp, size_t envc, const char *cwd,
+                   const char *program) {
+        size_t ptrs = argc + 1 + envc + 1, bytes = strlen(cwd) + 1;
+        char **block, *p;
+
+        if (program && strcmp(program, argv[0]) == 0)
+                program = NULL;
+        if (program)
+                bytes += strlen(program) + 1;
+        for (size_t k = 0; k < argc; k++)
+                bytes += strlen(argv[k]) + 1;
+        for (size_t k = 0; k < envc; k++)
+                bytes += strlen(envp[k]) + 1;
+        block = malloc(ptrs * sizeof(char *) + bytes);
+        if (!block)
+                return -ENOMEM;
+        p = (char *) (block + ptrs);
+        for (size_t k = 0; k < argc; k++)
+                p = stpcpy(block[k] = p, argv[k]) + 1;
+        block[argc] = NULL;
+        for (size_t k = 0; k < envc; k++)
+                p = stpcpy(block[argc + 1 + k] = p, envp[k]) + 1;
+        block[argc + 1 + envc] = NULL;
+        i->cwd = p;
+        p = stpcpy(p, cwd) + 1;
+        i->program = program ? p : NULL;
+        if (program)
+                strcpy(p, program);
+        free(i->argv);
+        i->argv = block;
+        i->envp = block + argc + 1;
+        return 0;
+}
+
+/* A finished item keeps what it ran, not its environment: argv, cwd and
+ * program are packed again without it (when that cannot be had, the old
+ * block stays, and is counted). */
+static void item_args_shed_env(struct item *i) {
+        struct item tmp = {};
+
+        if (!i->envp)
+                return;
+        if (!i->envp[0] || item_args_pack(&tmp, i->argv, strv_length(i->argv), NULL, 0, i->cwd,
+                                          i->program ? i->program : i->argv[0]) < 0) {
+                i->envp = NULL;
+                return;
+        }
+        free(i->argv);
+        i->argv = tmp.argv;
+        i->cwd = tmp.cwd;
+        i->program = tmp.program;
+        i->envp = NULL;
 }
 
 /* @w is called back once @i has ended; its item_id says which item. */
@@ -155,7 +207,7 @@ static void item_history_add(struct item *i) {
         u->queued_bytes -= i->queued_bytes;
         i->queued_bytes = 0;
 
-        i->history_bytes = sizeof(*i) + strv_bytes(i->argv) + i->out_len + i->err_len;
+        i->history_bytes = sizeof(*i) + strv_bytes(i->argv) + strv_bytes(i->envp) + i->out_len + i->err_len;
         list_add_tail(&i->history_entry, &c->history);
         c->nr_history++;
         list_add_tail(&i->user_history_entry, &u->history);
@@ -197,6 +249,13 @@ void item_retire(struct item *i, enum item_state state) {
         if (i->key)
                 work_key_release(wq, i->key, i);
         i->key = NULL;
+        /* The queue may go before the history forgets the item. */
+        if (!i->wq_name_owned) {
+                char *name = strdup(wq->name);
+
+                i->wq_name = name ? name : "(out of memory)";
+                i->wq_name_owned = name != NULL;
+        }
         i->wq = NULL;
         i->pwq = NULL;
 
@@ -204,7 +263,7 @@ void item_retire(struct item *i, enum item_state state) {
          * (A prepared process is given back when the item leaves its pool;
          * this is for any path that did not.) */
         i->prepared = exec_proc_discard(i->prepared);
-        i->envp = strv_free(i->envp);
+        item_args_shed_env(i);
         free(i->payload);
         i->payload = NULL;
         i->payload_len = 0;
@@ -704,22 +763,6 @@ static int caller_current_cpu(pid_t pid) {
         return *p ? atoi(p) : -1;
 }
 
-static int copy_strv(char *const *src, size_t n, char ***ret) {
-        char **l = calloc(n + 1, sizeof(char *));
-
-        if (!l)
-                return -ENOMEM;
-        for (size_t k = 0; k < n; k++) {
-                l[k] = strdup(src[k]);
-                if (!l[k]) {
-                        strv_free(l);
-                        return -ENOMEM;
-                }
-        }
-        *ret = l;
-        return 0;
-}
-
 /* Checks @a against the fixed and the per-item limits; *ret_bytes is what
  * the item will hold in memory while queued (argv, env, cwd, payload). */
 static int submit_args_validate(const struct submit_args *a, const struct limits *l, uint64_t *ret_bytes,
@@ -849,11 +892,10 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
         i->uid = caller->uid;
         i->queued_usec = now_usec(CLOCK_REALTIME);
 
-        r = -ENOMEM;
-        i->cwd = strdup(a->cwd && a->cwd[0] ? a->cwd : "/");
-        if (!i->cwd || copy_strv(a->argv, a->argc, &i->argv) < 0 ||
-            copy_strv(a->envp, a->envc, &i->envp) < 0)
+        r = item_args_pack(i, a->argv, a->argc, a->envp, a->envc, a->cwd && a->cwd[0] ? a->cwd : "/", program);
+        if (r < 0)
                 goto fail;
+        r = -ENOMEM;
         if (a->payload_len > 0) {
                 i->payload = malloc(a->payload_len);
                 if (!i->payload)
@@ -868,7 +910,6 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
                 if (r < 0)
                         goto fail;
         }
-        i->program = TAKE_PTR(program);
 
         i->id = c->next_id++;
         i->queued_bytes = bytes;
@@ -988,7 +1029,7 @@ int item_restore_charge(struct item *i) {
 /* A charged item that had ended before the restart goes straight to the
  * history, bounded per user as ever. */
 void item_restore_history(struct item *i) {
-        i->envp = strv_free(i->envp);
+        item_args_shed_env(i);
         free(i->payload);
         i->payload = NULL;
         i->payload_len = 0;
@@ -1017,9 +1058,7 @@ struct item *item_alloc(struct core *c, struct workqueue *wq) {
         if (wq) {
                 i->work.stats = &wq->stats.pool;
                 i->work.cpu_intensive = wq->flags & WQ_CPU_INTENSIVE;
-                i->wq_name = strdup(wq->name);
-                if (!i->wq_name)
-                        return item_free(i);
+                i->wq_name = wq->name;
         }
         return i;
 }

@@ -52,22 +52,9 @@ static int restore_workqueue(struct core *c, const CmwqStore__Workqueue *w) {
         return 0;
 }
 
-static int restore_copy_strv(char *const *src, size_t n, char ***ret) {
-        char **l = calloc(n + 1, sizeof(char *));
-
-        if (!l)
-                return -ENOMEM;
-        for (size_t k = 0; k < n; k++)
-                if (!(l[k] = strdup(src[k]))) {
-                        strv_free(l);
-                        return -ENOMEM;
-                }
-        *ret = l;
-        return 0;
-}
-
 /* An item as it was queued; @wq NULL: it goes to the history. */
 static int restore_item(struct core *c, struct workqueue *wq, const CmwqStore__ItemQueued *q, struct item **ret) {
+        _cleanup_(freep) char *program = NULL;
         struct item *i;
         int r = -ENOMEM;
 
@@ -86,13 +73,23 @@ static int restore_item(struct core *c, struct workqueue *wq, const CmwqStore__I
         i->deadline_usec = q->deadline_usec;
         i->requeues = q->requeues;
         i->interruptions = q->interruptions;
-        if (!wq && !(i->wq_name = strdup(q->workqueue)))
+        if (!wq) {
+                char *name = strdup(q->workqueue);
+
+                if (!name)
+                        goto fail;
+                i->wq_name = name;
+                i->wq_name_owned = true;
+        }
+        if (wq) {
+                r = exec_resolve_program(q->argv[0], c->config.plugin_dirs, &program);
+                if (r < 0)
+                        i->exec_errno = -r;     /* fails when it is due, as the log says it was queued */
+        }
+        r = item_args_pack(i, q->argv, q->n_argv, q->env, q->n_env, q->cwd ? q->cwd : "/", program);
+        if (r < 0)
                 goto fail;
-        if (restore_copy_strv(q->argv, q->n_argv, &i->argv) < 0 || restore_copy_strv(q->env, q->n_env, &i->envp) < 0)
-                goto fail;
-        i->cwd = strdup(q->cwd ? q->cwd : "/");
-        if (!i->cwd)
-                goto fail;
+        r = -ENOMEM;
         if (q->has_payload && q->payload.len > 0) {
                 i->payload = malloc(q->payload.len);
                 if (!i->payload)
@@ -110,11 +107,6 @@ static int restore_item(struct core *c, struct workqueue *wq, const CmwqStore__I
                         i->key_name = strdup(q->key);
                 else if (item_attach_key(i, q->key) < 0)
                         goto fail;
-        }
-        if (wq) {
-                r = exec_resolve_program(i->argv[0], c->config.plugin_dirs, &i->program);
-                if (r < 0)
-                        i->exec_errno = -r;     /* fails when it is due, as the log says it was queued */
         }
         core_item_hash(c, i);
         if (c->next_id <= i->id)

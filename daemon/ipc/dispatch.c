@@ -62,7 +62,7 @@ static void send_done(struct ipc_client *c, uint64_t id) {
 static void item_info_fill(Cmwq__ItemInfo *info, const struct item *i, char *errbuf, size_t errlen) {
         cmwq__item_info__init(info);
         info->id = i->id;
-        info->workqueue = i->wq_name;
+        info->workqueue = (char *) i->wq_name;
         info->state = (Cmwq__ItemState) i->state;
         info->has_uid = true;
         info->uid = i->uid;
