@@ -580,6 +580,7 @@ static void store_compact_now(evutil_socket_t fd, short what, void *userdata) {
         struct store *s = userdata;
         int status[2];
         pid_t daemon = getpid(), pid;
+        uint64_t t;
 
         if (s->compact_pid > 0)
                 return;
@@ -594,6 +595,7 @@ static void store_compact_now(evutil_socket_t fd, short what, void *userdata) {
         s->compact_broken = false;
         s->tail.len = 0;
         pthread_mutex_unlock(&s->lock);
+        t = now_usec(CLOCK_MONOTONIC);
         pid = fork();
         if (pid == 0) {
                 close(status[0]);
@@ -608,8 +610,9 @@ static void store_compact_now(evutil_socket_t fd, short what, void *userdata) {
                 (void) fcntl(status[0], F_SETFL, O_NONBLOCK);
                 s->compact_status_event = event_new(s->base, status[0], EV_READ | EV_PERSIST, store_compact_status, s);
                 if (s->compact_status_event && event_add(s->compact_status_event, NULL) >= 0) {
-                        log_info("Compacting the state log: %" PRIu64 " bytes, the snapshot written by process %d",
-                                 s->log_bytes, (int) pid);
+                        log_info("Compacting the state log: %" PRIu64 " bytes, the snapshot written by process %d "
+                                 "(forked in %" PRIu64 " us)",
+                                 s->log_bytes, (int) pid, now_usec(CLOCK_MONOTONIC) - t);
                         return;
                 }
                 /* Cannot watch it: it is of no use. */

@@ -342,7 +342,7 @@ if [ "${PIPESTATUS[0]}" != 0 ]; then
 fi
 stop_daemon "$DAEMON_PID" load
 start_daemon pending perf
-"$LOADTOOL" pending "$DAEMON_SOCK" "$DAEMON_PID" "$PENDING" | sed 's/^/  /'
+"$LOADTOOL" pending "$DAEMON_SOCK" "$DAEMON_PID" "$PENDING" "$TMP/pending.state" | sed 's/^/  /'
 stop_daemon "$DAEMON_PID" pending
 echo "   a flood by uid 65534 under the default limits (delayed items, until refused), then root and"
 echo "   uid 1 (daemon) must still be served:"
