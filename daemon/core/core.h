@@ -116,11 +116,17 @@ struct item {
         struct pool_work work;          /* on a pool worklist or its pwq's inactive list */
         struct pwq *pwq;
         struct pwq_share *share;        /* while queued: the max_active it counts against */
-        struct list_head share_entry;   /* share->inactive, while inactive */
-        struct list_head inflight_entry;        /* wq->inflight: queued, not finished */
+        /* A queued item's links, and a finished one's (item_retire() takes
+         * it off the first two before it joins the history). */
+        union {
+                struct list_head share_entry;   /* share->inactive, while inactive */
+                struct list_head history_entry; /* core->history, once finished */
+        };
+        union {
+                struct list_head inflight_entry;        /* wq->inflight: queued, not finished */
+                struct list_head user_history_entry;    /* its uid's history, once finished */
+        };
         struct list_head wq_entry;              /* wq->items: every unfinished item */
-        struct list_head history_entry;
-        struct list_head user_history_entry;    /* its uid's history */
         struct item *hash_next;
         uint64_t seq;                   /* flush ordering within the queue */
         struct work_key *key;
@@ -141,10 +147,11 @@ struct item {
         char **envp;                    /* NULL once finished */
         char *cwd;
         void *payload;
-        size_t payload_len;
         uint64_t timeout_usec;
-        uint64_t queued_bytes;          /* charged to its uid's queued-bytes while unfinished */
-        uint64_t history_bytes;         /* charged to its uid's history-bytes once finished */
+        union {
+                uint64_t queued_bytes;  /* charged to its uid's queued-bytes while unfinished */
+                uint64_t history_bytes; /* charged to its uid's history-bytes once finished */
+        };
 
         /* Its process made ahead while it waits on a bound pool (see
          * exec_prepare()); becomes proc when it starts. */
@@ -157,9 +164,7 @@ struct item {
         /* What happened. */
         uint64_t cpu_usec;
         char *out;
-        size_t out_len;
         char *err;
-        size_t err_len;
         uint64_t queued_usec;           /* CLOCK_REALTIME */
         uint64_t started_usec;
         uint64_t finished_usec;
@@ -172,6 +177,10 @@ struct item {
         int exit_status;
         int signal;
         int exec_errno;
+        /* Bounded by the limits item-payload-bytes and output-bytes. */
+        uint32_t payload_len;
+        uint32_t out_len;
+        uint32_t err_len;
         enum item_state state : 8;
         bool cancel_requested : 1;
         bool restored_running : 1;      /* recovery: the log says it was running */

@@ -243,6 +243,8 @@ void item_retire(struct item *i, enum item_state state) {
                          item_state_to_string(state));
         i->start_seq = 0;
         core_store_item_result(i);
+        /* Their room holds the history links from now on. */
+        list_del_init(&i->share_entry);
         list_del_init(&i->inflight_entry);
         list_del_init(&i->wq_entry);
         wq->nr_items--;
@@ -1049,8 +1051,6 @@ struct item *item_alloc(struct core *c, struct workqueue *wq) {
         list_init(&i->share_entry);
         list_init(&i->inflight_entry);
         list_init(&i->wq_entry);
-        list_init(&i->history_entry);
-        list_init(&i->user_history_entry);
         list_init(&i->starting_entry);
         list_init(&i->waiters);
         i->work.ops = &item_work_ops;
