@@ -134,18 +134,20 @@ int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *
 }
 
 /* A finished item keeps what it ran, not its environment: argv, cwd and
- * program are packed again without it (when that cannot be had, the old
- * block stays, and is counted). */
+ * program are packed again without it.  When that cannot be had, the old
+ * block stays, envp with it, and the history counts it. */
 static void item_args_shed_env(struct item *i) {
         struct item tmp = {};
 
         if (!i->envp)
                 return;
-        if (!i->envp[0] || item_args_pack(&tmp, i->argv, strv_length(i->argv), NULL, 0, i->cwd,
-                                          i->program ? i->program : i->argv[0]) < 0) {
+        if (!i->envp[0]) {
                 i->envp = NULL;
                 return;
         }
+        if (item_args_pack(&tmp, i->argv, strv_length(i->argv), NULL, 0, i->cwd,
+                           i->program ? i->program : i->argv[0]) < 0)
+                return;
         free(i->argv);
         i->argv = tmp.argv;
         i->cwd = tmp.cwd;
