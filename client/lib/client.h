@@ -118,7 +118,7 @@ void client_read_forever(struct cmwq *c);
 /* Wakes a reader blocked in poll() so that it sees c->stopping. */
 void client_wake_reader(struct cmwq *c);
 
-/* client-work.c */
+/* client-work.c, work-shm.c (client_work_freeze()) */
 /* With c->lock held.  A freeze notice @seq is answered (FREEZE_ACK) by the
  * manager once no callback of a frozen queue runs. */
 void client_work_freeze(struct cmwq *c, const char *name, bool frozen, uint32_t seq);

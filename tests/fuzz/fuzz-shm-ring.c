@@ -219,7 +219,7 @@ static uint32_t entry_of(uint8_t slot_choice, uint8_t op) {
         return CMWQ_SHM_ENTRY(op % 8, shm_fuzz_slots[slot_choice % SHM_FUZZ_NR_SLOTS]);
 }
 
-/* Maps the region cmwqd made, as the library does (client/lib/client-work.c:
+/* Maps the region cmwqd made, as the library does (client/lib/work-shm.c:
  * work_attach()). */
 static void client_map_region(int memfd) {
         struct cmwq_shm *shm;

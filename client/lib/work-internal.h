@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/*
+ * Inside libcmwq-client's callback work: what its three files share.
+ *
+ * client-work.c (the work-item state machine, set-up, the manager and timer
+ * threads, the cmwq_*work*() API), work-pool.c (the library's pools and their
+ * worker threads) and work-shm.c (the shared-memory protocol's client side)
+ * are one module under one lock, the work lock (cw->lock): the structures
+ * below, the work-item lists every part walks, and the calls each part makes
+ * into another.  Nothing outside those three files includes this header;
+ * the rest of the library knows callback work through client.h.
+ */
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "client.h"
+#include "shm.h"
+#include "util.h"
+
+
+#define WORK_PENDING (1u << 0)          /* on a pending or scheduled list */
+#define WORK_TIMER (1u << 1)            /* delayed: on the timer list */
+#define WORK_RUNNING (1u << 2)
+#define WORK_CANCELING (1u << 3)
+#define WORK_INFLIGHT (1u << 4)         /* on its queue's in-flight list */
+
+#define WORK_THREADS_MAX CMWQ_SHM_SLOTS        /* a thread's index is its slot */
+#define WORK_UNBOUND_THREADS_MAX 512u
+/* The pools' idle threads and the back-off after cmwqd refused a thread
+ * follow the kernel's policy (pool-policy.h), as cmwqd's own pools do;
+ * $CMWQ_IDLE_TIMEOUT overrides the idle timeout. */
+
+enum thread_state {
+        THREAD_STARTING,                /* created for a demand, registering */
+        THREAD_IDLE,
+        THREAD_DEMANDING,
+        THREAD_GRANTED,
+        THREAD_DEAD,
+};
+
+struct work_pool;
+
+struct work_thread {
+        struct client_work *cw;
+        struct work_pool *pool;
+        pthread_t thread;
+        pid_t tid;
+        unsigned slot;                  /* its index in cw->threads and its control block */
+        bool has_slot;                  /* in the table (atomic) */
+        bool exited;                    /* reaped: its function has returned (atomic) */
+        uint32_t seen_grant;            /* the last grant it took (bound) */
+        /* Bound: its CPU time (ns) when it took its current grant, and
+         * CLOCK_MONOTONIC when it last reported its CPU time in its slot. */
+        uint64_t grant_cpu_ns;
+        uint64_t cpu_read_usec;
+        enum thread_state state;        /* work lock */
+        struct cmwq_work scheduled;     /* sentinel: parked behind current */
+        struct cmwq_work *current;
+        struct work_thread *next;       /* pool's threads */
+        /* Its own lock: how an unbound thread is started and any thread stopped. */
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool grant;
+        bool stop;                      /* also read without the lock (atomic) */
+};
+
+struct work_pool {
+        int cpu;                        /* -1: unbound */
+        bool highpri;
+        struct cmwq_work pending;       /* sentinel */
+        struct work_thread *threads;
+        unsigned nr_threads;
+        unsigned nr_idle;               /* unbound */
+        bool demanding;                 /* a thread demands (or starts to) */
+        /* cmwqd refused a thread (a limit): none is made before this
+         * (CLOCK_MONOTONIC), and the wait doubles each time. */
+        uint64_t retry_usec;
+        unsigned retry_ms;
+};
+
+struct client_work {
+        struct cmwq *c;
+        pthread_mutex_t lock;
+        pthread_cond_t done;            /* an item finished or was cancelled */
+        unsigned nr_cpus;
+        /* [cpu * 2 + highpri] for the bound pools, then the unbound ones
+         * ([nr_cpus * 2 + highpri]): a high-priority queue's items run on
+         * threads at the raised priority whether it is bound or not, as the
+         * kernel's high-priority unbound pools. */
+        struct work_pool *pools;
+        unsigned nr_pools;
+        struct work_thread *threads[WORK_THREADS_MAX];  /* by slot; NULL: free */
+        unsigned nr_slots;              /* the table's high-water mark */
+        unsigned nr_live;               /* threads made and not yet collected */
+        struct work_thread *exited;     /* reaped, to be joined (their slots held till then) */
+        uint64_t idle_timeout_usec;
+        struct cmwq_shm *shm;           /* shared with cmwqd */
+        int doorbell;                   /* eventfd cmwqd listens on */
+        uint32_t sq_tail;               /* ours: entries added to the ring */
+        uint32_t freeze_answered;       /* the last freeze notice answered */
+        unsigned *cpu_map;              /* [cpu]: the CPU whose pool runs its work */
+        pthread_t manager;
+        bool manager_started;
+        pthread_t timer;
+        bool timer_started;
+        pthread_cond_t timer_cond;
+        struct cmwq_delayed_work timers;        /* sentinel, by expiry */
+        /* Threads waiting on done for something else than a flush of a
+         * queue (an item's flush or cancel, a drain): a finished item wakes
+         * them.  Flushes of queues are counted (struct client_flusher). */
+        unsigned nr_done_waiters;
+        bool stopping;
+        int dead;
+};
+
+
+/* The worker thread the caller is, or NULL (work-pool.c). */
+extern __thread struct work_thread *work_self;
+
+static inline uint64_t mono_usec(void) {
+        return now_usec(CLOCK_MONOTONIC);
+}
+
+/* ---- lists of work items (circular, through a sentinel) ------------------ */
+
+static inline void wlist_init(struct cmwq_work *h) {
+        h->_next = h->_prev = h;
+}
+
+static inline bool wlist_empty(const struct cmwq_work *h) {
+        return h->_next == h;
+}
+
+static inline void wlist_add_tail(struct cmwq_work *w, struct cmwq_work *h) {
+        w->_prev = h->_prev;
+        w->_next = h;
+        h->_prev->_next = w;
+        h->_prev = w;
+}
+
+static inline void wlist_del(struct cmwq_work *w) {
+        w->_prev->_next = w->_next;
+        w->_next->_prev = w->_prev;
+        w->_next = w->_prev = NULL;
+}
+
+static inline void inflight_add(struct cmwq_workqueue *wq, struct cmwq_work *w) {
+        if (w->_state & WORK_INFLIGHT)
+                return;
+        w->_state |= WORK_INFLIGHT;
+        w->_iprev = wq->inflight._iprev;
+        w->_inext = &wq->inflight;
+        wq->inflight._iprev->_inext = w;
+        wq->inflight._iprev = w;
+}
+
+static inline void inflight_del_if_idle(struct cmwq_work *w) {
+        if (!(w->_state & WORK_INFLIGHT) || (w->_state & (WORK_PENDING | WORK_RUNNING)))
+                return;
+        w->_state &= ~WORK_INFLIGHT;
+        w->_iprev->_inext = w->_inext;
+        w->_inext->_iprev = w->_iprev;
+        w->_inext = w->_iprev = NULL;
+}
+
+/* A thread in cmwq_flush_workqueue(): it waits for the instances of its
+ * queue queued up to @seq, @remaining of which have not finished (the
+ * kernel's flush colours, one per waiting thread).  Counting them, rather
+ * than looking at the queue whenever any item finishes, wakes it once
+ * instead of once per item. */
+struct client_flusher {
+        struct client_flusher *next;
+        uint64_t seq;
+        uint64_t remaining;
+};
+
+/* An instance of @wq queued as the @seq-th has finished or was taken back:
+ * the flushers waiting for it have one less to wait for.  Work lock held. */
+static inline void flushers_instance_done(struct client_work *cw, struct cmwq_workqueue *wq, uint64_t seq) {
+        for (struct client_flusher *f = wq->cb_flushers; f; f = f->next)
+                if (seq <= f->seq && f->remaining > 0 && --f->remaining == 0)
+                        pthread_cond_broadcast(&cw->done);
+}
+
+static inline void timers_del(struct cmwq_delayed_work *dw) {
+        dw->_tprev->_tnext = dw->_tnext;
+        dw->_tnext->_tprev = dw->_tprev;
+        dw->_tnext = dw->_tprev = NULL;
+        dw->work._state &= ~WORK_TIMER;
+}
+
+static inline bool wq_frozen(const struct cmwq_workqueue *wq) {
+        return __atomic_load_n(&wq->cb_frozen, __ATOMIC_ACQUIRE);
+}
+
+/* ---- work-shm.c: the shared-memory protocol ------------------------------- */
+
+/* Maps the memory cmwqd shares with @cw and takes its doorbell. */
+int work_attach(struct client_work *cw);
+void work_futex_wake_all(uint32_t *word);
+void work_futex_wait(uint32_t *word, uint32_t val, const struct timespec *timeout);
+/* An entry in the submission ring for @slot; @lazy: the thread whose entry
+ * may ring no doorbell.  Work lock held. */
+void work_ring_push(struct client_work *cw, enum cmwq_shm_op op, unsigned slot, const struct work_thread *lazy);
+/* Answers the daemon's last freeze notice once no callback of a frozen queue
+ * runs.  Work lock held. */
+void work_freeze_answer_locked(struct client_work *cw);
+/* @t took a new grant; the callback @t starts now. */
+void thread_report_grant(struct client_work *cw, struct work_thread *t);
+void thread_report_run_start(struct client_work *cw, struct work_thread *t);
+bool thread_yield_asked(struct client_work *cw, struct work_thread *t);
+/* @t's slot, registered with cmwqd and given back. */
+int thread_register(struct client_work *cw, struct work_thread *t);
+int thread_unregister(struct client_work *cw, struct work_thread *t);
+
+/* ---- work-pool.c: the pools and their threads ----------------------------- */
+
+/* Starts or asks for workers while @p has work.  Work lock held. */
+void work_pool_kick(struct client_work *cw, struct work_pool *p);
+/* Tells @t to end, whether it waits on its condition or on its slot. */
+void thread_stop(struct client_work *cw, struct work_thread *t);
+void thread_free(struct work_thread *t);
+
+/* ---- client-work.c -------------------------------------------------------- */
+
+/* The timer thread: the earliest deadline may have moved.  Work lock held. */
+void work_timer_wake_locked(struct client_work *cw);

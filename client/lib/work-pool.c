@@ -1,0 +1,549 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * libcmwq-client: the library's pools of worker threads, after the kernel's
+ * worker pools.
+ *
+ * A pool per CPU and priority for the bound queues, one per priority for the
+ * unbound ones (struct client_work's pools).  A pool starts, wakes or asks
+ * cmwqd for a worker while it has an item it may start (work_pool_kick());
+ * a worker waits for its grant (bound) or its start (unbound), takes items
+ * back to back, honouring max_active, freezing and non-reentrancy, runs
+ * them (run_one()), and ends once the pool has too many idle threads (the
+ * kernel's too_many_workers()).  The state of the items themselves and the
+ * API that queues them are client-work.c's, how a bound worker talks to
+ * cmwqd is work-shm.c's: this file is what runs the callbacks.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pool-policy.h"
+#include "work-internal.h"
+
+__thread struct work_thread *work_self;
+
+/* The thread that may push @p's demand lazily: the calling worker thread
+ * if it holds @p's CPU itself, so that the daemon acts on the demand only
+ * when it stops holding it, which it sees at once. */
+static const struct work_thread *demand_lazy_for(const struct work_pool *p) {
+        return work_self && work_self->pool == p && work_self->state == THREAD_GRANTED ? work_self : NULL;
+}
+
+static void *work_thread_main(void *userdata);
+
+/* A high-priority pool's thread runs at the kernel's HIGHPRI_NICE_LEVEL
+ * (POOL_POLICY_HIGHPRI_NICE), or as close to it as this process may go (RLIMIT_NICE): never at
+ * more priority than the process could take itself. */
+static void thread_raise_priority(void) {
+        struct rlimit rl;
+        int nice = POOL_POLICY_HIGHPRI_NICE;
+
+        if (setpriority(PRIO_PROCESS, 0, nice) == 0)
+                return;
+        if (getrlimit(RLIMIT_NICE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur <= 20)
+                return;
+        nice = 20 - (int) (rl.rlim_cur > 40 ? 40 : rl.rlim_cur);
+        (void) setpriority(PRIO_PROCESS, 0, nice);
+}
+
+void thread_free(struct work_thread *t) {
+        pthread_cond_destroy(&t->cond);
+        pthread_mutex_destroy(&t->lock);
+        free(t);
+}
+
+/* Joins the reaped threads that have returned and frees their slots.  Work
+ * lock held: they take it no more once they are on the list. */
+static void threads_collect_exited(struct client_work *cw) {
+        for (struct work_thread **pt = &cw->exited; *pt;) {
+                struct work_thread *t = *pt;
+
+                if (!__atomic_load_n(&t->exited, __ATOMIC_ACQUIRE)) {
+                        pt = &t->next;
+                        continue;
+                }
+                *pt = t->next;
+                pthread_join(t->thread, NULL);
+                cw->threads[t->slot] = NULL;
+                cw->nr_live--;
+                thread_free(t);
+        }
+}
+
+static struct work_thread *thread_new(struct client_work *cw, struct work_pool *p) {
+        struct work_thread *t;
+        pthread_attr_t attr;
+        pthread_condattr_t ca;
+        int r;
+
+        threads_collect_exited(cw);
+        if (cw->nr_live >= WORK_THREADS_MAX)
+                return NULL;
+        t = calloc(1, sizeof(*t));
+        if (!t)
+                return NULL;
+        t->cw = cw;
+        t->pool = p;
+        t->state = THREAD_STARTING;
+        wlist_init(&t->scheduled);
+        pthread_mutex_init(&t->lock, NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);       /* for the idle timeout */
+        pthread_cond_init(&t->cond, &ca);
+        pthread_condattr_destroy(&ca);
+
+        pthread_attr_init(&attr);
+        if (p->cpu >= 0) {
+                /* Bound workers run on their CPU only, from the start. */
+                cpu_set_t set;
+
+                CPU_ZERO(&set);
+                CPU_SET(p->cpu, &set);
+                pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+        }
+        r = pthread_create(&t->thread, &attr, work_thread_main, t);
+        pthread_attr_destroy(&attr);
+        if (r != 0) {
+                thread_free(t);
+                return NULL;
+        }
+        t->next = p->threads;
+        p->threads = t;
+        p->nr_threads++;
+        cw->nr_live++;
+        return t;
+}
+
+/* Items of @wq running on threads of @p (a bound queue's items on one CPU
+ * all go to one pool: its priority's). */
+static unsigned work_pool_active_of(const struct work_pool *p, const struct cmwq_workqueue *wq) {
+        unsigned n = 0;
+
+        for (const struct work_thread *t = p->threads; t; t = t->next)
+                if (t->current && t->current->_wq == wq)
+                        n++;
+        return n;
+}
+
+/* The next item @p may start, FIFO, honouring max_active: per queue for
+ * unbound, per queue and CPU for bound (as the kernel's per-pwq limit).
+ *
+ * Enforced here, not in the daemon: the daemon grants a thread its CPU, not
+ * an item, and never sees the items; and max_active of a client's queue
+ * only limits that client's own items -- what protects the other clients
+ * (the CPU's concurrency level) is the daemon's grants, which this does not
+ * touch. */
+static struct cmwq_work *work_pool_next(struct work_pool *p) {
+        for (struct cmwq_work *w = p->pending._next; w != &p->pending; w = w->_next) {
+                struct cmwq_workqueue *wq = w->_wq;
+
+                unsigned max = wq->max_active ? wq->max_active : CMWQ_DFL_ACTIVE;
+
+                if (wq_frozen(wq))
+                        continue;
+                if (p->cpu < 0 && wq->cb_active >= max)
+                        continue;
+                if (p->cpu >= 0 && work_pool_active_of(p, wq) >= max)
+                        continue;
+                return w;
+        }
+        return NULL;
+}
+
+/* Starts or asks for workers while @p has work.  Work lock held. */
+void work_pool_kick(struct client_work *cw, struct work_pool *p) {
+        struct work_thread *t;
+
+        if (cw->stopping || cw->dead || !work_pool_next(p))
+                return;
+
+        if (p->cpu < 0) {
+                /* A thread between two items takes the next itself (it
+                 * looks under this lock before it goes idle): another is
+                 * woken or made only when every other one runs an item.
+                 * Without this a flood of short items grows a crowd of
+                 * threads that then queue for the work lock.  Each thread
+                 * that takes an item kicks again, so a burst of blocking
+                 * items still gets a thread each, one after the other. */
+                for (t = p->threads; t; t = t->next)
+                        if (t != work_self && t->state == THREAD_GRANTED && !t->current)
+                                return;
+                if (p->nr_idle > 0) {
+                        for (t = p->threads; t; t = t->next)
+                                if (t->state == THREAD_IDLE) {
+                                        t->state = THREAD_GRANTED;
+                                        p->nr_idle--;
+                                        pthread_mutex_lock(&t->lock);
+                                        t->grant = true;
+                                        pthread_cond_signal(&t->cond);
+                                        pthread_mutex_unlock(&t->lock);
+                                        return;
+                                }
+                }
+                if (p->nr_threads < WORK_UNBOUND_THREADS_MAX && !p->demanding) {
+                        p->demanding = true;    /* one start at a time */
+                        if (!thread_new(cw, p))
+                                p->demanding = false;
+                }
+                return;
+        }
+
+        if (p->demanding)
+                return;
+        for (t = p->threads; t; t = t->next)
+                if (t->state == THREAD_IDLE) {
+                        t->state = THREAD_DEMANDING;
+                        p->demanding = true;
+                        work_ring_push(cw, CMWQ_SHM_OP_DEMAND, t->slot, demand_lazy_for(p));
+                        return;
+                }
+        if (p->retry_usec > mono_usec())
+                return;         /* the timer thread kicks it then */
+        p->retry_usec = 0;
+        p->demanding = true;
+        if (!thread_new(cw, p))
+                p->demanding = false;
+}
+
+/* Runs @w on @t.  Work lock held; dropped around the function. */
+static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_work *w) {
+        struct cmwq_workqueue *wq = w->_wq;
+
+        w->_state &= ~WORK_PENDING;
+        w->_state |= WORK_RUNNING;
+        w->_running = t;
+        w->_running_seq = w->_queued_seq;
+        w->_nr_started++;
+        wq->cb_active++;
+        t->current = w;
+        pthread_mutex_unlock(&cw->lock);
+
+        /* The completion records cmwqd reads: this thread's alone. */
+        if (t->pool->cpu >= 0) {
+                thread_report_run_start(cw, t);
+                __atomic_add_fetch(&cw->shm->slots[t->slot].started, 1, __ATOMIC_RELEASE);
+        }
+        w->func(w);
+        pthread_mutex_lock(&cw->lock);
+
+        if (t->pool->cpu >= 0)
+                __atomic_add_fetch(&cw->shm->slots[t->slot].finished, 1, __ATOMIC_RELAXED);
+        t->current = NULL;
+        wq->cb_active--;
+        if (wq_frozen(wq))
+                work_freeze_answer_locked(cw);
+        w->_nr_finished++;
+        w->_running = NULL;
+        w->_state &= ~WORK_RUNNING;
+        inflight_del_if_idle(w);
+        flushers_instance_done(cw, wq, w->_running_seq);
+        /* Only for a thread that waits on this item or on the queue's
+         * emptiness: a flush of the queue is told above, once. */
+        if (cw->nr_done_waiters > 0)
+                pthread_cond_broadcast(&cw->done);
+}
+
+/* Items parked behind @t's last item go back to the head of its pool, in
+ * order, when their queue is frozen (@all: every one): they wait there. */
+static void thread_unpark(struct work_thread *t, bool all) {
+        for (struct cmwq_work *w = t->scheduled._prev, *prev; w != &t->scheduled; w = prev) {
+                prev = w->_prev;
+                if (!all && !wq_frozen(w->_wq))
+                        continue;
+                wlist_del(w);
+                wlist_add_tail(w, t->pool->pending._next);
+        }
+}
+
+/* Takes the next item for @t: its parked ones first, then its pool's.
+ * Non-reentrancy: an item running elsewhere is parked behind that thread. */
+static struct cmwq_work *thread_take(struct work_thread *t) {
+        struct cmwq_work *w;
+
+        for (;;) {
+                if (!wlist_empty(&t->scheduled)) {
+                        w = t->scheduled._next;
+                        wlist_del(w);
+                        return w;
+                }
+                w = work_pool_next(t->pool);
+                if (!w)
+                        return NULL;
+                wlist_del(w);
+                if (w->_running && w->_running != t) {
+                        wlist_add_tail(w, &((struct work_thread *) w->_running)->scheduled);
+                        continue;
+                }
+                return w;
+        }
+}
+
+static bool thread_stopped(struct work_thread *t) {
+        return __atomic_load_n(&t->stop, __ATOMIC_ACQUIRE);
+}
+
+/* Too many idle threads in @p for what it runs (the kernel's
+ * too_many_workers()).  Work lock held. */
+static bool work_pool_too_many_idle(const struct work_pool *p) {
+        unsigned idle = 0, busy = 0;
+
+        for (const struct work_thread *t = p->threads; t; t = t->next)
+                if (t->state == THREAD_IDLE)
+                        idle++;
+                else if (t->state != THREAD_DEAD)
+                        busy++;
+        return pool_policy_too_many_idle(idle, busy);
+}
+
+enum thread_wait {
+        THREAD_WAIT_GRANTED,
+        THREAD_WAIT_STOPPED,
+        THREAD_WAIT_TIMED_OUT,          /* idle for the idle timeout */
+};
+
+/* Waits for the daemon's next grant in the thread's slot (bound), or to be
+ * started (unbound), or for a stop.  An idle thread of a pool that has more
+ * than the threads it always keeps waits at most the idle timeout, then
+ * looks whether it is one too many; in a pool down to those, threads wait
+ * without a timeout, so that an idle client is not woken up.  Work lock
+ * held, dropped meanwhile. */
+static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_thread *t) {
+        bool timed = t->state == THREAD_IDLE && t->pool->nr_threads > POOL_POLICY_IDLE_KEEP;
+        uint64_t deadline = timed ? mono_usec() + cw->idle_timeout_usec : 0;
+        enum thread_wait r = THREAD_WAIT_GRANTED;
+
+        pthread_mutex_unlock(&cw->lock);
+        if (t->pool->cpu >= 0) {
+                uint32_t *word = &cw->shm->slots[t->slot].grant;
+
+                for (;;) {
+                        uint32_t g = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+                        struct timespec left;
+                        uint64_t now;
+
+                        if (thread_stopped(t))
+                                break;
+                        if (g != t->seen_grant) {
+                                t->seen_grant = g;
+                                thread_report_grant(cw, t);
+                                break;
+                        }
+                        if (!timed) {
+                                work_futex_wait(word, g, NULL);
+                                continue;
+                        }
+                        now = mono_usec();
+                        if (now >= deadline) {
+                                r = THREAD_WAIT_TIMED_OUT;
+                                break;
+                        }
+                        left = timespec_from_usec(deadline - now);
+                        work_futex_wait(word, g, &left);
+                }
+        } else {
+                struct timespec until = timespec_from_usec(deadline);
+
+                pthread_mutex_lock(&t->lock);
+                while (!t->grant && !t->stop && r != THREAD_WAIT_TIMED_OUT)
+                        if (!timed)
+                                pthread_cond_wait(&t->cond, &t->lock);
+                        else if (pthread_cond_timedwait(&t->cond, &t->lock, &until) == ETIMEDOUT)
+                                r = THREAD_WAIT_TIMED_OUT;
+                if (t->grant) {
+                        t->grant = false;
+                        r = THREAD_WAIT_GRANTED;
+                }
+                pthread_mutex_unlock(&t->lock);
+        }
+        if (thread_stopped(t))
+                r = THREAD_WAIT_STOPPED;
+        pthread_mutex_lock(&cw->lock);
+        return r;
+}
+
+/* Takes @t out of its pool onto the list of threads to join.  Work lock held. */
+static void thread_retire(struct client_work *cw, struct work_thread *t) {
+        struct work_pool *p = t->pool;
+
+        for (struct work_thread **pt = &p->threads; *pt; pt = &(*pt)->next)
+                if (*pt == t) {
+                        *pt = t->next;
+                        break;
+                }
+        p->nr_threads--;
+        if (p->cpu < 0 && t->state == THREAD_IDLE)
+                p->nr_idle--;
+        t->state = THREAD_DEAD;
+        t->next = cw->exited;
+        cw->exited = t;
+}
+
+/* Ends @t, idle past the idle timeout: out of its pool now (nothing will
+ * pick it), its slot given back to the daemon, then joined and freed by
+ * the next thread_new() or at disconnect.  Work lock held; returns without
+ * it, and the thread must then return. */
+static void thread_reap(struct client_work *cw, struct work_thread *t) {
+        struct work_pool *p = t->pool;
+
+        thread_retire(cw, t);
+        pthread_mutex_unlock(&cw->lock);
+
+        /* Its IDLE is in the ring before this request: the daemon reads
+         * the ring first. */
+        if (p->cpu >= 0)
+                (void) thread_unregister(cw, t);
+        __atomic_store_n(&t->exited, true, __ATOMIC_RELEASE);
+}
+
+/* Tells @t to end, whether it waits on its condition or on its slot. */
+void thread_stop(struct client_work *cw, struct work_thread *t) {
+        pthread_mutex_lock(&t->lock);
+        __atomic_store_n(&t->stop, true, __ATOMIC_RELEASE);
+        pthread_cond_signal(&t->cond);
+        pthread_mutex_unlock(&t->lock);
+        /* Only a thread in the table has its slot. */
+        if (t->pool->cpu >= 0 && cw->shm && __atomic_load_n(&t->has_slot, __ATOMIC_ACQUIRE)) {
+                /* Our own page: moving the word makes a late FUTEX_WAIT
+                 * return at once; no grant matters any more. */
+                uint32_t *word = &cw->shm->slots[t->slot].grant;
+
+                __atomic_add_fetch(word, 1, __ATOMIC_RELEASE);
+                work_futex_wake_all(word);
+        }
+}
+
+static void *work_thread_main(void *userdata) {
+        struct work_thread *t = userdata;
+        struct client_work *cw = t->cw;
+        struct work_pool *p = t->pool;
+        bool bound = p->cpu >= 0;
+
+        work_self = t;
+        t->tid = (pid_t) syscall(SYS_gettid);
+        if (p->highpri)
+                thread_raise_priority();        /* on Linux, of this thread alone */
+
+        pthread_mutex_lock(&cw->lock);
+        /* The lowest free slot: there is one, thread_new() counted us. */
+        threads_collect_exited(cw);
+        for (t->slot = 0; t->slot < WORK_THREADS_MAX && cw->threads[t->slot]; t->slot++)
+                ;
+        if (t->slot == WORK_THREADS_MAX) {
+                t->state = THREAD_DEAD;
+                p->demanding = false;
+                pthread_mutex_unlock(&cw->lock);
+                return NULL;
+        }
+        cw->threads[t->slot] = t;
+        if (t->slot >= cw->nr_slots)
+                cw->nr_slots = t->slot + 1;
+        __atomic_store_n(&t->has_slot, true, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&cw->lock);
+
+        if (bound && thread_register(cw, t) < 0) {
+                /* Refused (a limit of cmwqd's, most likely): the pool's work
+                 * waits for its threads that are registered, and another is
+                 * tried after a back-off (the timer thread kicks it). */
+                pthread_mutex_lock(&cw->lock);
+                p->demanding = false;
+                p->retry_ms = p->retry_ms ? (p->retry_ms * 2 < POOL_POLICY_RETRY_MAX_MS ? p->retry_ms * 2
+                                                                                   : POOL_POLICY_RETRY_MAX_MS)
+                                          : POOL_POLICY_RETRY_MIN_MS;
+                p->retry_usec = mono_usec() + p->retry_ms * USEC_PER_MSEC;
+                work_timer_wake_locked(cw);
+                thread_retire(cw, t);
+                __atomic_store_n(&t->exited, true, __ATOMIC_RELEASE);
+                pthread_mutex_unlock(&cw->lock);
+                return NULL;
+        }
+
+        pthread_mutex_lock(&cw->lock);
+        if (bound)
+                p->retry_ms = 0;
+        p->demanding = false;
+        if (bound) {
+                t->state = THREAD_IDLE;
+                work_pool_kick(cw, p);       /* this thread demands if work waits */
+        } else {
+                /* Started for work: take it at once. */
+                t->state = THREAD_GRANTED;
+                pthread_mutex_lock(&t->lock);
+                t->grant = true;
+                pthread_mutex_unlock(&t->lock);
+        }
+
+        for (;;) {
+                enum thread_wait waited = thread_wait_grant(cw, t);
+                struct cmwq_work *w;
+
+                if (waited == THREAD_WAIT_STOPPED || cw->stopping)
+                        break;
+                if (waited == THREAD_WAIT_TIMED_OUT) {
+                        if (t->state == THREAD_IDLE && work_pool_too_many_idle(p)) {
+                                thread_reap(cw, t);
+                                return NULL;
+                        }
+                        continue;       /* picked meanwhile, or needed again */
+                }
+
+                if (bound) {
+                        t->state = THREAD_GRANTED;
+                        p->demanding = false;
+                }
+
+                for (;;) {
+                        if (cw->stopping)
+                                break;
+                        thread_unpark(t, false);
+                        w = NULL;
+                        if (bound && thread_yield_asked(cw, t))
+                                /* Other work waits for the CPU, or cmwqd
+                                 * stopped counting this grant (a callback
+                                 * past the CPU-intensive threshold): no
+                                 * further item may run on it, not even one
+                                 * parked behind the last (it waits at the
+                                 * head of the pool, its twin has ended), so
+                                 * that the next counts again, from its own
+                                 * start, under a new grant. */
+                                thread_unpark(t, true);
+                        else if (!wlist_empty(&t->scheduled)) {
+                                /* Parked behind our last item: ours to run. */
+                                w = t->scheduled._next;
+                                wlist_del(w);
+                        } else
+                                w = thread_take(t);
+                        if (!w)
+                                break;
+                        /* Keep one demand out while more waits. */
+                        work_pool_kick(cw, p);
+                        if (bound && (w->_wq->flags & CMWQ_WQ_CPU_INTENSIVE)) {
+                                /* It must not hold back the CPU's other
+                                 * work: the daemon stops counting this
+                                 * grant, which is then given back after
+                                 * the item, so that no further item runs
+                                 * uncounted on it. */
+                                work_ring_push(cw, CMWQ_SHM_OP_INTENSIVE, t->slot, NULL);
+                                run_one(cw, t, w);
+                                /* Parked behind it: first in line again. */
+                                thread_unpark(t, true);
+                                break;
+                        }
+                        run_one(cw, t, w);
+                }
+
+                t->state = THREAD_IDLE;
+                /* Lazy: it waits for its next grant right after, asleep. */
+                if (bound)
+                        work_ring_push(cw, CMWQ_SHM_OP_IDLE, t->slot, t);
+                else
+                        p->nr_idle++;
+                work_pool_kick(cw, p);
+        }
+        t->state = THREAD_DEAD;
+        pthread_mutex_unlock(&cw->lock);
+        return NULL;
+}
