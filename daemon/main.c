@@ -399,7 +399,7 @@ int main(int argc, char **argv) {
         signal(SIGPIPE, SIG_IGN);
 
         /* The helper that creates the items' processes, forked now, while
-         * our heap is small (see exec/exec.c). */
+         * our heap is small (see exec/spawner.c). */
         r = exec_spawner_start();
         if (r < 0)
                 log_warning_errno(r, "Cannot start the spawner, items will be forked by cmwqd itself: %m");

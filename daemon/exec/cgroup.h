@@ -24,7 +24,7 @@
  * (cpu, memory per item), the daemon will first have to move itself into a
  * leaf such as D/daemon.
  *
- * The child is born in its cgroup: the spawner (see exec/exec.c) creates it with
+ * The child is born in its cgroup: the spawner (see exec/spawner.c) creates it with
  * clone3(CLONE_INTO_CGROUP) on the directory fd the daemon opened for it.
  * Where that is not available, the child joins itself, between clone and
  * execve(), while still privileged, by writing "0" into cgroup.procs (which

@@ -149,7 +149,7 @@ uint64_t exec_proc_started_usec(const struct exec_proc *p);
 
 /*
  * Starts the spawner, the small helper process that creates the items'
- * processes (see exec/exec.c), now: best called early, while the caller's heap is
+ * processes (see exec/spawner.c), now: best called early, while the caller's heap is
  * small, since it is a fork() of the caller.  Optional: exec_start() starts
  * it when needed, and forks items itself if it cannot.  Idempotent.
  */
@@ -189,7 +189,7 @@ int exec_resolve_program(const char *name, char *const *plugin_dirs, char **ret_
  * A rescuer: a process made now, that waits to become one item whose own
  * process cannot be created (fork refused: RLIMIT_NPROC, a cgroup's
  * pids.max, no memory), as the kernel's rescuer thread of a WQ_MEM_RECLAIM
- * workqueue.  Give it to exec_start() in spec->rescuer.  See exec/exec.c.
+ * workqueue.  Give it to exec_start() in spec->rescuer.  See exec/spawner.c.
  */
 struct exec_rescuer;
 int exec_rescuer_new(struct exec_rescuer **ret);

@@ -1,0 +1,631 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+
+/*
+ * The helper processes that make an exec item's process -- the spawner and
+ * the rescuers -- and the request both are sent (struct spawn_request).
+ * Apart from exec.c because they are processes of their own, each with a
+ * blocking loop and a protocol on a socketpair, and nothing of the
+ * daemon's event loop; what they start runs exec_child() (exec-child.c).
+ *
+ * The spawner
+ * -----------
+ * fork() in the daemon copies its page tables (copy_page_range) and then
+ * makes the daemon take copy-on-write faults on its own heap, at a cost that
+ * grows with the daemon.  So item processes are made by a small helper, the
+ * spawner: forked once, early, while the daemon's heap is tiny (or, in a
+ * program that never called exec_spawner_start(), at its first exec_start()).
+ * It is connected by a SOCK_STREAM socketpair, keeps no other fd, runs a
+ * blocking loop of its own (no libevent), and dies with the daemon
+ * (PR_SET_PDEATHSIG, and EOF on the socket).
+ *
+ * A request is a struct spawn_request with the child's fds attached
+ * (SCM_RIGHTS), followed by the serialized spec (program, cwd, argv, envp).  The spawner creates the child with clone3(CLONE_PARENT |
+ * CLONE_INTO_CGROUP): CLONE_PARENT makes it the *daemon's* child, not the
+ * spawner's, so that the daemon reaps it with wait4() exactly as before
+ * (exit status, rusage, the zombie leader pinning its process group id), and
+ * CLONE_INTO_CGROUP puts it in its cgroup at birth, without the write to
+ * cgroup.procs and its RCU grace period.  The child runs exec_child().  The
+ * reply is the pid, or -errno.
+ *
+ * The daemon waits for that reply (exec_prepare() stays synchronous): the
+ * spawner is small, so its clone takes tens of microseconds, and a failure
+ * to create the process (EAGAIN) is still returned by exec_start(), which
+ * the pool retries.  On a bound pool that wait is not where it matters: the
+ * next item is prepared while the one before it runs, and when that one
+ * blocks or ends, exec_go() only sends one byte.  Should the spawner be unusable (it cannot be started,
+ * it died and cannot be restarted, or the kernel refuses CLONE_PARENT), the
+ * daemon falls back to fork()ing the child itself, as before.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "exec/exec-internal.h"
+#include "util.h"
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+
+#define SPAWN_MAGIC 0x636d7771u
+/* Bounds a request: argv and envp are bounded far below by the kernel's
+ * ARG_MAX (execve() fails E2BIG beyond), this only rejects garbage. */
+#define SPAWN_REQUEST_MAX (64u * 1024u * 1024u)
+
+enum {
+        SPAWN_FD_STDIN,
+        SPAWN_FD_STDOUT,
+        SPAWN_FD_STDERR,
+        SPAWN_FD_GO,
+        SPAWN_FD_ERROR,
+        SPAWN_FD_CGROUP,                /* the cgroup's directory; optional, last */
+        _SPAWN_FD_MAX,
+};
+
+struct spawn_request {
+        uint32_t magic;
+        uint32_t n_fds;
+        uint64_t len;                   /* bytes that follow */
+        uint32_t uid;
+        int32_t cpu;
+        int32_t nice;
+        uint32_t argc;
+        uint32_t envc;
+        uint8_t drop;
+        uint8_t absolute;
+};
+
+struct spawner_clone_args {
+        uint64_t flags;
+        uint64_t pidfd;
+        uint64_t child_tid;
+        uint64_t parent_tid;
+        uint64_t exit_signal;
+        uint64_t stack;
+        uint64_t stack_size;
+        uint64_t tls;
+        uint64_t set_tid;
+        uint64_t set_tid_size;
+        uint64_t cgroup;
+};
+
+static int spawner_fd = -1;             /* the daemon's end */
+static pid_t spawner_pid = -1;
+static pid_t spawner_owner = -1;        /* the process that started it */
+static bool spawner_broken;             /* do not try again: fork here */
+
+static int io_full(int fd, void *buf, size_t len, bool writing) {
+        char *b = buf;
+
+        while (len > 0) {
+                ssize_t n = writing ? send(fd, b, len, MSG_NOSIGNAL) : read(fd, b, len);
+
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        return -ECONNRESET;
+                b += n;
+                len -= (size_t) n;
+        }
+        return 0;
+}
+
+static pid_t spawner_clone(int cgroup_dirfd, bool *ret_into_cgroup) {
+        static bool no_clone3;
+        long r;
+
+        *ret_into_cgroup = false;
+        if (!no_clone3) {
+                struct spawner_clone_args args = {
+                        .flags = CLONE_PARENT | (cgroup_dirfd >= 0 ? CLONE_INTO_CGROUP : 0),
+                        /* Must be 0 with CLONE_PARENT: the child gets
+                         * ours, SIGCHLD, to its parent, the daemon. */
+                        .exit_signal = 0,
+                        .cgroup = cgroup_dirfd >= 0 ? (uint64_t) cgroup_dirfd : 0,
+                };
+
+                r = syscall(SYS_clone3, &args, sizeof(args));
+                if (r >= 0) {
+                        *ret_into_cgroup = cgroup_dirfd >= 0;
+                        return (pid_t) r;
+                }
+                if (errno == EAGAIN || errno == ENOMEM)
+                        return -1;
+                if (errno == ENOSYS || errno == E2BIG)
+                        no_clone3 = true;
+                /* else: e.g. CLONE_INTO_CGROUP refused; the child joins itself */
+        }
+#if defined(__s390__) || defined(__CRIS__)
+        r = syscall(SYS_clone, 0, CLONE_PARENT | SIGCHLD, 0, 0, 0);
+#else
+        r = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
+#endif
+        return (pid_t) r;
+}
+
+/* Turns a request into the child's set-up; @c points into @data, @fds and
+ * *ret_argv, *ret_envp (the caller frees these two).  No cgroup_fd yet. */
+static int spawn_parse(const struct spawn_request *req, int fds[_SPAWN_FD_MAX], char *data,
+                       struct exec_child *ret, char ***ret_argv, char ***ret_envp) {
+        _cleanup_(freep) char **argv = NULL, **envp = NULL;
+        const char *program, *cwd;
+        char *p = data, *end = data + req->len;
+
+        if (req->n_fds < SPAWN_FD_CGROUP || req->n_fds > _SPAWN_FD_MAX)
+                return -EBADMSG;
+
+#define SPAWN_NEXT_STRING(s)                                    \
+        do {                                                    \
+                char *_z = memchr(p, 0, (size_t) (end - p));    \
+                if (!_z)                                        \
+                        return -EBADMSG;                        \
+                (s) = p;                                        \
+                p = _z + 1;                                     \
+        } while (0)
+
+        SPAWN_NEXT_STRING(program);
+        SPAWN_NEXT_STRING(cwd);
+        if (req->argc == 0 || req->argc > req->len || req->envc > req->len)
+                return -EBADMSG;
+        argv = calloc((size_t) req->argc + 1, sizeof(char *));
+        envp = calloc((size_t) req->envc + 1, sizeof(char *));
+        if (!argv || !envp)
+                return -ENOMEM;
+        for (uint32_t i = 0; i < req->argc; i++)
+                SPAWN_NEXT_STRING(argv[i]);
+        for (uint32_t i = 0; i < req->envc; i++)
+                SPAWN_NEXT_STRING(envp[i]);
+#undef SPAWN_NEXT_STRING
+
+        *ret = (struct exec_child) {
+                .program = program,
+                .absolute = req->absolute,
+                .argv = argv,
+                .envp = envp,
+                .cwd = cwd,
+                .uid = req->uid,
+                .drop = req->drop,
+                .cpu = req->cpu,
+                .nice = req->nice,
+                .stdin_fd = fds[SPAWN_FD_STDIN],
+                .stdout_fd = fds[SPAWN_FD_STDOUT],
+                .stderr_fd = fds[SPAWN_FD_STDERR],
+                .go_fd = fds[SPAWN_FD_GO],
+                .error_fd = fds[SPAWN_FD_ERROR],
+                .cgroup_fd = -1,
+        };
+        *ret_argv = TAKE_PTR(argv);
+        *ret_envp = TAKE_PTR(envp);
+        return 0;
+}
+
+/* One request: parses it, creates the child, returns its pid or -errno. */
+static int spawner_handle(const struct spawn_request *req, int fds[_SPAWN_FD_MAX], char *data) {
+        _cleanup_(freep) char **argv = NULL, **envp = NULL;
+        struct exec_child c;
+        bool into_cgroup;
+        pid_t pid;
+        int r;
+
+        r = spawn_parse(req, fds, data, &c, &argv, &envp);
+        if (r < 0)
+                return r;
+
+        pid = spawner_clone(req->n_fds > SPAWN_FD_CGROUP ? fds[SPAWN_FD_CGROUP] : -1, &into_cgroup);
+        if (pid == 0) {
+                if (req->n_fds > SPAWN_FD_CGROUP && !into_cgroup) {
+                        /* The old way: the child writes itself into
+                         * cgroup.procs, first thing in exec_child(). */
+                        c.cgroup_fd = openat(fds[SPAWN_FD_CGROUP], "cgroup.procs",
+                                             O_WRONLY | O_CLOEXEC | O_NOCTTY);
+                        if (c.cgroup_fd < 0)
+                                exec_child_fail(c.error_fd, errno);
+                }
+                exec_child(&c);
+        }
+        if (pid < 0)
+                return -errno;
+        return pid;
+}
+
+/* Reads one request and its fds; exits the process when the daemon is gone
+ * or out of step (a spawner or rescuer has nothing else to do then). */
+static void spawn_receive(int fd, struct spawn_request *req, int fds[_SPAWN_FD_MAX], int *n_fds, char **ret_data) {
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int) * _SPAWN_FD_MAX)];
+        } control;
+        size_t got = 0;
+        char *data;
+
+        *n_fds = 0;
+        while (got < sizeof(*req)) {
+                struct iovec iov = { .iov_base = (char *) req + got, .iov_len = sizeof(*req) - got };
+                struct msghdr mh = {
+                        .msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = control.buf,
+                        .msg_controllen = sizeof(control.buf),
+                };
+                ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        _exit(0);
+                for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+                        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+                                size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                                int *in = (int *) (void *) CMSG_DATA(cm);
+
+                                for (size_t i = 0; i < k; i++) {
+                                        if (*n_fds < _SPAWN_FD_MAX)
+                                                fds[(*n_fds)++] = in[i];
+                                        else
+                                                close(in[i]);
+                                }
+                        }
+                got += (size_t) n;
+        }
+        if (req->magic != SPAWN_MAGIC || req->len > SPAWN_REQUEST_MAX)
+                /* Out of step with the daemon: nothing sensible to do. */
+                _exit(1);
+
+        data = malloc(req->len + 1);
+        if (!data)
+                _exit(1);
+        if (io_full(fd, data, req->len, false) < 0)
+                _exit(0);
+        *ret_data = data;
+}
+
+/* What a spawner or a rescuer does first: nothing of the daemon's, neither its
+ * fds (its listening socket, its clients', the items') nor its signal
+ * handlers; and die with it. */
+static void spawn_helper_setup(int fd, pid_t daemon_pid, const char *name) {
+        sigset_t none;
+
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != daemon_pid)
+                _exit(0);
+        (void) prctl(PR_SET_NAME, name);
+
+        exec_child_close_all_except(fd, fd);
+        for (int sig = 1; sig < _NSIG; sig++)
+                if (sig != SIGKILL && sig != SIGSTOP)
+                        exec_child_reset_signal(sig);
+        sigemptyset(&none);
+        (void) sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+_Noreturn static void spawner_main(int fd, pid_t daemon_pid) {
+        spawn_helper_setup(fd, daemon_pid, "cmwqd-spawner");
+
+        /* The daemon waits for our replies: not SCHED_BATCH. */
+        struct sched_param param = { .sched_priority = 0 };
+        (void) sched_setscheduler(0, SCHED_OTHER, &param);
+
+        for (;;) {
+                struct spawn_request req;
+                int fds[_SPAWN_FD_MAX], n_fds = 0;
+                char *data = NULL;
+                int32_t reply;
+
+                spawn_receive(fd, &req, fds, &n_fds, &data);
+                if ((uint32_t) n_fds != req.n_fds)
+                        reply = -EBADMSG;
+                else
+                        reply = spawner_handle(&req, fds, data);
+
+                for (int i = 0; i < n_fds; i++)
+                        close(fds[i]);
+                free(data);
+
+                if (io_full(fd, &reply, sizeof(reply), true) < 0)
+                        _exit(0);
+        }
+}
+
+static void exec_spawner_stop(void) {
+        if (spawner_fd >= 0) {
+                close(spawner_fd);
+                spawner_fd = -1;
+        }
+        if (spawner_pid > 0) {
+                (void) kill(spawner_pid, SIGKILL);
+                while (waitpid(spawner_pid, NULL, 0) < 0 && errno == EINTR)
+                        ;
+                spawner_pid = -1;
+        }
+}
+
+void exec_spawner_shutdown(void) {
+        exec_spawner_stop();
+}
+
+int exec_spawner_start(void) {
+        int sv[2];
+        sigset_t all, saved;
+        pid_t daemon_pid = getpid(), pid;
+        int r;
+
+        if (spawner_fd >= 0 && spawner_owner == daemon_pid)
+                return 0;
+        if (spawner_fd >= 0) {
+                /* Inherited through fork(): that spawner is our parent's,
+                 * and its children would be our parent's too. */
+                close(spawner_fd);
+                spawner_fd = -1;
+                spawner_pid = -1;
+                spawner_broken = false;
+        }
+
+        spawner_broken = false;
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+                return -errno;
+
+        sigfillset(&all);
+        sigprocmask(SIG_SETMASK, &all, &saved);
+        pid = fork();
+        if (pid == 0)
+                spawner_main(sv[1], daemon_pid);
+        r = -errno;
+        sigprocmask(SIG_SETMASK, &saved, NULL);
+        close(sv[1]);
+        if (pid < 0) {
+                close(sv[0]);
+                return r;
+        }
+        spawner_fd = sv[0];
+        spawner_pid = pid;
+        spawner_owner = daemon_pid;
+        return 0;
+}
+
+/* Sends @c (with @cgroup_dirfd, if >= 0) to a spawner or rescuer on @fd and
+ * reads its reply: the pid, or -errno.  Returns -errno if @fd is unusable. */
+static int spawn_send(int fd, const struct exec_child *c, int cgroup_dirfd, int32_t *ret_reply) {
+        _cleanup_(freep) char *data = NULL;
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int) * _SPAWN_FD_MAX)];
+        } control = {};
+        struct spawn_request req = {
+                .magic = SPAWN_MAGIC,
+                .n_fds = cgroup_dirfd >= 0 ? _SPAWN_FD_MAX : SPAWN_FD_CGROUP,
+                .uid = c->uid,
+                .cpu = c->cpu,
+                .nice = c->nice,
+                .drop = c->drop,
+                .absolute = c->absolute,
+        };
+        int fds[_SPAWN_FD_MAX] = {
+                c->stdin_fd, c->stdout_fd, c->stderr_fd, c->go_fd, c->error_fd, cgroup_dirfd,
+        };
+        size_t len, lp, lc;
+        struct iovec iov;
+        struct msghdr mh;
+        struct cmsghdr *cm;
+        char *q;
+        int r;
+
+        lp = strlen(c->program) + 1;
+        lc = strlen(c->cwd) + 1;
+        len = lp + lc;
+        for (char *const *a = c->argv; *a; a++, req.argc++)
+                len += strlen(*a) + 1;
+        for (char *const *e = c->envp; *e; e++, req.envc++)
+                len += strlen(*e) + 1;
+        if (len > SPAWN_REQUEST_MAX)
+                return -E2BIG;
+        req.len = len;
+
+        data = malloc(len ? len : 1);
+        if (!data)
+                return -ENOMEM;
+        q = data;
+        memcpy(q, c->program, lp), q += lp;
+        memcpy(q, c->cwd, lc), q += lc;
+        for (char *const *a = c->argv; *a; a++) {
+                size_t l = strlen(*a) + 1;
+                memcpy(q, *a, l), q += l;
+        }
+        for (char *const *e = c->envp; *e; e++) {
+                size_t l = strlen(*e) + 1;
+                memcpy(q, *e, l), q += l;
+        }
+
+        iov = (struct iovec) { .iov_base = &req, .iov_len = sizeof(req) };
+        mh = (struct msghdr) {
+                .msg_iov = &iov,
+                .msg_iovlen = 1,
+                .msg_control = control.buf,
+                .msg_controllen = CMSG_SPACE(sizeof(int) * req.n_fds),
+        };
+        cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * req.n_fds);
+        memcpy(CMSG_DATA(cm), fds, sizeof(int) * req.n_fds);
+
+        for (;;) {
+                ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                if ((size_t) n < sizeof(req)) {
+                        r = io_full(fd, (char *) &req + n, sizeof(req) - (size_t) n, true);
+                        if (r < 0)
+                                return r;
+                }
+                break;
+        }
+        r = io_full(fd, data, len, true);
+        if (r < 0)
+                return r;
+        r = io_full(fd, ret_reply, sizeof(*ret_reply), false);
+        if (r < 0)
+                return r;
+        return 0;
+}
+
+/* Asks the spawner for the child.  Returns its pid; -EAGAIN/-ENOMEM when it
+ * could not be created; -ENOTCONN (or another errno) when the spawner is not
+ * usable, and the caller forks itself. */
+int exec_spawner_spawn(const struct exec_child *c, int cgroup_dirfd) {
+        int32_t reply;
+        int r;
+
+        if (spawner_broken && spawner_owner == getpid())
+                return -ENOTCONN;
+        if (spawner_fd < 0 || spawner_owner != getpid()) {
+                r = exec_spawner_start();
+                if (r < 0)
+                        return r == -EAGAIN || r == -ENOMEM ? r : -ENOTCONN;
+        }
+
+        r = spawn_send(spawner_fd, c, cgroup_dirfd, &reply);
+        if (r == -E2BIG || r == -ENOMEM)
+                return r;
+        if (r < 0) {
+                /* It died: the next request starts another one. */
+                exec_spawner_stop();
+                return -ENOTCONN;
+        }
+        if (reply > 0)
+                return reply;
+        if (reply == -EAGAIN || reply == -ENOMEM)
+                return reply;
+        /* Anything else (CLONE_PARENT refused, a request it could not
+         * take): fork here from now on. */
+        spawner_broken = true;
+        exec_spawner_stop();
+        return -ENOTCONN;
+}
+
+/* ---------------------------------------------------------------------------
+ * Rescuers.
+ *
+ * The kernel gives every WQ_MEM_RECLAIM workqueue a rescuer thread, made when
+ * the queue is, so that its work makes progress when no new worker can be
+ * created.  An exec item needs a process of its own, and what refuses new
+ * processes (RLIMIT_NPROC, a cgroup's pids.max, no memory for a fork) refuses
+ * the spawner's clone as well.  So a rescuer is a process made ahead, while
+ * that is still possible: a fork of the daemon (so the daemon's child, which
+ * it reaps as any item) that waits for one spawn request, exactly what the
+ * spawner gets, replies with its own pid and then *becomes* the item:
+ * exec_child() in itself, without a fork.  It already counts against every
+ * limit, so nothing new has to be created; joining the item's cgroup is a
+ * move, which pids.max does not refuse.  A rescuer serves once; the owner
+ * makes another when it can.
+ */
+
+struct exec_rescuer {
+        pid_t pid;
+        int fd;                         /* the daemon's end */
+};
+
+_Noreturn static void rescuer_main(int fd, pid_t daemon_pid) {
+        _cleanup_(freep) char **argv = NULL, **envp = NULL;
+        struct spawn_request req;
+        int fds[_SPAWN_FD_MAX], n_fds = 0;
+        struct exec_child c;
+        char *data = NULL;
+        int32_t reply;
+
+        spawn_helper_setup(fd, daemon_pid, "cmwqd-rescuer");
+        spawn_receive(fd, &req, fds, &n_fds, &data);
+        reply = (uint32_t) n_fds != req.n_fds ? -EBADMSG : spawn_parse(&req, fds, data, &c, &argv, &envp);
+        if (reply == 0 && req.n_fds > SPAWN_FD_CGROUP) {
+                c.cgroup_fd = openat(fds[SPAWN_FD_CGROUP], "cgroup.procs", O_WRONLY | O_CLOEXEC | O_NOCTTY);
+                if (c.cgroup_fd < 0)
+                        reply = -errno;
+        }
+        if (reply == 0)
+                reply = getpid();
+        if (io_full(fd, &reply, sizeof(reply), true) < 0 || reply < 0)
+                _exit(EXEC_CHILD_FAILED);
+        close(fd);
+        /* From here on an item like any other, which does not die with the
+         * daemon on its own. */
+        (void) prctl(PR_SET_PDEATHSIG, 0);
+        exec_child(&c);
+}
+
+int exec_rescuer_new(struct exec_rescuer **ret) {
+        pid_t daemon_pid = getpid(), pid;
+        struct exec_rescuer *r;
+        sigset_t all, saved;
+        int sv[2], e;
+
+        r = calloc(1, sizeof(*r));
+        if (!r)
+                return -ENOMEM;
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+                e = -errno;
+                free(r);
+                return e;
+        }
+        sigfillset(&all);
+        sigprocmask(SIG_SETMASK, &all, &saved);
+        pid = fork();
+        if (pid == 0)
+                rescuer_main(sv[1], daemon_pid);
+        e = -errno;
+        sigprocmask(SIG_SETMASK, &saved, NULL);
+        close(sv[1]);
+        if (pid < 0) {
+                close(sv[0]);
+                free(r);
+                return e;
+        }
+        r->pid = pid;
+        r->fd = sv[0];
+        *ret = r;
+        return 0;
+}
+
+struct exec_rescuer *exec_rescuer_free(struct exec_rescuer *r) {
+        if (!r)
+                return NULL;
+        close(r->fd);
+        (void) kill(r->pid, SIGKILL);
+        while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        free(r);
+        return NULL;
+}
+
+/* Runs @c in @r, which is used up.  Returns the pid, or -errno. */
+int exec_rescuer_spawn(struct exec_rescuer *r, const struct exec_child *c, int cgroup_dirfd) {
+        int32_t reply;
+        pid_t pid = r->pid;
+        int e;
+
+        e = spawn_send(r->fd, c, cgroup_dirfd, &reply);
+        if (e < 0 || reply < 0) {
+                exec_rescuer_free(r);
+                return e < 0 ? e : reply;
+        }
+        /* It is the item now: the item's reaping is the daemon's. */
+        close(r->fd);
+        free(r);
+        return pid;
+}
