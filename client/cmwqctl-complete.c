@@ -9,7 +9,8 @@
  * the candidates, one a line, that start with the word typed so far:
  *
  *   words      the candidates follow (verbs, options, an option's choices,
- *              workqueue names asked from the running cmwqd)
+ *              workqueue names and the caller's item IDs asked from the
+ *              running cmwqd)
  *   file       a file name: the shell completes it
  *   command    a program: the shell completes it
  *   none       nothing to offer
@@ -19,6 +20,7 @@
  * table, so not in --help: it is for the completion scripts only.
  */
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,6 +97,29 @@ static void complete_queues(Context *ctx, const char *prefix) {
                 candidate(resp->list->workqueues[i]->name, prefix);
 }
 
+/* The IDs of the caller's own items (the daemon's Items request): for
+ * wait and cancel those that have not ended, for show those its history
+ * keeps too. */
+static void complete_items(Context *ctx, const char *prefix, bool unfinished) {
+        _cleanup_(response_freep) Cmwq__Response *resp = NULL;
+        struct request req;
+        char buf[24];    /* 2^64 in decimal, and the NUL */
+
+        puts("words");
+        fflush(stdout);
+        if (ctx_call(ctx, request_empty(&req, CMWQ__REQUEST__BODY_ITEMS), &resp) != 0 ||
+            resp->error != CMWQ__ERROR__OK || resp->body_case != CMWQ__RESPONSE__BODY_ITEMS)
+                return;
+        for (size_t i = 0; i < resp->items->n_items; i++) {
+                const Cmwq__ItemInfo *item = resp->items->items[i];
+
+                if (unfinished && item->state >= CMWQ__ITEM_STATE__STATE_FINISHED)
+                        continue;
+                snprintf(buf, sizeof(buf), "%" PRIu64, item->id);
+                candidate(buf, prefix);
+        }
+}
+
 static int complete_value(Context *ctx, CtlValue kind, const char *words, const char *prefix) {
         switch (kind) {
         case CTL_VALUE_WORDS:
@@ -109,8 +134,11 @@ static int complete_value(Context *ctx, CtlValue kind, const char *words, const 
         case CTL_VALUE_COMMAND:
                 puts("command");
                 break;
+        case CTL_VALUE_ITEM:
+        case CTL_VALUE_ITEM_UNFINISHED:
+                complete_items(ctx, prefix, kind == CTL_VALUE_ITEM_UNFINISHED);
+                break;
         default:
-                /* Item IDs: the protocol lists no items (yet). */
                 puts("none");
         }
         return CTL_EXIT_OK;

@@ -47,6 +47,7 @@ typedef enum CtlValue {
         CTL_VALUE_NONE,                 /* nothing to offer */
         CTL_VALUE_QUEUE,                /* a workqueue name */
         CTL_VALUE_ITEM,                 /* a work item ID */
+        CTL_VALUE_ITEM_UNFINISHED,      /* the ID of an item that has not ended */
         CTL_VALUE_FILE,                 /* a file name */
         CTL_VALUE_COMMAND,              /* a program and its arguments */
         CTL_VALUE_WORDS,                /* one of CtlOption.words */

@@ -25,6 +25,9 @@ Cmwq__Request *request_empty(struct request *r, Cmwq__Request__BodyCase kind) {
         case CMWQ__REQUEST__BODY_SNAPSHOT:
                 r->req.snapshot = &r->body.empty;
                 break;
+        case CMWQ__REQUEST__BODY_ITEMS:
+                r->req.items = &r->body.empty;
+                break;
         default:
                 r->req.list = &r->body.empty;
                 break;

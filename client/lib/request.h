@@ -30,7 +30,7 @@ struct request {
         } body;
 };
 
-/* list, pools, stats, snapshot: a request with an empty body. */
+/* list, pools, stats, snapshot, items: a request with an empty body. */
 Cmwq__Request *request_empty(struct request *r, Cmwq__Request__BodyCase kind);
 
 /* What create says.  max_active and on_interrupt are sent only when set,

@@ -462,6 +462,77 @@ static void dispatch_list(struct ipc_client *c, const Cmwq__Request *req) {
         (void) ipc_client_send(c, &resp);
 }
 
+/* At most this many items in an Items reply (proto/cmwq.proto, ItemsReply):
+ * a shell has nothing to do with more, and the reply stays far below a
+ * frame's limit whatever the names. */
+#define IPC_ITEMS_REPLY_MAX 1024
+
+static bool items_add(Cmwq__ItemInfo *infos, Cmwq__ItemInfo **ptrs, size_t *n, const struct item *i) {
+        Cmwq__ItemInfo *info;
+
+        if (*n >= IPC_ITEMS_REPLY_MAX)
+                return false;
+        info = &infos[*n];
+        cmwq__item_info__init(info);
+        info->id = i->id;
+        info->workqueue = (char *) i->wq_name;
+        info->state = (Cmwq__ItemState) i->state;
+        ptrs[(*n)++] = info;
+        return true;
+}
+
+/* The caller's own items (root's too are only its own: this is for the
+ * completion of IDs, not an audit). */
+static void dispatch_items(struct ipc_client *c, const Cmwq__Request *req) {
+        struct core *core = client_core(c);
+        Cmwq__Response resp = CMWQ__RESPONSE__INIT;
+        Cmwq__ItemsReply reply = CMWQ__ITEMS_REPLY__INIT;
+        _cleanup_(freep) Cmwq__ItemInfo *infos = NULL;
+        _cleanup_(freep) Cmwq__ItemInfo **ptrs = NULL;
+        struct user_usage *u;
+        struct workqueue *wq;
+        struct item *i;
+        size_t n = 0;
+        bool full = false;
+
+        infos = calloc(IPC_ITEMS_REPLY_MAX, sizeof(*infos));
+        ptrs = calloc(IPC_ITEMS_REPLY_MAX, sizeof(*ptrs));
+        if (!infos || !ptrs) {
+                ipc_client_send_error(c, req->id, -ENOMEM, "out of memory", false);
+                return;
+        }
+        /* full: one more than the reply holds. */
+        list_for_each_entry(wq, &core->workqueues, entry) {
+                if (full)
+                        break;
+                if (!workqueue_visible_to(wq, &c->caller))
+                        continue;
+                list_for_each_entry(i, &wq->items, wq_entry) {
+                        if (i->uid != c->caller.uid)
+                                continue;
+                        if (!items_add(infos, ptrs, &n, i)) {
+                                full = true;
+                                break;
+                        }
+                }
+        }
+        u = full ? NULL : user_usage_get(&core->users, c->caller.uid);
+        if (u) {
+                /* The history is oldest first. */
+                for (struct list_head *p = u->history.prev; p != &u->history && !full; p = p->prev)
+                        full = !items_add(infos, ptrs, &n, list_entry(p, struct item, user_history_entry));
+                user_usage_put(&core->users, u);
+        }
+        reply.n_items = n;
+        reply.items = ptrs;
+        reply.has_truncated = true;
+        reply.truncated = full;
+        resp.id = req->id;
+        resp.body_case = CMWQ__RESPONSE__BODY_ITEMS;
+        resp.items = &reply;
+        (void) ipc_client_send(c, &resp);
+}
+
 /* The pools and the visible queues' statistics, in arrays that point into
  * the daemon's state (names): send them before anything changes.  Used by
  * the Pools, Stats and Snapshot requests alike. */
@@ -745,6 +816,9 @@ void ipc_dispatch(struct ipc_client *c, Cmwq__Request *req) {
                 return;
         case CMWQ__REQUEST__BODY_LIST:
                 dispatch_list(c, req);
+                return;
+        case CMWQ__REQUEST__BODY_ITEMS:
+                dispatch_items(c, req);
                 return;
         case CMWQ__REQUEST__BODY_POOLS:
         case CMWQ__REQUEST__BODY_STATS:

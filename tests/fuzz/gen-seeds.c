@@ -123,6 +123,8 @@ static void empty(struct stream *s, Cmwq__Request__BodyCase kind) {
                 req.pools = &e;
         else if (kind == CMWQ__REQUEST__BODY_SNAPSHOT)
                 req.snapshot = &e;
+        else if (kind == CMWQ__REQUEST__BODY_ITEMS)
+                req.items = &e;
         else
                 req.stats = &e;
         put(s, &req);
@@ -407,6 +409,14 @@ int main(int argc, char **argv) {
         empty(s, CMWQ__REQUEST__BODY_SNAPSHOT);
         empty(s, CMWQ__REQUEST__BODY_SNAPSHOT);
         emit("snapshot", s, true);
+
+        /* the completion of item IDs: one unfinished, one in the history */
+        BEGIN();
+        create(s, "mine", 0, 0);
+        submit(s, "mine", "/bin/true", &(struct submit_opts) { .wait = true });
+        submit(s, "mine", "/bin/true", &(struct submit_opts) { .cpu = 1 });
+        empty(s, CMWQ__REQUEST__BODY_ITEMS);
+        emit("items", s, true);
 
         BEGIN();
         submit(s, "system", "/bin/true", &(struct submit_opts) { .wait = true, .payload = "hello" });

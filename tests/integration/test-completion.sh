@@ -5,7 +5,8 @@
 # shell's COMP_WORDS and COMP_CWORD set as bash sets them for a <TAB>, the
 # completion function run, COMPREPLY read.  Verbs, each verb's options, an
 # option's choices, and workqueue names from a real cmwqd (a user instance
-# on a private socket).  TAP output.
+# on a private socket), the caller's item IDs for wait, show and cancel.
+# TAP output.
 set -u
 
 cmwqd=${CMWQD:?}
@@ -13,7 +14,7 @@ cmwqctl=${CMWQCTL:?}
 script=${CMWQ_TEST_SRCDIR:?}/../shell-completion/bash/cmwqctl
 unset CMWQ_SOCKET
 
-echo "1..12"
+echo "1..17"
 tmp=$(mktemp -d /tmp/cmwq-completion.XXXXXX)
 pid=
 cleanup() {
@@ -94,6 +95,27 @@ check "a queue name from \$CMWQ_SOCKET's daemon, after options" only completion-
 
 complete_line --socket "$tmp/cmwqd.sock" submit completion-build --wait -- /bin/tru
 check "after the queue, the program" has /bin/true
+
+# Item IDs: one item that has not ended (delayed for an hour, so no
+# process), one that has.
+ctl() { "$cmwqctl" --socket "$tmp/cmwqd.sock" "$@"; }
+later=$(ctl submit completion-build --delay 3600 -- /bin/true 2>&1)
+done_id=$(ctl submit completion-build -- /bin/true 2>&1)
+ctl wait "$done_id" >/dev/null 2>&1 || echo "# submit or wait failed: '$later' '$done_id'"
+
+complete_line --socket "$tmp/cmwqd.sock" wait ""
+check "wait offers the item that has not ended, not the one that has" \
+        eval 'has "$later" && lacks "$done_id"'
+complete_line --socket "$tmp/cmwqd.sock" cancel ""
+check "cancel offers the item that has not ended, not the one that has" \
+        eval 'has "$later" && lacks "$done_id"'
+complete_line --socket "$tmp/cmwqd.sock" show ""
+check "show offers both, the finished one from the history" has_all "$later" "$done_id"
+complete_line --socket "$tmp/cmwqd.sock" --json show "$done_id"
+check "an ID completes from its start, after options" has "$done_id"
+complete_line --socket "$tmp/cmwqd.sock" show "$done_id" ""
+check "show takes one ID: nothing after it" only ""
+ctl cancel "$later" >/dev/null 2>&1
 
 kill "$pid" && wait "$pid"
 pid=
