@@ -20,6 +20,7 @@ packages=(
         libsystemd-dev libevent-dev libprotobuf-c-dev protobuf-c-compiler check
         util-linux procps
         bash-completion     # its pkg-config file says where the completion goes
+        zsh                 # the zsh completion's test runs compinit in a zsh
         prometheus          # promtool, which checks the metrics "cmwqctl stats --format=openmetrics" prints
         dbus-daemon python3-dbusmock    # the suspend tests: a private system bus with a mock logind
         systemd debootstrap debian-archive-keyring systemd-container    # units' tests, end-to-end tier, busctl (D-Bus tests)
