@@ -569,17 +569,11 @@ END_TEST
 
 /* Runs cmwqctl as @uid with its working directory @dir (entered as root
  * first: the user itself could not). */
-static void ctl_as_in(uid_t uid, const char *dir, const char *const *args, struct ctl_result *r) {
-        const char *argv[32];
-        int out[2], err[2], n = 0, status;
+/* Runs @argv (NULL-terminated) as @uid in @dir. */
+static void exec_as_in(uid_t uid, const char *dir, const char *const *argv, struct ctl_result *r) {
+        int out[2], err[2], status;
         pid_t pid;
 
-        argv[n++] = d.ctl;
-        argv[n++] = "--socket";
-        argv[n++] = d.socket;
-        for (; *args && n < 31; args++)
-                argv[n++] = *args;
-        argv[n] = NULL;
         ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
         ck_assert_int_eq(pipe2(err, O_CLOEXEC), 0);
         pid = fork();
@@ -608,6 +602,65 @@ static void ctl_as_in(uid_t uid, const char *dir, const char *const *args, struc
         close(out[0]);
         close(err[0]);
 }
+
+static void ctl_as_in(uid_t uid, const char *dir, const char *const *args, struct ctl_result *r) {
+        const char *argv[32];
+        int n = 0;
+
+        argv[n++] = d.ctl;
+        argv[n++] = "--socket";
+        argv[n++] = d.socket;
+        for (; *args && n < 31; args++)
+                argv[n++] = *args;
+        argv[n] = NULL;
+        exec_as_in(uid, dir, argv, r);
+}
+
+/* Whether @text has the line @line. */
+static bool has_line(const char *text, const char *line) {
+        size_t n = strlen(line);
+
+        for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+                if (strncmp(p, line, n) == 0 && (p[n] == '\n' || p[n] == '\0'))
+                        return true;
+        return false;
+}
+
+/* The shell completion's IDs for "show <TAB>" (cmwqctl __complete, from
+ * cmwqd's Items request) as @uid: "words" then one ID a line. */
+static void complete_show_as(uid_t uid, struct ctl_result *r) {
+        const char *argv[] = { d.ctl, "__complete", "4", d.ctl, "--socket", d.socket, "show", "", NULL };
+
+        exec_as_in(uid, "/", argv, r);
+        ck_assert_msg(r->status == 0 && strncmp(r->out, "words\n", 6) == 0, "__complete as uid %d exited %d: %s",
+                      (int) uid, r->status, r->out);
+}
+
+/* The completion of item IDs offers a user its own items and nobody
+ * else's: not a user root's, and root (who may show every item) only its
+ * own too. */
+START_TEST(test_item_completion_offers_only_own_items) {
+        struct ctl_result r;
+        char *mine, *roots;
+
+        mine = CTL_AS_OK(USER_UID, "submit", "system", "--delay", "60", "--", "/bin/true");
+        roots = CTL_OK(&d, "submit", "system", "--delay", "60", "--", "/bin/true");
+
+        complete_show_as(USER_UID, &r);
+        ck_assert_msg(has_line(r.out, mine) && !has_line(r.out, roots), "user %s, root %s; offered to the user: %s",
+                      mine, roots, r.out);
+        ctl_result_free(&r);
+        complete_show_as(0, &r);
+        ck_assert_msg(has_line(r.out, roots) && !has_line(r.out, mine), "user %s, root %s; offered to root: %s",
+                      mine, roots, r.out);
+        ctl_result_free(&r);
+
+        free(CTL_OK(&d, "cancel", mine));
+        free(CTL_OK(&d, "cancel", roots));
+        free(mine);
+        free(roots);
+}
+END_TEST
 
 /* The item's working directory is entered as the user: a directory the
  * user cannot enter (the daemon could) is not where the item runs. */
@@ -999,6 +1052,7 @@ int main(void) {
         tcase_add_test(tc, test_stdin_file_is_read_by_cmwqctl_not_the_daemon);
         tcase_add_test(tc, test_other_user_cannot_touch_a_queue_or_its_items);
         tcase_add_test(tc, test_user_cannot_see_roots_items);
+        tcase_add_test(tc, test_item_completion_offers_only_own_items);
         tcase_add_test(tc, test_work_keys_on_shared_queues_are_per_user);
         tcase_add_test(tc, test_builtin_queues_are_shared_but_not_administered_by_users);
         tcase_add_test(tc, test_builtin_queue_max_active_is_each_users);
