@@ -14,7 +14,7 @@ cmwqctl=${CMWQCTL:?}
 script=${CMWQ_TEST_SRCDIR:?}/../shell-completion/bash/cmwqctl
 unset CMWQ_SOCKET
 
-echo "1..17"
+echo "1..18"
 tmp=$(mktemp -d /tmp/cmwq-completion.XXXXXX)
 pid=
 cleanup() {
@@ -116,6 +116,17 @@ check "an ID completes from its start, after options" has "$done_id"
 complete_line --socket "$tmp/cmwqd.sock" show "$done_id" ""
 check "show takes one ID: nothing after it" only ""
 ctl cancel "$later" >/dev/null 2>&1
+
+# However many items the caller has, the reply holds at most 1024 IDs, the
+# unfinished first: 1030 of them here (held on a frozen queue, or delayed,
+# by the load tool, on one connection), and 2 in the history.
+"${CMWQ_LOAD:?}" pending "$tmp/cmwqd.sock" "$pid" 1030 >"$tmp/load.out" 2>&1 ||
+        { echo "# cmwq-load pending failed:"; sed 's/^/#   /' "$tmp/load.out"; }
+mapfile -t got_ids < <("$cmwqctl" __complete 4 "$cmwqctl" --socket "$tmp/cmwqd.sock" show "")
+got=$(printf '%s\n' "${got_ids[@]:1}")
+check "at most 1024 IDs, the unfinished ones first" \
+        eval '[ ${#got_ids[@]} -eq 1025 ] && lacks "$done_id" && lacks "$later" ||
+              { echo "# ${#got_ids[@]} lines"; false; }'
 
 kill "$pid" && wait "$pid"
 pid=
