@@ -951,8 +951,9 @@ START_TEST(test_crash_during_background_compaction) {
                 if (k > 0)
                         ck_assert_msg(strtoull(ids[k], NULL, 10) > strtoull(ids[k - 1], NULL, 10),
                                       "id %s after %s", ids[k], ids[k - 1]);
-                free(ids[k]);
         }
+        for (int k = 0; k < n; k++)
+                free(ids[k]);
         /* Once each: as many delayed items on the queue as were acknowledged. */
         text = CTL_OK(&d, "--json", "list");
         {
