@@ -87,6 +87,11 @@ struct store {
         bool full;                      /* no room: changes are refused */
         bool failing;                   /* the last commit failed */
         bool reserve_unsupported;       /* no fallocate() here: "full" once a write fails */
+        /* A new log was renamed over the old one and the directory's sync
+         * failed: it is the log, but a crash may bring the old one back
+         * until the directory is synced.  Nothing is acknowledged until
+         * then (the thread syncs it before its next commit). */
+        bool dir_unsynced;
         bool stop;
         int wake_fd;                    /* eventfd */
 };
@@ -206,10 +211,14 @@ static int store_write_snapshot(int dir_fd, const char *name, store_snapshot_fn 
 }
 
 /* @name, written and synced, becomes the log: renamed over it, the
- * directory synced. */
-static int store_install(int dir_fd, const char *name) {
+ * directory synced.  *@renamed says whether the rename was done: then
+ * @name is the log whatever the directory's sync said, and what comes next
+ * must go into it, not into the old one (unlinked). */
+static int store_install(int dir_fd, const char *name, bool *renamed) {
+        *renamed = false;
         if (renameat(dir_fd, name, dir_fd, STORE_LOG_NAME) < 0)
                 return -errno;
+        *renamed = true;
         if (fsync(dir_fd) < 0)
                 return -errno;
         return 0;
@@ -246,18 +255,27 @@ static int store_keep_reserve(struct store *s, int fd) {
 }
 
 /* Appends @b to the log and syncs it; on failure the log is cut back to
- * where it was, so that no torn record sits before later ones. */
-static int store_commit(int fd, const struct store_buf *b) {
-        off_t end = lseek(fd, 0, SEEK_END);
+ * where it was, so that no torn record sits before later ones.  *@cut_to
+ * (>= 0) is where a failed commit could not cut it back to: nothing is
+ * written after torn bytes, they are cut first (a record after them would
+ * never be read back). */
+static int store_commit(int fd, const struct store_buf *b, off_t *cut_to) {
+        off_t end;
         int r;
 
+        if (*cut_to >= 0) {
+                if (ftruncate(fd, *cut_to) < 0)
+                        return -errno;
+                *cut_to = -1;
+        }
+        end = lseek(fd, 0, SEEK_END);
         if (end < 0)
                 return -errno;
         r = write_all(fd, b->data, b->len);
         if (r >= 0 && fdatasync(fd) < 0)
                 r = -errno;
-        if (r < 0)
-                (void) !ftruncate(fd, end);
+        if (r < 0 && ftruncate(fd, end) < 0)
+                *cut_to = end;
         return r;
 }
 
@@ -276,14 +294,16 @@ static void store_set_full(struct store *s, bool full) {
 static void *store_thread(void *userdata) {
         struct store *s = userdata;
         struct store_buf batch = {};
-        bool failing = false;
+        uint64_t batch_seq = 0;
+        bool failing = false, retry = false;
+        off_t cut_to = -1;
 
         pthread_mutex_lock(&s->lock);
         for (;;) {
                 uint64_t seq;
                 int r, k;
 
-                while (!s->stop && s->pending.len == 0 && !s->compact_posted) {
+                while (!s->stop && s->pending.len == 0 && !retry && !s->dir_unsynced && !s->compact_posted) {
                         struct timespec ts;
                         int fd;
 
@@ -308,7 +328,7 @@ static void *store_thread(void *userdata) {
                 if (s->compact_posted) {
                         struct store_buf tail = s->tail;
                         size_t taken = s->pending.len;
-                        bool broken = s->compact_broken;
+                        bool broken = s->compact_broken, renamed = false;
                         int new_fd = -1;
 
                         /* The snapshot holds every record up to the fork,
@@ -329,9 +349,9 @@ static void *store_thread(void *userdata) {
                         if (r >= 0 && fdatasync(new_fd) < 0)
                                 r = -errno;
                         if (r >= 0)
-                                r = store_install(s->dir_fd, STORE_COMPACT_NAME);
+                                r = store_install(s->dir_fd, STORE_COMPACT_NAME, &renamed);
                         store_buf_done(&tail);
-                        if (r < 0) {
+                        if (r < 0 && !renamed) {
                                 /* The old log still holds everything: go on with it. */
                                 if (new_fd >= 0)
                                         close(new_fd);
@@ -341,16 +361,26 @@ static void *store_thread(void *userdata) {
                                 pthread_mutex_lock(&s->lock);
                                 continue;
                         }
+                        if (r < 0)
+                                log_error_errno(r, "Cannot sync the state directory %s after compacting its log, "
+                                                   "replies wait until it can: %m",
+                                                s->dir);
                         pthread_mutex_lock(&s->lock);
                         /* What was pending then is in the new log; what came
-                         * since is after it in pending. */
+                         * since is after it in pending.  A batch held back
+                         * for want of memory is in it too. */
                         if (taken > 0) {
                                 memmove(s->pending.data, s->pending.data + taken, s->pending.len - taken);
                                 s->pending.len -= taken;
                         }
+                        retry = false;
+                        batch.len = 0;
+                        cut_to = -1;
                         close(s->fd);
                         s->fd = new_fd;
-                        if (seq > s->durable_seq)
+                        if (r < 0)
+                                s->dir_unsynced = true;
+                        else if (seq > s->durable_seq)
                                 s->durable_seq = seq;
                         if (errno_is_full(store_keep_reserve(s, new_fd)))
                                 store_set_full(s, true);
@@ -358,22 +388,34 @@ static void *store_thread(void *userdata) {
                         continue;
                 }
 
-                if (s->pending.len == 0)
+                if (s->pending.len == 0 && !retry && !s->dir_unsynced)
                         break;          /* stopping, and everything is written */
 
-                /* Take what has gathered; more gathers while we sync. */
+                /* Take what has gathered; more gathers while we sync.  A
+                 * batch that failed and could not be put back in front of
+                 * pending (no memory) goes first, alone. */
                 struct store_buf tmp = batch;
-                batch = s->pending;
-                s->pending = tmp;
-                s->pending.len = 0;
-                seq = s->pending_seq;
+                if (!retry) {
+                        batch = s->pending;
+                        s->pending = tmp;
+                        s->pending.len = 0;
+                        batch_seq = s->pending_seq;
+                }
+                seq = batch_seq;
                 int fd = s->fd;
+                bool sync_dir = s->dir_unsynced;
                 pthread_mutex_unlock(&s->lock);
-                r = store_commit(fd, &batch);
+                r = 0;
+                if (sync_dir && fsync(s->dir_fd) < 0)
+                        r = -errno;
+                if (r >= 0)
+                        r = store_commit(fd, &batch, &cut_to);
                 k = r >= 0 ? store_keep_reserve(s, fd) : 0;
                 pthread_mutex_lock(&s->lock);
                 if (r >= 0)
                         store_set_full(s, errno_is_full(k));
+                if (r >= 0 && sync_dir)
+                        s->dir_unsynced = false;
                 if (r < 0) {
                         /* Put the batch back in front and try again: nothing
                          * it holds may be acknowledged before it is on disk. */
@@ -387,14 +429,16 @@ static void *store_thread(void *userdata) {
                         s->failing = true;
                         if (errno_is_full(r))
                                 store_set_full(s, true);
-                        if (store_buf_reserve(&batch, s->pending.len) >= 0) {
+                        if (retry || store_buf_reserve(&batch, s->pending.len) < 0)
+                                retry = true;   /* kept as it is, tried again first */
+                        else {
                                 memcpy(batch.data + batch.len, s->pending.data, s->pending.len);
                                 batch.len += s->pending.len;
                                 tmp = s->pending;
                                 s->pending = batch;
                                 batch = tmp;
+                                batch.len = 0;
                         }
-                        batch.len = 0;
                         if (!s->stop) {
                                 struct timespec ts;
 
@@ -409,6 +453,7 @@ static void *store_thread(void *userdata) {
                         log_info("The state log %s is written again", s->path);
                 failing = false;
                 s->failing = false;
+                retry = false;
                 batch.len = 0;
                 if (seq > s->durable_seq)
                         s->durable_seq = seq;
@@ -762,6 +807,7 @@ fail:
 int store_start(struct store *s, struct event_base *base, store_snapshot_fn snapshot, void *userdata) {
         uint64_t size = 0;
         int new_fd = -1, r;
+        bool renamed = false;
         struct stat st;
 
         s->base = base;
@@ -773,7 +819,15 @@ int store_start(struct store *s, struct event_base *base, store_snapshot_fn snap
         /* Start from a compact log: it also drops a damaged tail for good. */
         r = store_write_snapshot(s->dir_fd, STORE_LOG_NAME ".new", snapshot, userdata, &new_fd, &size);
         if (r >= 0) {
-                r = store_install(s->dir_fd, STORE_LOG_NAME ".new");
+                r = store_install(s->dir_fd, STORE_LOG_NAME ".new", &renamed);
+                if (r < 0 && renamed) {
+                        /* It is the log: the thread syncs the directory
+                         * before it acknowledges anything. */
+                        log_error_errno(r, "Cannot sync the state directory %s, replies wait until it can: %m",
+                                        s->dir);
+                        s->dir_unsynced = true;
+                        r = 0;
+                }
                 if (r < 0)
                         close(new_fd);
         }

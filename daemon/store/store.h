@@ -23,7 +23,9 @@
  * the fork are also kept aside; once the child succeeded, the commit thread
  * appends them to the new file, syncs it and renames it over the log (then
  * syncs the directory).  A crash at any moment leaves either the old log or
- * the new one, each holding every record that was on disk.
+ * the new one, each holding every record that was on disk.  Once renamed,
+ * the new file is the log even if the directory's sync failed: the thread
+ * syncs the directory before its next commit counts.
  *
  * A full file system: the store keeps STORE_RESERVE_BYTES allocated past
  * the end of the log and renews that after every commit.  When it cannot

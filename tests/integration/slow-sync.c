@@ -6,12 +6,18 @@
  * that a SIGKILL right after an item ran finds out whether the item ran
  * before a record of its start had reached the log: a daemon that starts
  * items too early runs some of them twice, and the test sees it.
+ *
+ * With $CMWQ_FAIL_DIR_FSYNC=N, the Nth fsync() of a directory in the
+ * process fails with EIO (a disk that fails once, right after a rename).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,5 +31,20 @@ int fdatasync(int fd) {
                 real = (int (*)(int)) dlsym(RTLD_NEXT, "fdatasync");
         if (n > 0)
                 nanosleep(&ts, NULL);
+        return real(fd);
+}
+
+int fsync(int fd) {
+        static int (*real)(int);
+        static atomic_long dirs;
+        const char *fail = getenv("CMWQ_FAIL_DIR_FSYNC");
+        struct stat st;
+
+        if (!real)
+                real = (int (*)(int)) dlsym(RTLD_NEXT, "fsync");
+        if (fail && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) && atomic_fetch_add(&dirs, 1) + 1 == atol(fail)) {
+                errno = EIO;
+                return -1;
+        }
         return real(fd);
 }

@@ -885,6 +885,62 @@ static pid_t grow_until_compaction_stops(const char *payload) {
         return 0;
 }
 
+/* The directory's sync fails once, right after a compaction renamed its new
+ * log over the old one (slow-sync.c, CMWQ_FAIL_DIR_FSYNC): the new file is
+ * the log all the same, so what is acknowledged after must go into it.
+ * After a SIGKILL every acknowledged item is there, once. */
+START_TEST(test_compaction_dir_sync_failure_loses_nothing) {
+        enum { N = 10 };
+        char payload[400], logp[400], *ids[N + 1], *big, *text, want[64];
+        size_t before;
+
+        test_path(&d, "payload", payload, sizeof(payload));
+        big = malloc(512 * 1024);
+        memset(big, 'x', 512 * 1024);
+        write_file(payload, big, 512 * 1024);
+        free(big);
+        log_path(logp, sizeof(logp));
+
+        /* The first directory sync is the start's new log, the second the
+         * compaction's. */
+        cmwqd_kill(&d);
+        setenv("CMWQ_FAIL_DIR_FSYNC", "2", 1);
+        setenv("CMWQ_SLOW_SYNC_MS", "0", 1);
+        launch_slow_sync();
+        unsetenv("CMWQ_FAIL_DIR_FSYNC");
+        unsetenv("CMWQ_SLOW_SYNC_MS");
+        free(CTL_OK(&d, "create", "cq"));
+        ids[0] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "before");
+        for (int k = 0; k < 12; k++) {
+                char *id = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
+                free(CTL_OK(&d, "cancel", id));
+                free(id);
+        }
+        before = file_size(logp);
+        for (int waited = 0; waited < 10000 && file_size(logp) > 3u * 1024 * 1024; waited += 20)
+                sleep_ms(20);
+        ck_assert_msg(file_size(logp) < 3u * 1024 * 1024, "the log was not compacted: %zu bytes (was %zu)",
+                      file_size(logp), before);
+        text = read_file(d.log);
+        ck_assert_msg(strstr(text, "Input/output error"), "the directory's sync did not fail:\n%s", text);
+        free(text);
+
+        for (int k = 1; k <= N; k++)
+                ids[k] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "after");
+        cmwqd_kill(&d);
+        cmwqd_launch(&d, NULL);
+
+        for (int k = 0; k <= N; k++) {
+                assert_state(ids[k], "delayed");
+                free(ids[k]);
+        }
+        text = CTL_OK(&d, "--json", "list");
+        snprintf(want, sizeof(want), "\"pending\":%d", N + 1);
+        ck_assert_msg(strstr(text, want), "not %d items on the queue: %s", N + 1, text);
+        free(text);
+}
+END_TEST
+
 /* SIGKILL while a compaction runs outside the loop (its child holds the new
  * log, written and not yet installed), and again after one finished: every
  * item acknowledged before, and while it ran, is there once, in order. */
@@ -969,6 +1025,7 @@ END_TEST
 int main(void) {
         Suite *s = suite_create("store");
         TCase *tc = tcase_create("store");
+        TCase *tf = tcase_create("failures");
         SRunner *sr;
         int failed;
 
@@ -986,6 +1043,11 @@ int main(void) {
         tcase_add_test(tc, test_per_user_queues_come_back_as_theirs);
         tcase_add_test(tc, test_full_state_dir_refuses_changes_and_recovers);
         suite_add_tcase(s, tc);
+        /* The disk fails under a compaction. */
+        tcase_add_checked_fixture(tf, setup, teardown);
+        tcase_set_timeout(tf, 120);
+        tcase_add_test(tf, test_compaction_dir_sync_failure_loses_nothing);
+        suite_add_tcase(s, tf);
 
         sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
