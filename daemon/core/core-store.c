@@ -123,32 +123,34 @@ static void item_queued_fill(CmwqStore__ItemQueued *q, const struct item *i) {
 }
 
 static void item_result_fill(CmwqStore__ItemResult *res, const struct item *i) {
+        const struct item_run *run = item_ran(i);
+
         cmwq_store__item_result__init(res);
         res->id = i->id;
         res->state = i->state;
 #define SET(field, value) do { res->has_##field = true; res->field = (value); } while (0)
         /* An interrupted item has neither (item_has_exit()). */
-        if (item_has_exit(i) && !i->signal)
-                SET(exit_status, i->exit_status);
-        if (item_has_exit(i) && i->signal)
-                SET(signal, i->signal);
-        if (i->exec_errno)
-                SET(exec_errno, i->exec_errno);
-        SET(cpu_usec, i->cpu_usec);
+        if (item_has_exit(i) && !run->signal)
+                SET(exit_status, run->exit_status);
+        if (item_has_exit(i) && run->signal)
+                SET(signal, run->signal);
+        if (run->exec_errno)
+                SET(exec_errno, run->exec_errno);
+        SET(cpu_usec, run->cpu_usec);
         if (i->timed_out)
                 SET(timed_out, true);
         if (i->cpu_intensive)
                 SET(cpu_intensive, true);
-        if (i->out_len > 0)
-                SET(out, ((ProtobufCBinaryData) { i->out_len, (uint8_t *) i->out }));
+        if (run->out_len > 0)
+                SET(out, ((ProtobufCBinaryData) { run->out_len, (uint8_t *) run->out }));
         if (i->out_truncated)
                 SET(out_truncated, true);
-        if (i->err_len > 0)
-                SET(err, ((ProtobufCBinaryData) { i->err_len, (uint8_t *) i->err }));
+        if (run->err_len > 0)
+                SET(err, ((ProtobufCBinaryData) { run->err_len, (uint8_t *) run->err }));
         if (i->err_truncated)
                 SET(err_truncated, true);
-        if (i->started_usec)
-                SET(started_usec, i->started_usec);
+        if (run->started_usec)
+                SET(started_usec, run->started_usec);
         SET(finished_usec, i->finished_usec);
         if (i->requeues)
                 SET(requeues, i->requeues);
@@ -240,7 +242,7 @@ void core_store_item_requeued(struct item *i) {
         rq.requeues = i->requeues;
         rq.deadline_usec = i->deadline_usec;
         rq.has_cpu_usec = true;
-        rq.cpu_usec = i->cpu_usec;
+        rq.cpu_usec = item_ran(i)->cpu_usec;
         rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_REQUEUED;
         rec.item_requeued = &rq;
         (void) core_store_append(i->core, &rec);
@@ -323,7 +325,7 @@ static int core_store_snapshot(struct store_writer *b, void *userdata) {
                                 st.id = i->id;
                                 if (i->state == ITEM_RUNNING) {
                                         st.has_started_usec = true;
-                                        st.started_usec = i->started_usec;
+                                        st.started_usec = item_ran(i)->started_usec;
                                 } else {
                                         st.has_ahead = true;
                                         st.ahead = true;
@@ -373,7 +375,7 @@ static void core_store_release_claims(struct core *c) {
                         CmwqStore__Record rec = CMWQ_STORE__RECORD__INIT;
                         CmwqStore__ItemReleased rl = CMWQ_STORE__ITEM_RELEASED__INIT;
 
-                        if (i->start_seq == 0 || i->proc)
+                        if (i->start_seq == 0 || item_proc(i))
                                 continue;
                         rl.id = i->id;
                         rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_RELEASED;

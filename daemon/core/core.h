@@ -106,6 +106,29 @@ struct work_key;
 /* Laid out for a million pending items (tests/bench/README.md, "Where the
  * bytes of a pending item go"): no holes, flags as bits, and what it runs in
  * one allocation (item_args_pack()). */
+/* What only an item that started needs: its process while it runs, then
+ * how that run went.  Allocated when the item first starts (or is read back
+ * from the log having run, or with a failure to report), so that an item
+ * that never started, such as each of a million pending ones, does without
+ * it (issue 13, part 3).  Read through item_ran(); a requeued item keeps
+ * its own (its CPU time adds up over its runs). */
+struct item_run {
+        /* While it runs. */
+        struct exec_proc *proc;
+        struct worker *worker;
+        /* What happened. */
+        uint64_t cpu_usec;
+        uint64_t started_usec;          /* CLOCK_REALTIME, 0: not started */
+        char *out;
+        char *err;
+        int exit_status;
+        int signal;
+        int exec_errno;
+        /* Bounded by the limit output-bytes. */
+        uint32_t out_len;
+        uint32_t err_len;
+};
+
 struct item {
         uint64_t id;
         struct core *core;
@@ -157,16 +180,10 @@ struct item {
          * exec_prepare()); becomes proc when it starts. */
         struct exec_proc *prepared;
 
-        /* While it runs. */
-        struct exec_proc *proc;
-        struct worker *worker;
+        /* Its process and what its runs left; NULL: it never started. */
+        struct item_run *run;
 
-        /* What happened. */
-        uint64_t cpu_usec;
-        char *out;
-        char *err;
         uint64_t queued_usec;           /* CLOCK_REALTIME */
-        uint64_t started_usec;
         uint64_t finished_usec;
         struct list_head waiters;
 
@@ -174,13 +191,8 @@ struct item {
         uid_t uid;
         unsigned interruptions;         /* times cmwqd stopped while it ran */
         unsigned requeues;
-        int exit_status;
-        int signal;
-        int exec_errno;
-        /* Bounded by the limits item-payload-bytes and output-bytes. */
+        /* Bounded by the limit item-payload-bytes. */
         uint32_t payload_len;
-        uint32_t out_len;
-        uint32_t err_len;
         enum item_state state : 8;
         bool cancel_requested : 1;
         bool restored_running : 1;      /* recovery: the log says it was running */
@@ -190,6 +202,20 @@ struct item {
         bool err_truncated : 1;
         bool wq_name_owned : 1;
 };
+
+/* An item's run, all zero for one that never started. */
+extern const struct item_run item_run_none;
+
+static inline const struct item_run *item_ran(const struct item *i) {
+        return i->run ? i->run : &item_run_none;
+}
+
+static inline struct exec_proc *item_proc(const struct item *i) {
+        return i->run ? i->run->proc : NULL;
+}
+
+/* @i's run, made if it has none yet; NULL: out of memory. */
+struct item_run *item_run_get(struct item *i);
 
 static inline bool item_is_finished(const struct item *i) {
         return i->state >= ITEM_FINISHED;
@@ -201,7 +227,7 @@ static inline bool item_is_finished(const struct item *i) {
  * (exec_errno), or was running when cmwqd stopped or died: an interrupted
  * item's end was never seen, and it reports neither. */
 static inline bool item_has_exit(const struct item *i) {
-        return i->started_usec && (item_is_finished(i) || i->requeues > 0) && i->state != ITEM_FAILED &&
+        return item_ran(i)->started_usec && (item_is_finished(i) || i->requeues > 0) && i->state != ITEM_FAILED &&
                i->state != ITEM_INTERRUPTED;
 }
 

@@ -83,6 +83,14 @@ static void work_key_release(struct workqueue *wq, struct work_key *k, struct it
         free(k);
 }
 
+const struct item_run item_run_none;
+
+struct item_run *item_run_get(struct item *i) {
+        if (!i->run)
+                i->run = calloc(1, sizeof(*i->run));
+        return i->run;
+}
+
 struct item *item_free(struct item *i) {
         if (!i)
                 return NULL;
@@ -93,8 +101,11 @@ struct item *item_free(struct item *i) {
         if (i->wq_name_owned)
                 free((char *) i->wq_name);
         free(i->key_name);
-        free(i->out);
-        free(i->err);
+        if (i->run) {
+                free(i->run->out);
+                free(i->run->err);
+                free(i->run);
+        }
         free(i);
         return NULL;
 }
@@ -209,7 +220,8 @@ static void item_history_add(struct item *i) {
         u->queued_bytes -= i->queued_bytes;
         i->queued_bytes = 0;
 
-        i->history_bytes = sizeof(*i) + strv_bytes(i->argv) + strv_bytes(i->envp) + i->out_len + i->err_len;
+        i->history_bytes = sizeof(*i) + strv_bytes(i->argv) + strv_bytes(i->envp) +
+                           (i->run ? sizeof(*i->run) + i->run->out_len + i->run->err_len : 0);
         list_add_tail(&i->history_entry, &c->history);
         c->nr_history++;
         list_add_tail(&i->user_history_entry, &u->history);
@@ -234,12 +246,12 @@ void item_retire(struct item *i, enum item_state state) {
         i->deadline_usec = 0;
         if (i->core->restoring)
                 ;       /* replaying the state log: what ended then was logged then */
-        else if (state == ITEM_FINISHED && i->signal)
+        else if (state == ITEM_FINISHED && item_ran(i)->signal)
                 log_item(LOG_DEBUG, i, "Item %" PRIu64 " of workqueue %s finished: killed by signal %d", i->id,
-                         i->wq_name, i->signal);
+                         i->wq_name, item_ran(i)->signal);
         else if (state == ITEM_FINISHED)
                 log_item(LOG_DEBUG, i, "Item %" PRIu64 " of workqueue %s finished: exit status %d", i->id, i->wq_name,
-                         i->exit_status);
+                         item_ran(i)->exit_status);
         else
                 log_item(LOG_DEBUG, i, "Item %" PRIu64 " of workqueue %s %s", i->id, i->wq_name,
                          item_state_to_string(state));
@@ -325,12 +337,12 @@ void item_queue(struct item *i) {
 static void item_sleep_changed(struct sleepwatch_target *t, bool running, void *userdata) {
         struct item *i = userdata;
 
-        if (!i->worker)
+        if (!i->run || !i->run->worker)
                 return;
         if (running)
-                pool_worker_running(i->worker);
+                pool_worker_running(i->run->worker);
         else
-                pool_worker_sleeping(i->worker);
+                pool_worker_sleeping(i->run->worker);
 }
 
 static uint64_t requeue_backoff_usec(unsigned requeues) {
@@ -343,25 +355,26 @@ static uint64_t requeue_backoff_usec(unsigned requeues) {
 
 static void item_exec_done(struct exec_proc *p, struct exec_result *r, void *userdata) {
         struct item *i = userdata;
-        struct worker *worker = i->worker;
+        struct item_run *run = i->run;  /* item_execute() made it */
+        struct worker *worker = run->worker;
         struct workqueue *wq = i->wq;
         bool requeue;
 
-        i->proc = NULL;
-        i->worker = NULL;
-        i->exit_status = r->exit_status;
-        i->signal = r->signal;
-        i->exec_errno = r->exec_errno;
-        i->cpu_usec += r->cpu_usec;
+        run->proc = NULL;
+        run->worker = NULL;
+        run->exit_status = r->exit_status;
+        run->signal = r->signal;
+        run->exec_errno = r->exec_errno;
+        run->cpu_usec += r->cpu_usec;
         i->timed_out = r->timed_out;
         i->finished_usec = r->finished_usec;
-        free(i->out);
-        free(i->err);
-        i->out = TAKE_PTR(r->out);
-        i->out_len = r->out_len;
+        free(run->out);
+        free(run->err);
+        run->out = TAKE_PTR(r->out);
+        run->out_len = r->out_len;
         i->out_truncated = r->out_truncated;
-        i->err = TAKE_PTR(r->err);
-        i->err_len = r->err_len;
+        run->err = TAKE_PTR(r->err);
+        run->err_len = r->err_len;
         i->err_truncated = r->err_truncated;
         if ((worker->flags & WORKER_CPU_INTENSIVE) && !(wq->flags & WQ_CPU_INTENSIVE))
                 i->cpu_intensive = true;
@@ -475,17 +488,17 @@ static int item_exec_start(struct item *i) {
                 i->prepared = exec_proc_discard(i->prepared);
                 return r;
         }
-        i->proc = TAKE_PTR(i->prepared);
-        i->started_usec = exec_proc_started_usec(i->proc);
+        i->run->proc = TAKE_PTR(i->prepared);
+        i->run->started_usec = exec_proc_started_usec(i->run->proc);
         return 0;
 }
 
 static void item_mark_running(struct item *i, struct worker *worker) {
-        i->worker = worker;
+        i->run->worker = worker;
         worker->userdata = i;
         i->state = ITEM_RUNNING;
-        if (!i->started_usec)
-                i->started_usec = now_usec(CLOCK_REALTIME);
+        if (!i->run->started_usec)
+                i->run->started_usec = now_usec(CLOCK_REALTIME);
         log_item(LOG_DEBUG, i, "Started item %" PRIu64 " of workqueue %s", i->id, i->wq_name);
         i->pwq->nr_running++;
         if (i->key) {
@@ -520,7 +533,7 @@ static void item_mark_running(struct item *i, struct worker *worker) {
 
 /* An item whose claim waits to be used: claimed and not started. */
 static bool item_claimed(const struct item *i) {
-        return i->start_seq > 0 && !list_linked(&i->starting_entry) && !i->proc;
+        return i->start_seq > 0 && !list_linked(&i->starting_entry) && !item_proc(i);
 }
 
 void item_release_claim(struct item *i) {
@@ -597,6 +610,9 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
 
         if (c->shutting_down)
                 return -ESHUTDOWN;
+        /* Left to the pool on failure, as a process that cannot be made. */
+        if (!item_run_get(i))
+                return -ENOMEM;
 
         r = item_make_process(i, worker->pool);
         if (r < 0)
@@ -607,7 +623,7 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
          * have started, or claimed to (interrupted), or has not run at
          * all, never run and still pending.  Its process waits for the
          * release meanwhile. */
-        i->started_usec = 0;
+        i->run->started_usec = 0;
         seq = core_store_item_started(i);
         if (core_store_at_most_once(i))
                 item_claim_next(i, seq > 0);
@@ -688,9 +704,9 @@ static uint64_t item_cpu_usec(struct worker *worker) {
         struct item *i = worker->userdata;
         uint64_t usec;
 
-        if (!i || !i->proc)
+        if (!i || !item_proc(i))
                 return 0;       /* not started yet: nothing used */
-        usec = exec_proc_cpu_usec(i->proc);
+        usec = exec_proc_cpu_usec(i->run->proc);
         return usec == UINT64_MAX ? POOL_CPU_UNKNOWN : usec;
 }
 
@@ -716,18 +732,18 @@ struct item *item_from_work(struct pool_work *work) {
 
 /* Ends an unfinished item at daemon shutdown, without callbacks to exec. */
 void item_abort(struct item *i) {
-        if (i->proc) {
-                struct worker *worker = i->worker;
+        if (item_proc(i)) {
+                struct worker *worker = i->run->worker;
 
-                i->proc = exec_proc_abandon(i->proc);
-                i->worker = NULL;
+                i->run->proc = exec_proc_abandon(i->run->proc);
+                i->run->worker = NULL;
                 i->pwq->nr_running--;
                 pool_worker_done(worker);
         } else if (list_linked(&i->starting_entry)) {
-                struct worker *worker = i->worker;
+                struct worker *worker = i->run->worker;
 
                 list_del_init(&i->starting_entry);
-                i->worker = NULL;
+                i->run->worker = NULL;
                 i->pwq->nr_running--;
                 pool_worker_done(worker);
         } else if (i->state == ITEM_PENDING)
@@ -990,8 +1006,8 @@ int core_item_cancel(struct core *c, const struct core_caller *caller, uint64_t 
                 /* cancel_work_sync(): stop it and wait until it has ended. */
                 if (!i->cancel_requested) {
                         i->cancel_requested = true;
-                        if (i->proc)    /* else still waiting to start: it will not */
-                                exec_proc_kill(i->proc);
+                        if (item_proc(i))       /* else still waiting to start: it will not */
+                                exec_proc_kill(i->run->proc);
                 }
                 item_add_waiter(i, w);
                 return 1;

@@ -83,8 +83,12 @@ static int restore_item(struct core *c, struct workqueue *wq, const CmwqStore__I
         }
         if (wq) {
                 r = exec_resolve_program(q->argv[0], c->config.plugin_dirs, &program);
+                if (r < 0 && !item_run_get(i)) {
+                        r = -ENOMEM;
+                        goto fail;
+                }
                 if (r < 0)
-                        i->exec_errno = -r;     /* fails when it is due, as the log says it was queued */
+                        i->run->exec_errno = -r;        /* fails when it is due, as the log says it was queued */
         }
         r = item_args_pack(i, q->argv, q->n_argv, q->env, q->n_env, q->cwd ? q->cwd : "/", program);
         if (r < 0)
@@ -119,31 +123,36 @@ fail:
         return r;
 }
 
-static void restore_result(struct item *i, const CmwqStore__ItemResult *res) {
-        i->exit_status = res->exit_status;
-        i->signal = res->signal;
-        i->exec_errno = res->exec_errno;
-        i->cpu_usec = res->cpu_usec;
+static int restore_result(struct item *i, const CmwqStore__ItemResult *res) {
+        struct item_run *run = item_run_get(i);
+
+        if (!run)
+                return -ENOMEM;
+        run->exit_status = res->exit_status;
+        run->signal = res->signal;
+        run->exec_errno = res->exec_errno;
+        run->cpu_usec = res->cpu_usec;
         i->timed_out = res->timed_out;
         i->cpu_intensive = res->cpu_intensive;
-        free(i->out);
-        free(i->err);
-        i->out = i->err = NULL;
-        i->out_len = i->err_len = 0;
-        if (res->has_out && res->out.len > 0 && (i->out = malloc(res->out.len))) {
-                memcpy(i->out, res->out.data, res->out.len);
-                i->out_len = res->out.len;
+        free(run->out);
+        free(run->err);
+        run->out = run->err = NULL;
+        run->out_len = run->err_len = 0;
+        if (res->has_out && res->out.len > 0 && (run->out = malloc(res->out.len))) {
+                memcpy(run->out, res->out.data, res->out.len);
+                run->out_len = res->out.len;
         }
-        if (res->has_err && res->err.len > 0 && (i->err = malloc(res->err.len))) {
-                memcpy(i->err, res->err.data, res->err.len);
-                i->err_len = res->err.len;
+        if (res->has_err && res->err.len > 0 && (run->err = malloc(res->err.len))) {
+                memcpy(run->err, res->err.data, res->err.len);
+                run->err_len = res->err.len;
         }
         i->out_truncated = res->out_truncated;
         i->err_truncated = res->err_truncated;
-        i->started_usec = res->started_usec;
+        run->started_usec = res->started_usec;
         i->finished_usec = res->finished_usec ? res->finished_usec : now_usec(CLOCK_REALTIME);
         if (res->has_requeues)
                 i->requeues = res->requeues;
+        return 0;
 }
 
 static struct item *restore_lookup_live(struct core *c, uint64_t id) {
@@ -206,7 +215,10 @@ int core_store_replay(const CmwqStore__Record *rec, void *userdata) {
                 i = restore_lookup_live(c, rec->item_started->id);
                 if (i) {
                         i->restored_running = true;
-                        i->started_usec = rec->item_started->started_usec;
+                        if (rec->item_started->started_usec && !item_run_get(i))
+                                return -ENOMEM;
+                        if (i->run)
+                                i->run->started_usec = rec->item_started->started_usec;
                         i->deadline_usec = 0;
                 }
                 break;
@@ -215,7 +227,8 @@ int core_store_replay(const CmwqStore__Record *rec, void *userdata) {
                 i = restore_lookup_live(c, rec->item_released->id);
                 if (i) {
                         i->restored_running = false;
-                        i->started_usec = 0;
+                        if (i->run)
+                                i->run->started_usec = 0;
                 }
                 break;
         case CMWQ_STORE__RECORD__BODY_ITEM_REQUEUED:
@@ -224,13 +237,17 @@ int core_store_replay(const CmwqStore__Record *rec, void *userdata) {
                         i->restored_running = false;
                         i->requeues = rec->item_requeued->requeues;
                         i->deadline_usec = rec->item_requeued->deadline_usec;
-                        i->cpu_usec = rec->item_requeued->cpu_usec;
+                        if (!item_run_get(i))
+                                return -ENOMEM;
+                        i->run->cpu_usec = rec->item_requeued->cpu_usec;
                 }
                 break;
         case CMWQ_STORE__RECORD__BODY_ITEM_RESULT:
                 i = restore_lookup_live(c, rec->item_result->id);
                 if (i) {
-                        restore_result(i, rec->item_result);
+                        r = restore_result(i, rec->item_result);
+                        if (r < 0)
+                                return r;
                         item_retire(i, rec->item_result->state <= ITEM_INTERRUPTED &&
                                                rec->item_result->state >= ITEM_FINISHED
                                                ? (enum item_state) rec->item_result->state : ITEM_FAILED);
@@ -245,7 +262,9 @@ int core_store_replay(const CmwqStore__Record *rec, void *userdata) {
                                          rec->item_history->item->id);
                         break;
                 }
-                restore_result(i, rec->item_history->result);
+                r = restore_result(i, rec->item_history->result);
+                if (r < 0)
+                        return r;       /* out of memory at start-up */
                 i->state = rec->item_history->result->state >= ITEM_FINISHED &&
                                            rec->item_history->result->state <= ITEM_INTERRUPTED
                                    ? (enum item_state) rec->item_history->result->state : ITEM_FAILED;
@@ -273,7 +292,8 @@ static void core_store_settle(struct core *c) {
                                 log_item(LOG_NOTICE, i,
                                          "Item %" PRIu64 " of workqueue %s was running when cmwqd stopped; "
                                          "running it again (its queue's policy is rerun)", i->id, wq->name);
-                                i->started_usec = 0;
+                                if (i->run)
+                                        i->run->started_usec = 0;
                                 continue;
                         }
                         log_item(LOG_NOTICE, i, "Item %" PRIu64 " of workqueue %s was running when cmwqd stopped; "
@@ -306,7 +326,7 @@ static void core_store_requeue(struct core *c) {
         list_for_each_entry_safe(wq, wn, &c->workqueues, entry) {
                 list_for_each_entry_safe(i, n, &wq->items, wq_entry) {
                         count++;
-                        if (i->exec_errno) {
+                        if (item_ran(i)->exec_errno) {
                                 item_retire(i, ITEM_FAILED);
                                 continue;
                         }

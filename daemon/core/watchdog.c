@@ -66,9 +66,9 @@ static struct item *watchdog_oldest_running(struct pool *p, const struct pwq *pw
         list_for_each_entry(w, &p->busy_list, entry) {
                 struct item *i = item_from_work(w->current);
 
-                if (!i || !i->proc || (pwq && i->pwq != pwq))
+                if (!i || !item_proc(i) || (pwq && i->pwq != pwq))
                         continue;
-                if (!oldest || i->started_usec < oldest->started_usec)
+                if (!oldest || i->run->started_usec < oldest->run->started_usec)
                         oldest = i;
         }
         return oldest;
@@ -137,7 +137,7 @@ static void watchdog_report(struct core *c, struct pool *p, uint64_t stalled_use
                                  "item %" PRIu64 " of workqueue %s (%s) holds it, running for %" PRIu64 " s; "
                                  "item %" PRIu64 " of workqueue %s waits",
                                  pool_name, stalled_usec / USEC_PER_SEC, holder->id, holder->wq_name,
-                                 holder->argv[0], (now_usec(CLOCK_REALTIME) - holder->started_usec) / USEC_PER_SEC,
+                                 holder->argv[0], (now_usec(CLOCK_REALTIME) - item_ran(holder)->started_usec) / USEC_PER_SEC,
                                  waiting->id, waiting->wq_name);
         else if (!list_empty(&p->busy_list)) {
                 log_fields_errno(LOG_WARNING, 0, &f,

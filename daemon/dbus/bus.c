@@ -507,12 +507,12 @@ static void observe_workqueue_removed(struct core_observer *o, struct workqueue 
 
 static int body_item_finished(sd_bus_message *m, void *userdata) {
         const struct item *i = userdata;
-        int exited = item_has_exit(i) && !i->signal;
+        int exited = item_has_exit(i) && !item_ran(i)->signal;
 
         /* -1 where the protocol leaves the field out: no exit status when
          * killed, never started or interrupted, no signal when it exited. */
         return sd_bus_message_append(m, "tssiiu", i->id, i->wq_name, item_state_to_string(i->state),
-                                     exited ? i->exit_status : -1, item_has_exit(i) && i->signal ? i->signal : -1,
+                                     exited ? item_ran(i)->exit_status : -1, item_has_exit(i) && item_ran(i)->signal ? item_ran(i)->signal : -1,
                                      (uint32_t) i->uid);
 }
 

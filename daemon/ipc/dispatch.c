@@ -77,26 +77,26 @@ static void item_info_fill(Cmwq__ItemInfo *info, const struct item *i, char *err
         info->has_queued_usec = true;
         info->queued_usec = i->queued_usec;
         info->key = (char *) item_key_name(i);
-        if (i->started_usec) {
+        if (item_ran(i)->started_usec) {
                 info->has_started_usec = true;
-                info->started_usec = i->started_usec;
+                info->started_usec = item_ran(i)->started_usec;
         }
         if (item_is_finished(i) || i->requeues > 0) {
                 if (item_has_exit(i)) {
-                        if (i->signal) {
+                        if (item_ran(i)->signal) {
                                 info->has_signal = true;
-                                info->signal = i->signal;
+                                info->signal = item_ran(i)->signal;
                         } else {
                                 info->has_exit_status = true;
-                                info->exit_status = i->exit_status;
+                                info->exit_status = item_ran(i)->exit_status;
                         }
                 }
                 info->has_cpu_usec = true;
-                info->cpu_usec = i->cpu_usec;
+                info->cpu_usec = item_ran(i)->cpu_usec;
                 info->has_stdout_data = true;
-                info->stdout_data = (ProtobufCBinaryData) { i->out_len, (uint8_t *) i->out };
+                info->stdout_data = (ProtobufCBinaryData) { item_ran(i)->out_len, (uint8_t *) item_ran(i)->out };
                 info->has_stderr_data = true;
-                info->stderr_data = (ProtobufCBinaryData) { i->err_len, (uint8_t *) i->err };
+                info->stderr_data = (ProtobufCBinaryData) { item_ran(i)->err_len, (uint8_t *) item_ran(i)->err };
                 info->has_stdout_truncated = true;
                 info->stdout_truncated = i->out_truncated;
                 info->has_stderr_truncated = true;
@@ -110,8 +110,8 @@ static void item_info_fill(Cmwq__ItemInfo *info, const struct item *i, char *err
                 info->has_finished_usec = true;
                 info->finished_usec = i->finished_usec;
         }
-        if (i->exec_errno) {
-                snprintf(errbuf, errlen, "cannot run %s: %s", i->argv[0], exec_strerror(i->exec_errno));
+        if (item_ran(i)->exec_errno) {
+                snprintf(errbuf, errlen, "cannot run %s: %s", i->argv[0], exec_strerror(item_ran(i)->exec_errno));
                 info->error = errbuf;
         }
 }
