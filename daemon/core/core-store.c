@@ -95,9 +95,9 @@ static void item_queued_fill(CmwqStore__ItemQueued *q, const struct item *i) {
         }
         q->n_argv = strv_length(i->argv);
         q->argv = i->argv;
-        q->n_env = strv_length(i->envp);
-        q->env = i->envp;
-        q->cwd = i->cwd;
+        q->env = item_envp(i);
+        q->n_env = strv_length(q->env);
+        q->cwd = (char *) item_cwd(i);
         if (i->payload_len > 0) {
                 q->has_payload = true;
                 q->payload = (ProtobufCBinaryData) { i->payload_len, i->payload };

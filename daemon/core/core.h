@@ -103,9 +103,6 @@ struct workqueue;
 struct pwq;
 struct work_key;
 
-/* Laid out for a million pending items (tests/bench/README.md, "Where the
- * bytes of a pending item go"): no holes, flags as bits, and what it runs in
- * one allocation (item_args_pack()). */
 /* What only an item that started needs: its process while it runs, then
  * how that run went.  Allocated when the item first starts (or is read back
  * from the log having run, or with a failure to report), so that an item
@@ -113,6 +110,9 @@ struct work_key;
  * it (issue 13, part 3).  Read through item_ran(); a requeued item keeps
  * its own (its CPU time adds up over its runs). */
 struct item_run {
+        /* Its process made ahead while it waits on a bound pool (see
+         * exec_prepare()); becomes proc when it starts. */
+        struct exec_proc *prepared;
         /* While it runs. */
         struct exec_proc *proc;
         struct worker *worker;
@@ -129,6 +129,10 @@ struct item_run {
         uint32_t err_len;
 };
 
+/* Laid out for a million pending items (tests/bench/README.md, "Where the
+ * bytes of a pending item go"): no holes, flags as bits, what it runs in
+ * one allocation (item_args_pack()) that it points to once, what only a
+ * started item needs behind one pointer. */
 struct item {
         uint64_t id;
         struct core *core;
@@ -164,21 +168,15 @@ struct item {
         uint64_t start_seq;
 
         /* What to run: argv is the one allocation that also holds envp, cwd
-         * and program (item_args_pack()). */
+         * and program (item_args_pack(); item_envp(), item_cwd(),
+         * item_program() find them in it). */
         char **argv;
-        char *program;                  /* resolved plugin path, or NULL: argv[0] */
-        char **envp;                    /* NULL once finished */
-        char *cwd;
         void *payload;
         uint64_t timeout_usec;
         union {
                 uint64_t queued_bytes;  /* charged to its uid's queued-bytes while unfinished */
                 uint64_t history_bytes; /* charged to its uid's history-bytes once finished */
         };
-
-        /* Its process made ahead while it waits on a bound pool (see
-         * exec_prepare()); becomes proc when it starts. */
-        struct exec_proc *prepared;
 
         /* Its process and what its runs left; NULL: it never started. */
         struct item_run *run;
@@ -201,6 +199,7 @@ struct item {
         bool out_truncated : 1;
         bool err_truncated : 1;
         bool wq_name_owned : 1;
+        bool has_program : 1;           /* argv's block holds a program other than argv[0] */
 };
 
 /* An item's run, all zero for one that never started. */
@@ -213,6 +212,12 @@ static inline const struct item_run *item_ran(const struct item *i) {
 static inline struct exec_proc *item_proc(const struct item *i) {
         return i->run ? i->run->proc : NULL;
 }
+
+/* In argv's block: the environment (empty once finished), the working
+ * directory, the resolved plugin path or NULL (argv[0] is run). */
+char **item_envp(const struct item *i);
+const char *item_cwd(const struct item *i);
+const char *item_program(const struct item *i);
 
 /* @i's run, made if it has none yet; NULL: out of memory. */
 struct item_run *item_run_get(struct item *i);

@@ -110,6 +110,26 @@ struct item *item_free(struct item *i) {
         return NULL;
 }
 
+/* argv's block: argv's pointers and NULL, envp's and NULL, then cwd, the
+ * program (has_program), argv's strings and envp's.  Only argv points into
+ * it; the rest is found by counting (rarely: to run it, to show it, to
+ * write it to the log). */
+char **item_envp(const struct item *i) {
+        return i->argv + strv_length(i->argv) + 1;
+}
+
+const char *item_cwd(const struct item *i) {
+        char **envp = item_envp(i);
+
+        return (const char *) (envp + strv_length(envp) + 1);
+}
+
+const char *item_program(const struct item *i) {
+        const char *cwd = item_cwd(i);
+
+        return i->has_program ? cwd + strlen(cwd) + 1 : NULL;
+}
+
 int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *envp, size_t envc, const char *cwd,
                    const char *program) {
         size_t ptrs = argc + 1 + envc + 1, bytes = strlen(cwd) + 1;
@@ -127,20 +147,18 @@ int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *
         if (!block)
                 return -ENOMEM;
         p = (char *) (block + ptrs);
+        p = stpcpy(p, cwd) + 1;
+        if (program)
+                p = stpcpy(p, program) + 1;
         for (size_t k = 0; k < argc; k++)
                 p = stpcpy(block[k] = p, argv[k]) + 1;
         block[argc] = NULL;
         for (size_t k = 0; k < envc; k++)
                 p = stpcpy(block[argc + 1 + k] = p, envp[k]) + 1;
         block[argc + 1 + envc] = NULL;
-        i->cwd = p;
-        p = stpcpy(p, cwd) + 1;
-        i->program = program ? p : NULL;
-        if (program)
-                strcpy(p, program);
         free(i->argv);
         i->argv = block;
-        i->envp = block + argc + 1;
+        i->has_program = program != NULL;
         return 0;
 }
 
@@ -150,20 +168,14 @@ int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *
 static void item_args_shed_env(struct item *i) {
         struct item tmp = {};
 
-        if (!i->envp)
+        if (!item_envp(i)[0])
                 return;
-        if (!i->envp[0]) {
-                i->envp = NULL;
-                return;
-        }
-        if (item_args_pack(&tmp, i->argv, strv_length(i->argv), NULL, 0, i->cwd,
-                           i->program ? i->program : i->argv[0]) < 0)
+        if (item_args_pack(&tmp, i->argv, strv_length(i->argv), NULL, 0, item_cwd(i),
+                           item_program(i) ? item_program(i) : i->argv[0]) < 0)
                 return;
         free(i->argv);
         i->argv = tmp.argv;
-        i->cwd = tmp.cwd;
-        i->program = tmp.program;
-        i->envp = NULL;
+        i->has_program = tmp.has_program;
 }
 
 /* @w is called back once @i has ended; its item_id says which item. */
@@ -220,7 +232,7 @@ static void item_history_add(struct item *i) {
         u->queued_bytes -= i->queued_bytes;
         i->queued_bytes = 0;
 
-        i->history_bytes = sizeof(*i) + strv_bytes(i->argv) + strv_bytes(i->envp) +
+        i->history_bytes = sizeof(*i) + strv_bytes(i->argv) + strv_bytes(item_envp(i)) +
                            (i->run ? sizeof(*i->run) + i->run->out_len + i->run->err_len : 0);
         list_add_tail(&i->history_entry, &c->history);
         c->nr_history++;
@@ -278,7 +290,8 @@ void item_retire(struct item *i, enum item_state state) {
         /* What only the run needed goes now; the history keeps the result.
          * (A prepared process is given back when the item leaves its pool;
          * this is for any path that did not.) */
-        i->prepared = exec_proc_discard(i->prepared);
+        if (i->run)
+                i->run->prepared = exec_proc_discard(i->run->prepared);
         item_args_shed_env(i);
         free(i->payload);
         i->payload = NULL;
@@ -421,10 +434,10 @@ static void item_exec_done(struct exec_proc *p, struct exec_result *r, void *use
 /* How @i runs on @pool. */
 static struct exec_spec item_exec_spec(const struct item *i, const struct pool *pool) {
         return (struct exec_spec) {
-                .program = i->program ? i->program : i->argv[0],
+                .program = item_program(i) ? item_program(i) : i->argv[0],
                 .argv = i->argv,
-                .envp = i->envp,
-                .cwd = i->cwd,
+                .envp = item_envp(i),
+                .cwd = item_cwd(i),
                 .payload = i->payload,
                 .payload_len = i->payload_len,
                 .uid = i->uid,
@@ -450,14 +463,14 @@ static int item_make_process(struct item *i, struct pool *pool) {
         bool had_rescuer;
         int r;
 
-        if (i->prepared)
+        if (i->run->prepared)
                 return 0;
         spec = item_exec_spec(i, pool);
         /* Only here, not to prepare ahead: a rescuer is for an item whose
          * turn it is. */
         spec.rescuer = &i->wq->rescuer;
         had_rescuer = i->wq->rescuer;
-        r = exec_prepare(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->prepared);
+        r = exec_prepare(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->run->prepared);
         if (r < 0) {
                 log_item_errno(LOG_WARNING, r, i, "Failed to start item %" PRIu64 " of workqueue %s: %m", i->id,
                                i->wq_name);
@@ -481,14 +494,14 @@ static int item_make_process(struct item *i, struct pool *pool) {
 static int item_exec_start(struct item *i) {
         int r;
 
-        r = exec_go(i->prepared);
+        r = exec_go(i->run->prepared);
         if (r < 0) {
                 log_item_errno(LOG_WARNING, r, i, "Failed to start item %" PRIu64 " of workqueue %s: %m", i->id,
                                i->wq_name);
-                i->prepared = exec_proc_discard(i->prepared);
+                i->run->prepared = exec_proc_discard(i->run->prepared);
                 return r;
         }
-        i->run->proc = TAKE_PTR(i->prepared);
+        i->run->proc = TAKE_PTR(i->run->prepared);
         i->run->started_usec = exec_proc_started_usec(i->run->proc);
         return 0;
 }
@@ -660,7 +673,7 @@ void core_items_start_durable(struct core *c, uint64_t seq) {
                 list_del_init(&i->starting_entry);
                 i->start_seq = 0;
                 if (i->cancel_requested) {
-                        i->prepared = exec_proc_discard(i->prepared);
+                        i->run->prepared = exec_proc_discard(i->run->prepared);
                         res.killed = true;
                 } else {
                         r = item_exec_start(i);
@@ -681,10 +694,12 @@ static void item_prepare(struct pool_work *work) {
         struct exec_spec spec;
         int r;
 
-        if (i->prepared || c->shutting_down)
+        if ((i->run && i->run->prepared) || c->shutting_down)
                 return;
+        if (!item_run_get(i))
+                return;         /* started the ordinary way when its turn comes */
         spec = item_exec_spec(i, i->pwq->pool);
-        r = exec_prepare(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->prepared);
+        r = exec_prepare(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->run->prepared);
         if (r < 0)
                 /* It is started the ordinary way when its turn comes. */
                 log_item_errno(LOG_DEBUG, r, i, "Could not prepare item %" PRIu64 " ahead: %m", i->id);
@@ -695,7 +710,8 @@ static void item_prepare(struct pool_work *work) {
 static void item_unprepare(struct pool_work *work) {
         struct item *i = container_of(work, struct item, work);
 
-        i->prepared = exec_proc_discard(i->prepared);
+        if (i->run)
+                i->run->prepared = exec_proc_discard(i->run->prepared);
         item_release_claim(i);
 }
 
@@ -1040,7 +1056,7 @@ int item_restore_charge(struct item *i) {
 
         if (!u)
                 return -ENOMEM;
-        i->queued_bytes = sizeof(*i) + strv_bytes(i->argv) + strv_bytes(i->envp) + strlen(i->cwd) + i->payload_len;
+        i->queued_bytes = sizeof(*i) + strv_bytes(i->argv) + strv_bytes(item_envp(i)) + strlen(item_cwd(i)) + i->payload_len;
         u->nr_items++;
         u->queued_bytes += i->queued_bytes;
         return 0;
