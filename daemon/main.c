@@ -53,6 +53,7 @@ struct options {
         size_t n_limit_args;
         uint64_t freeze_timeout_usec;   /* 0: the core's default */
         bool sleep_inhibitor;
+        bool idle_sentinels;
         uint64_t watchdog_usec;         /* 0: the core's default */
         const char *state_dir;          /* NULL: the default */
         bool no_store;
@@ -69,6 +70,9 @@ static void help(void) {
                "  -d, --sleep-detector perf|proc\n"
                "                              how blocking of running items is detected\n"
                "                              (default: perf, falling back to proc)\n"
+               "      --idle-sentinels        perf: read the switch records when a busy CPU is\n"
+               "                              about to idle instead of at every switch\n"
+               "                              (experimental; less CPU, wake-ups seen later)\n"
                "  -p, --plugin-dir DIR        look up plugins in DIR (repeatable; replaces\n"
                "                              the default directories)\n"
                "  -c, --config FILE           read FILE instead of %s\n"
@@ -120,7 +124,7 @@ static int parse_freeze_timeout(const char *s, uint64_t *ret) {
 }
 
 static int parse_options(int argc, char **argv, struct options *o) {
-        enum { ARG_NO_SLEEP_INHIBITOR = 0x100, ARG_WATCHDOG_THRESHOLD, ARG_NO_DBUS };
+        enum { ARG_NO_SLEEP_INHIBITOR = 0x100, ARG_WATCHDOG_THRESHOLD, ARG_NO_DBUS, ARG_IDLE_SENTINELS };
         static const struct option longopts[] = {
                 { "user", no_argument, NULL, 'u' },
                 { "socket", required_argument, NULL, 's' },
@@ -131,6 +135,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
                 { "log-level", required_argument, NULL, 'l' },
                 { "freeze-timeout", required_argument, NULL, 'f' },
                 { "no-sleep-inhibitor", no_argument, NULL, ARG_NO_SLEEP_INHIBITOR },
+                { "idle-sentinels", no_argument, NULL, ARG_IDLE_SENTINELS },
                 { "watchdog-threshold", required_argument, NULL, ARG_WATCHDOG_THRESHOLD },
                 { "state-dir", required_argument, NULL, 'S' },
                 { "no-store", no_argument, NULL, 'N' },
@@ -217,6 +222,9 @@ static int parse_options(int argc, char **argv, struct options *o) {
                         break;
                 case ARG_NO_SLEEP_INHIBITOR:
                         o->sleep_inhibitor = false;
+                        break;
+                case ARG_IDLE_SENTINELS:
+                        o->idle_sentinels = true;
                         break;
                 case ARG_WATCHDOG_THRESHOLD: {
                         char *end;
@@ -412,7 +420,7 @@ int main(int argc, char **argv) {
                 goto out;
         }
 
-        r = sleepwatch_new(base, o.sleep_mode, &sw);
+        r = sleepwatch_new(base, o.sleep_mode, o.idle_sentinels ? SLEEPWATCH_SENTINELS : 0, &sw);
         if (r == -EOPNOTSUPP && o.sleep_mode == SLEEPWATCH_PERF) {
                 log_warning("perf_event_open() is not available here; detecting blocked items by sampling /proc");
                 event_base_free(base);
@@ -421,12 +429,14 @@ int main(int argc, char **argv) {
                         log_error("Failed to create the event loop");
                         goto out;
                 }
-                r = sleepwatch_new(base, SLEEPWATCH_PROC, &sw);
+                r = sleepwatch_new(base, SLEEPWATCH_PROC, 0, &sw);
         }
         if (r < 0) {
                 log_error_errno(r, "Failed to set up the sleep detector: %m");
                 goto out;
         }
+        if (o.idle_sentinels && sleepwatch_get_mode(sw) == SLEEPWATCH_PERF)
+                log_info("Switch records are read when a busy CPU is about to idle (--idle-sentinels)");
 
         /* Not fatal: the process group alone still stops every item that
          * does not leave it on purpose. */

@@ -144,6 +144,16 @@ static uint64_t worker_cpu_usec(struct worker *w) {
         return w->current->ops->cpu_usec(w);
 }
 
+static void pool_note_busy(struct pool *p) {
+        bool busy = p->nr_running > 0 || p->nr_pending > 0;
+
+        if (busy == p->busy)
+                return;
+        p->busy = busy;
+        if (p->busy_changed)
+                p->busy_changed(p, busy, p->busy_userdata);
+}
+
 static void worker_start_counting(struct worker *w) {
         w->pool->nr_running++;
         /* A work item that keeps its CPU this long stops holding the pool.
@@ -153,12 +163,14 @@ static void worker_start_counting(struct worker *w) {
                 w->cpu_baseline_usec = worker_cpu_usec(w);
                 arm_timer(w->intensive_timer, pool_cpu_intensive_thresh_usec);
         }
+        pool_note_busy(w->pool);
 }
 
 static void worker_stop_counting(struct worker *w) {
         w->pool->nr_running--;
         if (w->intensive_timer)
                 evtimer_del(w->intensive_timer);
+        pool_note_busy(w->pool);
 }
 
 static bool need_more_worker(const struct pool *p) {
@@ -280,11 +292,13 @@ void pool_kick(struct pool *p) {
                         pool_schedule_retry(p);
                         if (pool_rescue_one(p))
                                 continue;
+                        pool_note_busy(p);
                         return;
                 }
                 p->retry_backoff_ms = POOL_POLICY_RETRY_MIN_MS;
         }
         pool_prepare_next(p);
+        pool_note_busy(p);
 }
 
 void pool_queue_work(struct pool *p, struct pool_work *work) {
@@ -314,6 +328,7 @@ bool pool_cancel_pending(struct pool *p, struct pool_work *work) {
         }
         list_del_init(&work->entry);
         p->nr_pending--;
+        pool_note_busy(p);
 taken:
         if (work->ops->unprepare)
                 work->ops->unprepare(work);
@@ -444,6 +459,7 @@ void pool_worker_done(struct worker *w) {
                         list_add(&last->entry, &p->worklist);
                         p->nr_pending++;
                 }
+                pool_note_busy(p);
                 pool_schedule_retry(p);
                 return;         /* worker_execute() already put @w on the idle list */
         }

@@ -167,6 +167,12 @@ struct pool {
          * client's callback worker) can be asked to yield it. */
         void (*contended)(struct pool *p, struct pool_work *work, void *userdata);
         void *contended_userdata;
+        /* Optional: told when the pool becomes busy (a worker counted
+         * running, or work pending: a block would matter) and idle again,
+         * so that blocking detection can watch the CPU closely only then. */
+        void (*busy_changed)(struct pool *p, bool busy, void *userdata);
+        void *busy_userdata;
+        bool busy;
 };
 
 extern uint64_t pool_cpu_intensive_thresh_usec;    /* default 10 ms, as the kernel */

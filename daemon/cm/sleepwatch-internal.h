@@ -102,6 +102,7 @@ struct sleepwatch_target {
 struct sleepwatch {
         struct event_base *base;
         enum sleepwatch_mode mode;
+        unsigned flags;                 /* SLEEPWATCH_SENTINELS */
 
         struct sleepwatch_ring *rings;
         size_t n_rings;
@@ -115,6 +116,15 @@ struct sleepwatch {
         struct event *proc_timer;       /* pending only while proc_targets is not empty */
         sleepwatch_batch_fn batch;      /* before each batch's transitions are reported */
         void *batch_userdata;
+
+        /* Lazy rings (sleepwatch-perf.c, "Sentinels"): records wake nobody
+         * until a ring is half full; the CPU's sentinel kicks the loop when
+         * the CPU is about to idle while busy, and the fallback timer reads
+         * the rings while any CPU is busy. */
+        struct sentinel *sentinel;
+        unsigned *cpu_busy;             /* per ring: sleepwatch_cpu_busy() count */
+        unsigned nr_busy;               /* rings with cpu_busy > 0 */
+        struct event *fallback_timer;
 };
 
 static inline int safe_close(int fd) {

@@ -102,6 +102,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "cm/sentinel.h"
 #include "cm/sleepwatch-internal.h"
 #include "util.h"
 
@@ -110,6 +111,10 @@
  * needs to absorb what arrives while the loop is busy elsewhere.  Smaller
  * rings are tried when the mlock budget refuses this. */
 #define SLEEPWATCH_RING_DATA_PAGES 8u
+
+/* With sentinels: how often the loop reads the rings while a CPU is busy
+ * (the loop's timers are coarse with the perf detector: a few ms). */
+#define SLEEPWATCH_FALLBACK_USEC 2000
 
 /* Large enough for every record type we parse (the largest, FORK/EXIT with
  * our sample_id, is 56 bytes); bigger records are skipped, not parsed. */
@@ -397,9 +402,7 @@ static void ring_drain(struct sleepwatch_ring *r) {
         __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
 }
 
-static void ring_cb(evutil_socket_t fd, short what, void *userdata) {
-        struct sleepwatch_ring *ring = userdata;
-        struct sleepwatch *sw = ring->sw;
+static void sleepwatch_read_rings(struct sleepwatch *sw) {
         struct sleepwatch_target *t;
 
         /* All rings: a task's switch-out may be in one ring and its switch-in
@@ -416,7 +419,55 @@ static void ring_cb(evutil_socket_t fd, short what, void *userdata) {
         }
 
         sleepwatch_dispatch(sw);
+        sentinel_looked(sw->sentinel);
 }
+
+static void ring_cb(evutil_socket_t fd, short what, void *userdata) {
+        struct sleepwatch_ring *ring = userdata;
+
+        sleepwatch_read_rings(ring->sw);
+}
+
+static void fallback_timer_cb(evutil_socket_t fd, short what, void *userdata) {
+        sleepwatch_read_rings(userdata);
+}
+
+/* On a sentinel's thread: records not read yet in the ring. */
+static bool ring_has_news(size_t idx, void *userdata) {
+        struct sleepwatch *sw = userdata;
+        struct perf_event_mmap_page *meta = sw->rings[idx].map;
+
+        return __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE) !=
+               __atomic_load_n(&meta->data_tail, __ATOMIC_ACQUIRE);
+}
+
+static void sentinel_kicked(void *userdata) {
+        sleepwatch_read_rings(userdata);
+}
+
+void sleepwatch_cpu_busy(struct sleepwatch *sw, int cpu, bool busy) {
+        size_t i;
+
+        if (!sw || !sw->sentinel)
+                return;
+        for (i = 0; i < sw->n_rings && sw->rings[i].cpu != cpu; i++)
+                ;
+        if (i == sw->n_rings)
+                return;
+        if (busy && sw->cpu_busy[i]++ == 0) {
+                sentinel_arm(sw->sentinel, i, true);
+                if (sw->nr_busy++ == 0) {
+                        struct timeval tv = { 0, SLEEPWATCH_FALLBACK_USEC };
+
+                        event_add(sw->fallback_timer, &tv);
+                }
+        } else if (!busy && sw->cpu_busy[i] > 0 && --sw->cpu_busy[i] == 0) {
+                sentinel_arm(sw->sentinel, i, false);
+                if (--sw->nr_busy == 0)
+                        event_del(sw->fallback_timer);
+        }
+}
+
 /* ---- perf: event setup -------------------------------------------------- */
 
 static int perf_open(struct perf_event_attr *attr, pid_t pid, int cpu) {
@@ -466,7 +517,7 @@ static void clock_attr(struct perf_event_attr *attr) {
 
 /* Owns a CPU's ring: on ourselves, never enabled, records nothing itself.
  * It must use the same clock as the events redirected into it. */
-static void anchor_attr(struct perf_event_attr *attr) {
+static void anchor_attr(struct perf_event_attr *attr, bool lazy) {
         *attr = (struct perf_event_attr) {
                 .size = sizeof(*attr),
                 .type = PERF_TYPE_SOFTWARE,
@@ -476,7 +527,7 @@ static void anchor_attr(struct perf_event_attr *attr) {
                 .exclude_kernel = 1,
                 .exclude_hv = 1,
                 .watermark = 1,
-                .wakeup_watermark = 1,
+                .wakeup_watermark = lazy ? 0 : 1,      /* the ring's: every byte, or (0) half full */
                 .sample_id_all = 1,
                 .use_clockid = 1,
                 .clockid = CLOCK_MONOTONIC,
@@ -501,7 +552,7 @@ static int ring_init(struct sleepwatch *sw, struct sleepwatch_ring *r, int cpu) 
 
         *r = (struct sleepwatch_ring) { .sw = sw, .cpu = cpu, .fd = -1 };
 
-        anchor_attr(&attr);
+        anchor_attr(&attr, sw->sentinel);
         r_fd = perf_open(&attr, 0, cpu);
         if (r_fd < 0)
                 return log_debug_errno(r_fd, "sleepwatch: perf_event_open() on CPU %d refused: %m", cpu),
@@ -607,8 +658,21 @@ int sleepwatch_perf_setup(struct sleepwatch *sw) {
                 return r;
 
         sw->rings = calloc(n_cpus, sizeof(*sw->rings));
-        if (!sw->rings)
+        sw->cpu_busy = calloc(n_cpus, sizeof(*sw->cpu_busy));
+        if (!sw->rings || !sw->cpu_busy)
                 return -ENOMEM;
+
+        /* Without sentinels every record wakes the loop: it sees every
+         * block and wake-up at once, and costs every watched switch a
+         * wake-up (a self-IPI). */
+        if (sw->flags & SLEEPWATCH_SENTINELS) {
+                sw->fallback_timer = event_new(sw->base, -1, EV_PERSIST, fallback_timer_cb, sw);
+                if (!sw->fallback_timer)
+                        return -ENOMEM;
+                r = sentinel_new(sw->base, cpus, n_cpus, ring_has_news, sentinel_kicked, sw, &sw->sentinel);
+                if (r < 0)
+                        log_debug_errno(r, "sleepwatch: no sentinels, records wake the loop one by one: %m");
+        }
 
         for (size_t i = 0; i < n_cpus; i++) {
                 r = ring_init(sw, &sw->rings[i], cpus[i]);
@@ -632,9 +696,14 @@ int sleepwatch_perf_setup(struct sleepwatch *sw) {
 }
 
 void sleepwatch_perf_free_rings(struct sleepwatch *sw) {
+        /* Its threads read the rings. */
+        sw->sentinel = sentinel_free(sw->sentinel);
+        if (sw->fallback_timer)
+                event_free(sw->fallback_timer);
         for (size_t i = 0; i < sw->n_rings; i++)
                 ring_done(&sw->rings[i]);
         free(sw->rings);
+        free(sw->cpu_busy);
 }
 
 int sleepwatch_perf_watch(struct sleepwatch_target *t) {

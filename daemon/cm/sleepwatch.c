@@ -143,7 +143,7 @@ static void sleepwatch_freep(struct sleepwatch **sw) {
         sleepwatch_free(*sw);
 }
 
-int sleepwatch_new(struct event_base *base, enum sleepwatch_mode mode, struct sleepwatch **ret) {
+int sleepwatch_new(struct event_base *base, enum sleepwatch_mode mode, unsigned flags, struct sleepwatch **ret) {
         _cleanup_(sleepwatch_freep) struct sleepwatch *sw = NULL;
         int r;
 
@@ -155,6 +155,7 @@ int sleepwatch_new(struct event_base *base, enum sleepwatch_mode mode, struct sl
                 return -ENOMEM;
         sw->base = base;
         sw->mode = mode;
+        sw->flags = flags;
         list_init(&sw->perf_targets);
         list_init(&sw->proc_targets);
         list_init(&sw->dirty);

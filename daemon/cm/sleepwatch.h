@@ -60,7 +60,16 @@ const char *sleepwatch_mode_to_string(enum sleepwatch_mode mode);
  * calling process first; if the kernel refuses, returns -EOPNOTSUPP (the
  * caller decides whether to fall back and logs that).
  */
-int sleepwatch_new(struct event_base *base, enum sleepwatch_mode mode, struct sleepwatch **ret);
+/* SLEEPWATCH_SENTINELS (perf only): records wake nobody; the rings are read
+ * when a busy CPU is about to idle (cm/sentinel.h), every few ms while a CPU
+ * is busy (sleepwatch_cpu_busy()), and when half full.  Watched threads and
+ * the daemon pay less for each context switch; a block on a CPU that is not
+ * busy, and every wake-up, is seen only then. */
+enum {
+        SLEEPWATCH_SENTINELS = 1u << 0,
+};
+
+int sleepwatch_new(struct event_base *base, enum sleepwatch_mode mode, unsigned flags, struct sleepwatch **ret);
 struct sleepwatch *sleepwatch_free(struct sleepwatch *sw);
 enum sleepwatch_mode sleepwatch_get_mode(const struct sleepwatch *sw);
 
@@ -88,6 +97,11 @@ bool sleepwatch_target_is_running(const struct sleepwatch_target *t);
 
 /* Sets the batch hook (NULL: none). */
 void sleepwatch_set_batch_hook(struct sleepwatch *sw, sleepwatch_batch_fn fn, void *userdata);
+
+/* A pool on @cpu has a worker counted running or work pending (@busy), or
+ * no longer (calls are counted: one false per true).  While a CPU is busy,
+ * a block on it must be seen at once; otherwise nothing needs to be. */
+void sleepwatch_cpu_busy(struct sleepwatch *sw, int cpu, bool busy);
 
 /* Whether @t is watched through perf (its switches are seen within
  * microseconds) rather than sampled from /proc. */

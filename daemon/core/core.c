@@ -112,6 +112,13 @@ static const struct {
         { "system_freezable_unbound", WQ_UNBOUND | WQ_FREEZABLE,     WQ_MAX_ACTIVE },
 };
 
+/* A bound pool's block must be seen at once only while it is busy. */
+static void core_pool_busy_changed(struct pool *p, bool busy, void *userdata) {
+        struct core *c = userdata;
+
+        sleepwatch_cpu_busy(c->sleepwatch, p->cpu, busy);
+}
+
 struct pool *core_pool_for(struct core *c, int cpu, bool highpri) {
         if (cpu < 0)
                 return &c->unbound_pools[highpri];
@@ -157,11 +164,15 @@ int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_c
         }
         for (unsigned cpu = 0; cpu < c->nr_cpus; cpu++)
                 for (int hp = 0; hp < 2; hp++) {
-                        r = pool_init(core_pool_for(c, (int) cpu, hp), base, (int) cpu, hp);
+                        struct pool *p = core_pool_for(c, (int) cpu, hp);
+
+                        r = pool_init(p, base, (int) cpu, hp);
                         if (r < 0) {
                                 core_free(c);
                                 return r;
                         }
+                        p->busy_changed = core_pool_busy_changed;
+                        p->busy_userdata = c;
                 }
         for (int hp = 0; hp < 2; hp++) {
                 r = pool_init(&c->unbound_pools[hp], base, -1, hp);

@@ -4,8 +4,10 @@
  * through the CLOCK_MONOTONIC timestamps the probe items write
  * (doc/design.md §3.1 to §3.4).
  *
- * Every test runs twice, once per sleep detector (TCase "perf" and TCase
- * "proc"), each with a fresh daemon.  The tests assert properties -- how many
+ * Every test runs three times, once per sleep detector (TCase "perf" and
+ * TCase "proc") and once with perf and --idle-sentinels (TCase
+ * "perf-sentinels": records read when a busy CPU is about to idle), each
+ * with a fresh daemon.  The tests assert properties -- how many
  * items overlapped, in which order they ran, which pool ran them -- and never
  * timings: an item that must still run while others start waits at a gate
  * (a file the test holds locked: "probe wait" blocks on it, "probe
@@ -67,6 +69,15 @@ static void start_with_detector(const char *detector) {
 
 static void setup_perf(void) {
         start_with_detector("perf");
+}
+
+static void setup_perf_sentinels(void) {
+        cmwqd_start(&d, (const char *const[]) { "--sleep-detector", "perf", "--idle-sentinels", NULL });
+        if (log_says("--idle-sentinels"))
+                return;
+        kill(d.pid, SIGKILL);
+        waitpid(d.pid, NULL, 0);
+        ck_abort_msg("cmwqd does not read perf records with sentinels here");
 }
 
 static void setup_proc(void) {
@@ -744,6 +755,7 @@ int main(void) {
 
         suite_add_tcase(s, tcase_for_detector("perf", setup_perf, teardown_perf));
         suite_add_tcase(s, tcase_for_detector("proc", setup_proc, teardown));
+        suite_add_tcase(s, tcase_for_detector("perf-sentinels", setup_perf_sentinels, teardown_perf));
 
         sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);

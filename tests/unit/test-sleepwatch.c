@@ -280,12 +280,31 @@ static void loop_for(struct event_base *base, uint64_t usec) {
         event_base_dispatch(base);
 }
 
+/* The "sentinels" case: the perf detector with SLEEPWATCH_SENTINELS, every
+ * CPU marked busy (as cmwqd's pools mark theirs while a block matters), so
+ * the same reports must come, from the sentinels and the fallback timer. */
+static bool with_sentinels;
+static struct sleepwatch *busy_sw;     /* with sentinels: every CPU marked busy */
+
+static void mark_cpus(struct sleepwatch *sw, bool busy) {
+        for (long cpu = 0; cpu < sysconf(_SC_NPROCESSORS_CONF); cpu++)
+                sleepwatch_cpu_busy(sw, (int) cpu, busy);
+}
+
+static void sentinels_on(void) {
+        with_sentinels = true;
+}
+
 /* NULL (after saying so) if perf is not allowed here. */
 static struct sleepwatch *new_sleepwatch(struct event_base *base, enum sleepwatch_mode mode) {
         struct sleepwatch *sw = NULL;
         int r;
 
-        r = sleepwatch_new(base, mode, &sw);
+        r = sleepwatch_new(base, mode, with_sentinels ? SLEEPWATCH_SENTINELS : 0, &sw);
+        if (r == 0 && with_sentinels) {
+                busy_sw = sw;
+                mark_cpus(sw, true);
+        }
         if (r == -EOPNOTSUPP && mode == SLEEPWATCH_PERF) {
                 fprintf(stderr, "perf_event_open() refused here, perf test skipped\n");
                 return NULL;
@@ -315,11 +334,16 @@ static int has_timer(const struct event_base *base, const struct event *ev, void
         return 0;
 }
 
-/* The daemon must not wake up when idle: no timer may be armed. */
+/* The daemon must not wake up when idle: no timer may be armed (with
+ * sentinels, once no CPU is busy any more). */
 static void assert_no_timer(struct event_base *base) {
         bool found = false;
 
+        if (busy_sw)
+                mark_cpus(busy_sw, false);
         event_base_foreach_event(base, has_timer, &found);
+        if (busy_sw)
+                mark_cpus(busy_sw, true);
         ck_assert(!found);
 }
 
@@ -821,6 +845,18 @@ int main(int argc, char *argv[]) {
         tcase_add_loop_test(tc, test_free_is_silent, SLEEPWATCH_PERF, SLEEPWATCH_PROC + 1);
         tcase_add_loop_test(tc, test_target_outlives_detector, SLEEPWATCH_PERF, SLEEPWATCH_PROC + 1);
         tcase_add_loop_test(tc, test_watch_invalid, SLEEPWATCH_PERF, SLEEPWATCH_PROC + 1);
+        suite_add_tcase(s, tc);
+
+        tc = tcase_create("sentinels");
+        tcase_set_timeout(tc, 120);
+        tcase_add_unchecked_fixture(tc, sentinels_on, NULL);
+        tcase_add_loop_test(tc, test_block_cycle, SLEEPWATCH_PERF, SLEEPWATCH_PERF + 1);
+        tcase_add_test(tc, test_forked_child_counts);
+        tcase_add_loop_test(tc, test_two_targets, SLEEPWATCH_PERF, SLEEPWATCH_PERF + 1);
+        tcase_add_test(tc, test_ring_overflow);
+        tcase_add_test(tc, test_thread_cpu_from_switch_records);
+        tcase_add_loop_test(tc, test_free_is_silent, SLEEPWATCH_PERF, SLEEPWATCH_PERF + 1);
+        tcase_add_loop_test(tc, test_target_outlives_detector, SLEEPWATCH_PERF, SLEEPWATCH_PERF + 1);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);

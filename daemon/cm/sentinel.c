@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Sentinels, see cm/sentinel.h.
+ *
+ * Each sentinel thread waits on its futex word while disarmed.  Armed, it
+ * is runnable at SCHED_IDLE: it runs when its CPU would idle, looks for
+ * news, kicks the loop and waits for the loop to have looked (a generation
+ * counter the loop moves), so that one block costs one kick.  The loop
+ * never waits for a sentinel.
+ */
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "base/log.h"
+#include "cm/sentinel.h"
+#include "util.h"
+
+/* Armed and nothing new: spin this long (a block may be a few
+ * instructions away), then sleep, doubling from the first to the last
+ * back-off.  The sleeps bound what an idle CPU whose work cannot start
+ * costs; a sentinel asleep misses nothing that matters for long, as the
+ * loop's own timer (cm/sleepwatch.c) reads the rings too. */
+#define SENTINEL_SPIN_NSEC (50 * 1000)
+#define SENTINEL_BACKOFF_MIN_NSEC (50 * 1000)
+#define SENTINEL_BACKOFF_MAX_NSEC (2 * 1000 * 1000)
+/* How long a sentinel that kicked waits for the loop before it looks again. */
+#define SENTINEL_LOOK_WAIT_NSEC (10 * 1000 * 1000)
+
+struct sentinel_slot {
+        struct sentinel *s;
+        size_t idx;
+        int cpu;
+        pthread_t thread;
+        bool started;
+        uint32_t armed;         /* futex word: 0 or 1; written by the loop */
+};
+
+struct sentinel {
+        struct sentinel_slot *slots;
+        size_t n;
+        sentinel_news_fn has_news;
+        sentinel_kick_fn kick;
+        void *userdata;
+        int kick_fd;
+        struct event *kick_ev;
+        uint32_t looked;        /* futex word: generations the loop has looked */
+        uint32_t waiting;       /* sentinels waiting on @looked */
+        uint32_t stop;
+};
+
+static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *timeout) {
+        return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
+}
+
+static uint64_t mono_nsec(void) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+}
+
+static bool sentinel_stopping(const struct sentinel *s) {
+        return __atomic_load_n(&s->stop, __ATOMIC_ACQUIRE);
+}
+
+static void sentinel_kick_loop(struct sentinel *s) {
+        uint32_t gen = __atomic_load_n(&s->looked, __ATOMIC_ACQUIRE);
+        struct timespec wait = { 0, SENTINEL_LOOK_WAIT_NSEC };
+        uint64_t one = 1;
+
+        __atomic_add_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST);
+        if (write(s->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+                /* Cannot happen with an eventfd; do not spin on it. */
+                __atomic_sub_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST);
+                nanosleep(&wait, NULL);
+                return;
+        }
+        (void) futex(&s->looked, FUTEX_WAIT_PRIVATE, gen, &wait);
+        __atomic_sub_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST);
+}
+
+static void *sentinel_main(void *userdata) {
+        struct sentinel_slot *slot = userdata;
+        struct sentinel *s = slot->s;
+        struct sched_param param = { .sched_priority = 0 };
+        uint64_t quiet_since = 0, backoff = 0;
+
+        if (sched_setscheduler(0, SCHED_IDLE, &param) < 0)
+                log_debug_errno(-errno, "sentinel: cannot go SCHED_IDLE on CPU %d: %m", slot->cpu);
+
+        while (!sentinel_stopping(s)) {
+                if (!__atomic_load_n(&slot->armed, __ATOMIC_ACQUIRE)) {
+                        quiet_since = backoff = 0;
+                        (void) futex(&slot->armed, FUTEX_WAIT_PRIVATE, 0, NULL);
+                        continue;
+                }
+                if (s->has_news(slot->idx, s->userdata)) {
+                        quiet_since = backoff = 0;
+                        sentinel_kick_loop(s);
+                        continue;
+                }
+                if (quiet_since == 0)
+                        quiet_since = mono_nsec();
+                else if (mono_nsec() - quiet_since >= SENTINEL_SPIN_NSEC) {
+                        struct timespec ts;
+
+                        backoff = backoff ? backoff * 2 : SENTINEL_BACKOFF_MIN_NSEC;
+                        if (backoff > SENTINEL_BACKOFF_MAX_NSEC)
+                                backoff = SENTINEL_BACKOFF_MAX_NSEC;
+                        ts = (struct timespec) { 0, (long) backoff };
+                        nanosleep(&ts, NULL);
+                        quiet_since = mono_nsec();
+                        continue;
+                }
+                __builtin_ia32_pause();
+        }
+        return NULL;
+}
+
+static void sentinel_kick_cb(evutil_socket_t fd, short what, void *userdata) {
+        struct sentinel *s = userdata;
+        uint64_t n;
+
+        (void) read(fd, &n, sizeof(n));
+        s->kick(s->userdata);
+        sentinel_looked(s);
+}
+
+void sentinel_looked(struct sentinel *s) {
+        if (!s)
+                return;
+        __atomic_add_fetch(&s->looked, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&s->waiting, __ATOMIC_SEQ_CST) > 0)
+                (void) futex(&s->looked, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL);
+}
+
+void sentinel_arm(struct sentinel *s, size_t idx, bool armed) {
+        struct sentinel_slot *slot;
+
+        if (!s || idx >= s->n)
+                return;
+        slot = &s->slots[idx];
+        if (__atomic_load_n(&slot->armed, __ATOMIC_RELAXED) == (uint32_t) armed)
+                return;
+        __atomic_store_n(&slot->armed, (uint32_t) armed, __ATOMIC_RELEASE);
+        if (armed)
+                (void) futex(&slot->armed, FUTEX_WAKE_PRIVATE, 1, NULL);
+}
+
+struct sentinel *sentinel_free(struct sentinel *s) {
+        if (!s)
+                return NULL;
+        __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
+        for (size_t i = 0; i < s->n; i++) {
+                struct sentinel_slot *slot = &s->slots[i];
+
+                if (!slot->started)
+                        continue;
+                __atomic_store_n(&slot->armed, 1, __ATOMIC_RELEASE);
+                (void) futex(&slot->armed, FUTEX_WAKE_PRIVATE, 1, NULL);
+        }
+        __atomic_add_fetch(&s->looked, 1, __ATOMIC_SEQ_CST);
+        (void) futex(&s->looked, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL);
+        for (size_t i = 0; i < s->n; i++)
+                if (s->slots[i].started)
+                        pthread_join(s->slots[i].thread, NULL);
+        if (s->kick_ev)
+                event_free(s->kick_ev);
+        if (s->kick_fd >= 0)
+                close(s->kick_fd);
+        free(s->slots);
+        free(s);
+        return NULL;
+}
+
+int sentinel_new(struct event_base *base, const int *cpus, size_t n, sentinel_news_fn has_news,
+                 sentinel_kick_fn kick, void *userdata, struct sentinel **ret) {
+        struct sentinel *s;
+        int r;
+
+        s = calloc(1, sizeof(*s));
+        if (!s)
+                return -ENOMEM;
+        s->kick_fd = -1;
+        s->has_news = has_news;
+        s->kick = kick;
+        s->userdata = userdata;
+        s->n = n;
+        s->slots = calloc(n, sizeof(*s->slots));
+        if (!s->slots) {
+                sentinel_free(s);
+                return -ENOMEM;
+        }
+        s->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (s->kick_fd < 0) {
+                r = -errno;
+                sentinel_free(s);
+                return r;
+        }
+        s->kick_ev = event_new(base, s->kick_fd, EV_READ | EV_PERSIST, sentinel_kick_cb, s);
+        if (!s->kick_ev || event_add(s->kick_ev, NULL) < 0) {
+                sentinel_free(s);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++) {
+                struct sentinel_slot *slot = &s->slots[i];
+                pthread_attr_t attr;
+                cpu_set_t set;
+
+                *slot = (struct sentinel_slot) { .s = s, .idx = i, .cpu = cpus[i] };
+                CPU_ZERO(&set);
+                CPU_SET(cpus[i], &set);
+                pthread_attr_init(&attr);
+                pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+                pthread_attr_setstacksize(&attr, 64 * 1024);
+                r = pthread_create(&slot->thread, &attr, sentinel_main, slot);
+                pthread_attr_destroy(&attr);
+                if (r != 0) {
+                        sentinel_free(s);
+                        return -r;
+                }
+                slot->started = true;
+        }
+        *ret = s;
+        return 0;
+}
