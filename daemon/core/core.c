@@ -125,6 +125,49 @@ struct pool *core_pool_for(struct core *c, int cpu, bool highpri) {
         return &c->cpu_pools[(size_t) cpu * 2 + highpri];
 }
 
+size_t core_nr_pools(const struct core *c) {
+        return (size_t) c->nr_cpus * 2 + ELEMENTSOF(c->unbound_pools);
+}
+
+/* The one place that knows the order: CPU pools, then unbound pools. */
+struct pool *core_pool_at(const struct core *c, size_t n) {
+        size_t nr_cpu_pools = (size_t) c->nr_cpus * 2;
+
+        if (n < nr_cpu_pools)
+                return &c->cpu_pools[n];
+        return (struct pool *) &c->unbound_pools[n - nr_cpu_pools];
+}
+
+static void core_pool_info_fill(const struct pool *p, struct core_pool_info *ret) {
+        *ret = (struct core_pool_info) {
+                .cpu = p->cpu,
+                .highpri = p->highpri,
+                .workers = p->nr_workers,
+                .running = p->nr_running,
+                .idle = p->nr_idle,
+                .busy = p->nr_workers - p->nr_idle,
+                .blocked = p->nr_blocked,
+                .callback_threads = p->nr_callback_threads,
+                .pending = p->nr_pending,
+                .callbacks = p->callbacks_returned,
+                .counters = p->counters,
+        };
+}
+
+int core_for_each_pool(const struct core *c, int (*fn)(const struct core_pool_info *p, void *userdata),
+                       void *userdata) {
+        for (size_t n = 0; n < core_nr_pools(c); n++) {
+                struct core_pool_info info;
+                int r;
+
+                core_pool_info_fill(core_pool_at(c, n), &info);
+                r = fn(&info, userdata);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_config *config,
              struct core **ret) {
         struct core *c;

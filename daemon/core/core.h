@@ -408,6 +408,32 @@ void core_conn_owner_release(struct core_conn_owner *o);
  * items have run (may free it at once). */
 void workqueue_orphan(struct workqueue *wq);
 
+/* Pools, as a front end sees them: a read-only view the core fills, that
+ * each transport only encodes (ipc/dispatch.c as protobuf, dbus/objects.c
+ * as D-Bus). */
+struct core_pool_info {
+        int cpu;                        /* -1: unbound */
+        bool highpri;
+        unsigned workers;
+        unsigned running;
+        unsigned idle;
+        unsigned busy;                  /* workers - idle */
+        unsigned blocked;
+        unsigned callback_threads;
+        uint64_t pending;
+        uint64_t callbacks;             /* callbacks its client threads returned */
+        struct pool_counters counters;  /* started, sleeps, wakes, cm_wakeups, contended */
+};
+
+/* How many pools the core has: two per CPU and two unbound. */
+size_t core_nr_pools(const struct core *c);
+/* Calls @fn with a view of each pool in the order the protocol lists them:
+ * the CPU pools (CPU 0 normal, CPU 0 highpri, CPU 1 ...), then the unbound
+ * pools (normal, highpri).  Stops at, and returns, the first negative
+ * return of @fn; 0 otherwise. */
+int core_for_each_pool(const struct core *c, int (*fn)(const struct core_pool_info *p, void *userdata),
+                       void *userdata);
+
 /* Workqueues */
 /* The queue @owner has under @name (exactly; see core/workqueue.c on names). */
 struct workqueue *core_find_workqueue(struct core *c, uid_t owner, const char *name);
@@ -477,6 +503,8 @@ void core_notify_workqueue_removed(struct workqueue *wq);
 void core_notify_workqueue_changed(struct workqueue *wq);
 void core_notify_item_finished(struct item *i);
 struct pool *core_pool_for(struct core *c, int cpu, bool highpri);
+/* The pool @n (< core_nr_pools()) in the order of core_for_each_pool(). */
+struct pool *core_pool_at(const struct core *c, size_t n);
 struct item *core_item_lookup(struct core *c, uint64_t id);
 void core_item_hash(struct core *c, struct item *i);
 void core_item_unhash(struct core *c, struct item *i);

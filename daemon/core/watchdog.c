@@ -184,10 +184,8 @@ static void watchdog_timer_fired(evutil_socket_t fd, short what, void *userdata)
         struct core *c = userdata;
         uint64_t now = now_usec(CLOCK_MONOTONIC), next = UINT64_MAX;
 
-        for (unsigned n = 0; n < c->nr_cpus * 2; n++)
-                watchdog_check_pool(c, &c->cpu_pools[n], now, &next);
-        for (int hp = 0; hp < 2; hp++)
-                watchdog_check_pool(c, &c->unbound_pools[hp], now, &next);
+        for (size_t n = 0; n < core_nr_pools(c); n++)
+                watchdog_check_pool(c, core_pool_at(c, n), now, &next);
         if (next != UINT64_MAX)
                 watchdog_arm(c, next - now);
 }

@@ -476,25 +476,23 @@ static int method_list_workqueues(sd_bus_message *m, void *userdata, sd_bus_erro
         return sd_bus_send(NULL, reply, NULL);
 }
 
+static int pool_info_append(const struct core_pool_info *p, void *userdata) {
+        return sd_bus_message_append(userdata, "(ibuuuutuuut)", (int32_t) p->cpu, (int) p->highpri,
+                                     (uint32_t) p->workers, (uint32_t) p->running, (uint32_t) p->idle,
+                                     (uint64_t) p->pending, (uint32_t) p->busy, (uint32_t) p->blocked,
+                                     (uint32_t) p->callback_threads, (uint64_t) p->callbacks);
+}
+
 static int method_list_pools(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct ipc_dbus *d = userdata;
-        struct core *core = d->core;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-        size_t total = (size_t) core->nr_cpus * 2 + 2;
         int r;
 
         r = sd_bus_message_new_method_return(m, &reply);
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "(ibuuuutuuut)");
-        for (size_t n = 0; r >= 0 && n < total; n++) {
-                const struct pool *p = n < total - 2 ? &core->cpu_pools[n] : &core->unbound_pools[n - (total - 2)];
-
-                r = sd_bus_message_append(reply, "(ibuuuutuuut)", (int32_t) p->cpu, (int) p->highpri,
-                                          (uint32_t) p->nr_workers, (uint32_t) p->nr_running, (uint32_t) p->nr_idle,
-                                          (uint64_t) p->nr_pending, (uint32_t) (p->nr_workers - p->nr_idle),
-                                          (uint32_t) p->nr_blocked, (uint32_t) p->nr_callback_threads,
-                                          (uint64_t) p->callbacks_returned);
-        }
+        if (r >= 0)
+                r = core_for_each_pool(d->core, pool_info_append, reply);
         if (r >= 0)
                 r = sd_bus_message_close_container(reply);
         if (r < 0)

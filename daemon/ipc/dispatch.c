@@ -552,46 +552,47 @@ static void stats_arrays_done(struct stats_arrays *a) {
         free(a->workqueues);
 }
 
+static int pool_info_encode(const struct core_pool_info *p, void *userdata) {
+        struct stats_arrays *a = userdata;
+        Cmwq__PoolInfo *pi = &a->pool_infos[a->n_pools];
+
+        cmwq__pool_info__init(pi);
+        pi->cpu = p->cpu;
+        pi->highpri = p->highpri;
+        pi->workers = p->workers;
+        pi->running = p->running;
+        pi->idle = p->idle;
+        pi->pending = p->pending;
+        pi->has_busy = true;
+        pi->busy = p->busy;
+        pi->has_blocked = true;
+        pi->blocked = p->blocked;
+        pi->has_callback_threads = true;
+        pi->callback_threads = p->callback_threads;
+        pi->has_callbacks = true;
+        pi->callbacks = p->callbacks;
+        pi->has_started = true;
+        pi->started = p->counters.started;
+        pi->has_sleeps = true;
+        pi->sleeps = p->counters.sleeps;
+        pi->has_wakes = true;
+        pi->wakes = p->counters.wakes;
+        pi->has_cm_wakeups = true;
+        pi->cm_wakeups = p->counters.cm_wakeups;
+        pi->has_contended = true;
+        pi->contended = p->counters.contended;
+        a->pools[a->n_pools++] = pi;
+        return 0;
+}
+
 static int fill_pools(const struct core *core, struct stats_arrays *a) {
-        size_t total = (size_t) core->nr_cpus * 2 + 2;
+        size_t total = core_nr_pools(core);
 
         a->pool_infos = calloc(total, sizeof(Cmwq__PoolInfo));
         a->pools = calloc(total, sizeof(Cmwq__PoolInfo *));
         if (!a->pool_infos || !a->pools)
                 return -ENOMEM;
-        for (size_t n = 0; n < total; n++) {
-                const struct pool *p = n < total - 2 ? &core->cpu_pools[n] : &core->unbound_pools[n - (total - 2)];
-                Cmwq__PoolInfo *pi = &a->pool_infos[n];
-
-                cmwq__pool_info__init(pi);
-                pi->cpu = p->cpu;
-                pi->highpri = p->highpri;
-                pi->workers = p->nr_workers;
-                pi->running = p->nr_running;
-                pi->idle = p->nr_idle;
-                pi->pending = p->nr_pending;
-                pi->has_busy = true;
-                pi->busy = p->nr_workers - p->nr_idle;
-                pi->has_blocked = true;
-                pi->blocked = p->nr_blocked;
-                pi->has_callback_threads = true;
-                pi->callback_threads = p->nr_callback_threads;
-                pi->has_callbacks = true;
-                pi->callbacks = p->callbacks_returned;
-                pi->has_started = true;
-                pi->started = p->counters.started;
-                pi->has_sleeps = true;
-                pi->sleeps = p->counters.sleeps;
-                pi->has_wakes = true;
-                pi->wakes = p->counters.wakes;
-                pi->has_cm_wakeups = true;
-                pi->cm_wakeups = p->counters.cm_wakeups;
-                pi->has_contended = true;
-                pi->contended = p->counters.contended;
-                a->pools[n] = pi;
-        }
-        a->n_pools = total;
-        return 0;
+        return core_for_each_pool(core, pool_info_encode, a);
 }
 
 static int fill_stats(const struct core *core, const struct core_caller *caller, struct stats_arrays *a) {
