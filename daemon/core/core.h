@@ -463,6 +463,20 @@ int core_workqueue_drain(struct core *c, const struct core_caller *caller, const
 int core_freeze(struct core *c, const struct core_caller *caller, const char *name,
                 uint64_t timeout_usec, struct core_waiter *w, struct core_error *e);
 int core_thaw(struct core *c, const struct core_caller *caller, const char *name, struct core_error *e);
+/* What holds a freeze: a running item of a frozen queue, or a client that
+ * may still run callbacks of one (struct callback_hold). */
+struct core_freeze_holder {
+        struct workqueue *wq;
+        const char *workqueue;          /* its name */
+        struct item *item;              /* the running item; NULL: a client's callbacks */
+        pid_t pid;                      /* the client's, when @item is NULL */
+};
+/* Calls @fn for every holder of the frozen queues, queue by queue, each
+ * queue's items first.  Stops at, and returns, the first negative return
+ * of @fn; 0 otherwise.  The socket, D-Bus and the freeze's own time-out
+ * all name the holders from here. */
+int core_freeze_holders(struct core *c, int (*fn)(const struct core_freeze_holder *h, void *userdata),
+                        void *userdata);
 uint64_t workqueue_nr_pending(const struct workqueue *wq);
 uint64_t workqueue_nr_running(const struct workqueue *wq);
 /* Items running now, in every workqueue. */
@@ -483,6 +497,43 @@ struct submit_args {
         const char *key;
         uint64_t timeout_usec;
 };
+
+/* An item, as a front end sees it: a read-only view the core fills, that
+ * each transport only encodes.  Its pointers borrow the item's own: valid
+ * until the core runs again. */
+struct core_item_info {
+        uint64_t id;
+        const char *workqueue;
+        enum item_state state;
+        uid_t uid;
+        char **argv;
+        const char *key;                /* NULL: none */
+        int cpu;                        /* requested CPU; -1: unbound queue */
+        unsigned requeues;
+        unsigned interruptions;
+        uint64_t queued_usec;           /* CLOCK_REALTIME */
+        uint64_t started_usec;          /* 0: never started */
+        uint64_t finished_usec;         /* 0: not finished */
+        /* Finished, or ran and was requeued: what follows is known. */
+        bool has_result;
+        /* Its process was seen to end: exit_status (signal 0) or signal
+         * says how (see item_has_exit()). */
+        bool has_exit;
+        int exit_status;
+        int signal;
+        uint64_t cpu_usec;
+        const char *out;
+        const char *err;
+        uint32_t out_len;
+        uint32_t err_len;
+        bool out_truncated;
+        bool err_truncated;
+        bool timed_out;
+        bool cpu_intensive;
+        char error[256];                /* why it could not run; "": it could */
+};
+
+void core_item_info(const struct item *i, struct core_item_info *ret);
 
 /* Queues an item.  With @wait, returns 1 and calls it back when the item has
  * ended (the waiter's item_id says which).  *ret_already_pending is set when

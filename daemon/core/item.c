@@ -40,6 +40,41 @@ const char *item_state_to_string(enum item_state s) {
         return (unsigned) s < ELEMENTSOF(names) ? names[s] : "unknown";
 }
 
+void core_item_info(const struct item *i, struct core_item_info *ret) {
+        const struct item_run *run = item_ran(i);
+
+        *ret = (struct core_item_info) {
+                .id = i->id,
+                .workqueue = i->wq_name,
+                .state = i->state,
+                .uid = i->uid,
+                .argv = i->argv,
+                .key = item_key_name(i),
+                .cpu = i->cpu,
+                .requeues = i->requeues,
+                .interruptions = i->interruptions,
+                .queued_usec = i->queued_usec,
+                .started_usec = run->started_usec,
+                .finished_usec = item_is_finished(i) ? i->finished_usec : 0,
+                .has_result = item_is_finished(i) || i->requeues > 0,
+                .has_exit = item_has_exit(i),
+                .exit_status = run->exit_status,
+                .signal = run->signal,
+                .cpu_usec = run->cpu_usec,
+                .out = run->out,
+                .err = run->err,
+                .out_len = run->out_len,
+                .err_len = run->err_len,
+                .out_truncated = i->out_truncated,
+                .err_truncated = i->err_truncated,
+                .timed_out = i->timed_out,
+                .cpu_intensive = i->cpu_intensive,
+        };
+        if (run->exec_errno)
+                snprintf(ret->error, sizeof(ret->error), "cannot run %s: %s", i->argv[0],
+                         exec_strerror(run->exec_errno));
+}
+
 const char *interrupt_policy_to_string(enum interrupt_policy p) {
         return p == INTERRUPT_RERUN ? "rerun" : "drop";
 }

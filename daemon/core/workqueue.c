@@ -692,9 +692,50 @@ static void core_arm_freeze_timer(struct core *c) {
         evtimer_add(c->freeze_timer, &tv);
 }
 
+int core_freeze_holders(struct core *c, int (*fn)(const struct core_freeze_holder *h, void *userdata),
+                        void *userdata) {
+        struct workqueue *wq;
+        int r;
+
+        list_for_each_entry(wq, &c->workqueues, entry) {
+                struct callback_hold *h;
+                struct item *i;
+
+                if (!wq->frozen)
+                        continue;
+                list_for_each_entry(i, &wq->items, wq_entry)
+                        if (i->state == ITEM_RUNNING) {
+                                r = fn(&(const struct core_freeze_holder) { .wq = wq, .workqueue = wq->name,
+                                                                            .item = i },
+                                       userdata);
+                                if (r < 0)
+                                        return r;
+                        }
+                list_for_each_entry(h, &wq->callback_holds, wq_entry) {
+                        r = fn(&(const struct core_freeze_holder) { .wq = wq, .workqueue = wq->name,
+                                                                    .pid = h->pid },
+                               userdata);
+                        if (r < 0)
+                                return r;
+                }
+        }
+        return 0;
+}
+
+static int freeze_holder_log(const struct core_freeze_holder *h, void *userdata) {
+        if (h->item)
+                log_item(LOG_WARNING, h->item,
+                         "Freeze timed out: item %" PRIu64 " of workqueue %s (%s) is still running", h->item->id,
+                         h->workqueue, h->item->argv[0]);
+        else
+                log_queue(LOG_WARNING, h->wq,
+                          "Freeze timed out: PID %d has not said that its callbacks of workqueue %s have returned",
+                          (int) h->pid, h->workqueue);
+        return 0;
+}
+
 static void core_freeze_timer_fired(evutil_socket_t fd, short what, void *userdata) {
         struct core *c = userdata;
-        struct workqueue *wq = NULL;
         struct core_waiter *w, *n;
         uint64_t now = now_usec(CLOCK_MONOTONIC);
         struct list_head expired = LIST_HEAD_INIT(expired);
@@ -707,23 +748,7 @@ static void core_freeze_timer_fired(evutil_socket_t fd, short what, void *userda
                 return;
         }
 
-        list_for_each_entry(wq, &c->workqueues, entry) {
-                struct item *i;
-
-                if (!wq->frozen)
-                        continue;
-                struct callback_hold *h;
-
-                list_for_each_entry(i, &wq->items, wq_entry)
-                        if (i->state == ITEM_RUNNING)
-                                log_item(LOG_WARNING, i,
-                                         "Freeze timed out: item %" PRIu64 " of workqueue %s (%s) is still running",
-                                         i->id, wq->name, i->argv[0]);
-                list_for_each_entry(h, &wq->callback_holds, wq_entry)
-                        log_queue(LOG_WARNING, wq,
-                                  "Freeze timed out: PID %d has not said that its callbacks of workqueue %s "
-                                  "have returned", (int) h->pid, wq->name);
-        }
+        (void) core_freeze_holders(c, freeze_holder_log, NULL);
         core_arm_freeze_timer(c);
         waiters_complete(&expired, -ETIMEDOUT);
 }

@@ -169,29 +169,36 @@ static void dbus_call_free(struct dbus_call *call) {
         free(call);
 }
 
+struct freeze_message {
+        char text[1024];
+        size_t len;
+};
+
+static int freeze_holder_describe(const struct core_freeze_holder *h, void *userdata) {
+        struct freeze_message *msg = userdata;
+
+        if (msg->len >= sizeof(msg->text))
+                return 0;
+        if (h->item) {
+                struct core_item_info v;
+
+                core_item_info(h->item, &v);
+                msg->len += (size_t) snprintf(msg->text + msg->len, sizeof(msg->text) - msg->len,
+                                              " item %" PRIu64 " (%s)", v.id, h->workqueue);
+        } else
+                msg->len += (size_t) snprintf(msg->text + msg->len, sizeof(msg->text) - msg->len,
+                                              " callbacks of PID %d (%s)", (int) h->pid, h->workqueue);
+        return 0;
+}
+
 /* A freeze that timed out: the error names the items that held it. */
 static int dbus_reply_freeze_timeout(struct ipc_dbus *d, sd_bus_message *m) {
-        char msg[1024];
-        size_t len;
-        struct workqueue *wq;
-        struct item *i;
+        struct freeze_message msg = {};
 
-        len = (size_t) snprintf(msg, sizeof(msg), "freeze timed out; still running, the queues stay frozen:");
-        list_for_each_entry(wq, &d->core->workqueues, entry) {
-                if (!wq->frozen)
-                        continue;
-                struct callback_hold *h;
-
-                list_for_each_entry(i, &wq->items, wq_entry)
-                        if (i->state == ITEM_RUNNING && len < sizeof(msg))
-                                len += (size_t) snprintf(msg + len, sizeof(msg) - len, " item %" PRIu64 " (%s)",
-                                                         i->id, wq->name);
-                list_for_each_entry(h, &wq->callback_holds, wq_entry)
-                        if (len < sizeof(msg))
-                                len += (size_t) snprintf(msg + len, sizeof(msg) - len, " callbacks of PID %d (%s)",
-                                                         (int) h->pid, wq->name);
-        }
-        return sd_bus_reply_method_errorf(m, errno_to_dbus_error(-ETIMEDOUT), "%s", msg);
+        msg.len = (size_t) snprintf(msg.text, sizeof(msg.text),
+                                    "freeze timed out; still running, the queues stay frozen:");
+        (void) core_freeze_holders(d->core, freeze_holder_describe, &msg);
+        return sd_bus_reply_method_errorf(m, errno_to_dbus_error(-ETIMEDOUT), "%s", msg.text);
 }
 
 static int dbus_call_reply(struct dbus_call *call, int r) {
@@ -306,15 +313,17 @@ static int on_name_owner_changed(sd_bus_message *m, void *userdata, sd_bus_error
 
 typedef int (*dbus_signal_body_fn)(sd_bus_message *m, void *userdata);
 
-static bool dbus_sender_may_see(const struct dbus_sender *s, const struct workqueue *wq, const struct item *i) {
+static bool dbus_sender_may_see(const struct dbus_sender *s, const struct workqueue *wq,
+                                const struct core_item_info *i) {
         if (i)
                 return i->uid == s->caller.uid || caller_is_privileged(&s->caller);
         return workqueue_visible_to(wq, &s->caller);
 }
 
 /* Sends the signal to each subscriber that may see @wq (@i, if given). */
-static void dbus_signal_send(struct ipc_dbus *d, const struct workqueue *wq, const struct item *i, const char *path,
-                             const char *interface, const char *member, dbus_signal_body_fn body, void *userdata) {
+static void dbus_signal_send(struct ipc_dbus *d, const struct workqueue *wq, const struct core_item_info *i,
+                             const char *path, const char *interface, const char *member, dbus_signal_body_fn body,
+                             void *userdata) {
         struct dbus_sender *s;
         bool sent = false;
 
@@ -506,21 +515,23 @@ static void observe_workqueue_removed(struct core_observer *o, struct workqueue 
 }
 
 static int body_item_finished(sd_bus_message *m, void *userdata) {
-        const struct item *i = userdata;
-        int exited = item_has_exit(i) && !item_ran(i)->signal;
+        const struct core_item_info *i = userdata;
+        int exited = i->has_exit && !i->signal;
 
         /* -1 where the protocol leaves the field out: no exit status when
          * killed, never started or interrupted, no signal when it exited. */
-        return sd_bus_message_append(m, "tssiiu", i->id, i->wq_name, item_state_to_string(i->state),
-                                     exited ? item_ran(i)->exit_status : -1, item_has_exit(i) && item_ran(i)->signal ? item_ran(i)->signal : -1,
+        return sd_bus_message_append(m, "tssiiu", i->id, i->workqueue, item_state_to_string(i->state),
+                                     exited ? i->exit_status : -1, i->has_exit && i->signal ? i->signal : -1,
                                      (uint32_t) i->uid);
 }
 
-static void observe_item_finished(struct core_observer *o, struct item *i) {
+static void observe_item_finished(struct core_observer *o, struct item *item) {
         struct ipc_dbus *d = container_of(o, struct ipc_dbus, observer);
+        struct core_item_info i;
 
-        dbus_signal_send(d, NULL, i, CMWQ_DBUS_PATH, CMWQ_DBUS_MANAGER_INTERFACE, "ItemFinished", body_item_finished,
-                         i);
+        core_item_info(item, &i);
+        dbus_signal_send(d, NULL, &i, CMWQ_DBUS_PATH, CMWQ_DBUS_MANAGER_INTERFACE, "ItemFinished",
+                         body_item_finished, &i);
 }
 
 /* ---- the connection -------------------------------------------------------- */

@@ -77,15 +77,17 @@ static int append_bytes(sd_bus_message *m, const char *key, const void *data, si
 
 /* An item as a{sv}: the fields of the protocol's ItemInfo, present when
  * they are there. */
-int ipc_dbus_append_item(sd_bus_message *m, const struct item *i) {
+int ipc_dbus_append_item(sd_bus_message *m, const struct item *item) {
+        struct core_item_info v, *i = &v;
         int r;
 
+        core_item_info(item, &v);
         r = sd_bus_message_open_container(m, 'a', "{sv}");
         if (r < 0)
                 return r;
         r = append_entry(m, "Id", "t", i->id);
         if (r >= 0)
-                r = append_entry(m, "Workqueue", "s", i->wq_name);
+                r = append_entry(m, "Workqueue", "s", i->workqueue);
         if (r >= 0)
                 r = append_entry(m, "State", "s", item_state_to_string(i->state));
         if (r >= 0)
@@ -103,28 +105,28 @@ int ipc_dbus_append_item(sd_bus_message *m, const struct item *i) {
                 if (r >= 0)
                         r = sd_bus_message_close_container(m);
         }
-        if (r >= 0 && item_key_name(i))
-                r = append_entry(m, "Key", "s", item_key_name(i));
+        if (r >= 0 && i->key)
+                r = append_entry(m, "Key", "s", i->key);
         if (r >= 0)
                 r = append_entry(m, "CPU", "i", (int32_t) i->cpu);
         if (r >= 0)
                 r = append_entry(m, "Requeues", "u", (uint32_t) i->requeues);
         if (r >= 0)
                 r = append_entry(m, "QueuedUSec", "t", i->queued_usec);
-        if (r >= 0 && item_ran(i)->started_usec)
-                r = append_entry(m, "StartedUSec", "t", item_ran(i)->started_usec);
-        if (r >= 0 && item_is_finished(i) && i->finished_usec)
+        if (r >= 0 && i->started_usec)
+                r = append_entry(m, "StartedUSec", "t", i->started_usec);
+        if (r >= 0 && i->finished_usec)
                 r = append_entry(m, "FinishedUSec", "t", i->finished_usec);
-        if (r >= 0 && (item_is_finished(i) || i->requeues > 0)) {
-                if (item_has_exit(i))
-                        r = item_ran(i)->signal ? append_entry(m, "Signal", "i", (int32_t) item_ran(i)->signal)
-                                      : append_entry(m, "ExitStatus", "i", (int32_t) item_ran(i)->exit_status);
+        if (r >= 0 && i->has_result) {
+                if (i->has_exit)
+                        r = i->signal ? append_entry(m, "Signal", "i", (int32_t) i->signal)
+                                      : append_entry(m, "ExitStatus", "i", (int32_t) i->exit_status);
                 if (r >= 0)
-                        r = append_entry(m, "CPUUSec", "t", item_ran(i)->cpu_usec);
+                        r = append_entry(m, "CPUUSec", "t", i->cpu_usec);
                 if (r >= 0)
-                        r = append_bytes(m, "Stdout", item_ran(i)->out, item_ran(i)->out_len);
+                        r = append_bytes(m, "Stdout", i->out, i->out_len);
                 if (r >= 0)
-                        r = append_bytes(m, "Stderr", item_ran(i)->err, item_ran(i)->err_len);
+                        r = append_bytes(m, "Stderr", i->err, i->err_len);
                 if (r >= 0)
                         r = append_entry(m, "StdoutTruncated", "b", (int) i->out_truncated);
                 if (r >= 0)
@@ -134,12 +136,8 @@ int ipc_dbus_append_item(sd_bus_message *m, const struct item *i) {
                 if (r >= 0)
                         r = append_entry(m, "CPUIntensive", "b", (int) i->cpu_intensive);
         }
-        if (r >= 0 && item_ran(i)->exec_errno) {
-                char buf[256];
-
-                snprintf(buf, sizeof(buf), "cannot run %s: %s", i->argv[0], exec_strerror(item_ran(i)->exec_errno));
-                r = append_entry(m, "Error", "s", buf);
-        }
+        if (r >= 0 && i->error[0])
+                r = append_entry(m, "Error", "s", i->error);
         if (r >= 0)
                 r = sd_bus_message_close_container(m);
         return r;

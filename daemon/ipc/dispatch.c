@@ -58,74 +58,73 @@ static void send_done(struct ipc_client *c, uint64_t id) {
         send_done_as(c, id, false);
 }
 
-/* Fills @info from @i; @errbuf holds the failure text. */
-static void item_info_fill(Cmwq__ItemInfo *info, const struct item *i, char *errbuf, size_t errlen) {
+/* Encodes the view @v as @info (which borrows its strings). */
+static void item_info_encode(Cmwq__ItemInfo *info, const struct core_item_info *v) {
         cmwq__item_info__init(info);
-        info->id = i->id;
-        info->workqueue = (char *) i->wq_name;
-        info->state = (Cmwq__ItemState) i->state;
+        info->id = v->id;
+        info->workqueue = (char *) v->workqueue;
+        info->state = (Cmwq__ItemState) v->state;
         info->has_uid = true;
-        info->uid = i->uid;
-        info->n_argv = strv_length(i->argv);
-        info->argv = i->argv;
+        info->uid = v->uid;
+        info->n_argv = strv_length(v->argv);
+        info->argv = v->argv;
         info->has_cpu = true;
-        info->cpu = i->cpu;
-        info->has_requeues = i->requeues > 0;
-        info->requeues = i->requeues;
-        info->has_interruptions = i->interruptions > 0;
-        info->interruptions = i->interruptions;
+        info->cpu = v->cpu;
+        info->has_requeues = v->requeues > 0;
+        info->requeues = v->requeues;
+        info->has_interruptions = v->interruptions > 0;
+        info->interruptions = v->interruptions;
         info->has_queued_usec = true;
-        info->queued_usec = i->queued_usec;
-        info->key = (char *) item_key_name(i);
-        if (item_ran(i)->started_usec) {
+        info->queued_usec = v->queued_usec;
+        info->key = (char *) v->key;
+        if (v->started_usec) {
                 info->has_started_usec = true;
-                info->started_usec = item_ran(i)->started_usec;
+                info->started_usec = v->started_usec;
         }
-        if (item_is_finished(i) || i->requeues > 0) {
-                if (item_has_exit(i)) {
-                        if (item_ran(i)->signal) {
+        if (v->has_result) {
+                if (v->has_exit) {
+                        if (v->signal) {
                                 info->has_signal = true;
-                                info->signal = item_ran(i)->signal;
+                                info->signal = v->signal;
                         } else {
                                 info->has_exit_status = true;
-                                info->exit_status = item_ran(i)->exit_status;
+                                info->exit_status = v->exit_status;
                         }
                 }
                 info->has_cpu_usec = true;
-                info->cpu_usec = item_ran(i)->cpu_usec;
+                info->cpu_usec = v->cpu_usec;
                 info->has_stdout_data = true;
-                info->stdout_data = (ProtobufCBinaryData) { item_ran(i)->out_len, (uint8_t *) item_ran(i)->out };
+                info->stdout_data = (ProtobufCBinaryData) { v->out_len, (uint8_t *) v->out };
                 info->has_stderr_data = true;
-                info->stderr_data = (ProtobufCBinaryData) { item_ran(i)->err_len, (uint8_t *) item_ran(i)->err };
+                info->stderr_data = (ProtobufCBinaryData) { v->err_len, (uint8_t *) v->err };
                 info->has_stdout_truncated = true;
-                info->stdout_truncated = i->out_truncated;
+                info->stdout_truncated = v->out_truncated;
                 info->has_stderr_truncated = true;
-                info->stderr_truncated = i->err_truncated;
+                info->stderr_truncated = v->err_truncated;
                 info->has_timed_out = true;
-                info->timed_out = i->timed_out;
+                info->timed_out = v->timed_out;
                 info->has_cpu_intensive = true;
-                info->cpu_intensive = i->cpu_intensive;
+                info->cpu_intensive = v->cpu_intensive;
         }
-        if (item_is_finished(i) && i->finished_usec) {
+        if (v->finished_usec) {
                 info->has_finished_usec = true;
-                info->finished_usec = i->finished_usec;
+                info->finished_usec = v->finished_usec;
         }
-        if (item_ran(i)->exec_errno) {
-                snprintf(errbuf, errlen, "cannot run %s: %s", i->argv[0], exec_strerror(item_ran(i)->exec_errno));
-                info->error = errbuf;
-        }
+        if (v->error[0])
+                info->error = (char *) v->error;
 }
 
 static void send_item(struct ipc_client *c, uint64_t id, const struct item *i, bool as_submit) {
         Cmwq__Response resp = CMWQ__RESPONSE__INIT;
         Cmwq__SubmitReply submit = CMWQ__SUBMIT_REPLY__INIT;
+        struct core_item_info v;
         Cmwq__ItemInfo info;
-        char errbuf[256];
 
-        item_info_fill(&info, i, errbuf, sizeof(errbuf));
+        core_item_info(i, &v);
+        item_info_encode(&info, &v);
         resp.id = id;
         if (as_submit) {
-                submit.id = i->id;
+                submit.id = v.id;
                 submit.item = &info;
                 resp.body_case = CMWQ__RESPONSE__BODY_SUBMIT;
                 resp.submit = &submit;
@@ -137,59 +136,70 @@ static void send_item(struct ipc_client *c, uint64_t id, const struct item *i, b
         (void) ipc_client_send(c, &resp);
 }
 
+/* The holders of a freeze, counted (@views NULL), then encoded. */
+struct freeze_holders {
+        struct core_item_info *views;
+        Cmwq__ItemInfo *infos;
+        Cmwq__ItemInfo **ptrs;
+        size_t n, total;
+        Cmwq__CallbackHolder *holders;
+        Cmwq__CallbackHolder **holder_ptrs;
+        size_t nh, total_holds;
+};
+
+static int freeze_holder_encode(const struct core_freeze_holder *h, void *userdata) {
+        struct freeze_holders *f = userdata;
+
+        if (!f->views) {
+                (void) (h->item ? f->total++ : f->total_holds++);
+                return 0;
+        }
+        if (h->item && f->n < f->total) {
+                core_item_info(h->item, &f->views[f->n]);
+                item_info_encode(&f->infos[f->n], &f->views[f->n]);
+                f->ptrs[f->n] = &f->infos[f->n];
+                f->n++;
+        } else if (!h->item && f->nh < f->total_holds) {
+                cmwq__callback_holder__init(&f->holders[f->nh]);
+                f->holders[f->nh].pid = (uint32_t) h->pid;
+                f->holders[f->nh].workqueue = (char *) h->workqueue;
+                f->holder_ptrs[f->nh] = &f->holders[f->nh];
+                f->nh++;
+        }
+        return 0;
+}
+
+static void freeze_holders_done(struct freeze_holders *f) {
+        free(f->views);
+        free(f->infos);
+        free(f->ptrs);
+        free(f->holders);
+        free(f->holder_ptrs);
+}
+
 /* A freeze that timed out: the reply names the items that held it (the
  * queues stay frozen). */
 static void send_freeze_holders(struct ipc_client *c, uint64_t id) {
         struct core *core = client_core(c);
         Cmwq__Response resp = CMWQ__RESPONSE__INIT;
         Cmwq__FreezeReply reply = CMWQ__FREEZE_REPLY__INIT;
-        _cleanup_(freep) Cmwq__ItemInfo *infos = NULL;
-        _cleanup_(freep) Cmwq__ItemInfo **ptrs = NULL;
-        _cleanup_(freep) char *errbufs = NULL;
-        _cleanup_(freep) Cmwq__CallbackHolder *holders = NULL;
-        _cleanup_(freep) Cmwq__CallbackHolder **holder_ptrs = NULL;
-        struct callback_hold *h;
-        struct workqueue *wq;
-        struct item *i;
-        size_t n = 0, total = 0, nh = 0, total_holds = 0;
+        _cleanup_(freeze_holders_done) struct freeze_holders f = {};
 
-        list_for_each_entry(wq, &core->workqueues, entry)
-                if (wq->frozen) {
-                        total += workqueue_nr_running(wq);
-                        list_for_each_entry(h, &wq->callback_holds, wq_entry)
-                                total_holds++;
-                }
-        infos = calloc(total ? total : 1, sizeof(*infos));
-        ptrs = calloc(total ? total : 1, sizeof(*ptrs));
-        errbufs = calloc(total ? total : 1, 256);
-        holders = calloc(total_holds ? total_holds : 1, sizeof(*holders));
-        holder_ptrs = calloc(total_holds ? total_holds : 1, sizeof(*holder_ptrs));
-        if (!infos || !ptrs || !errbufs || !holders || !holder_ptrs) {
+        (void) core_freeze_holders(core, freeze_holder_encode, &f);
+        f.views = calloc(f.total ? f.total : 1, sizeof(*f.views));
+        f.infos = calloc(f.total ? f.total : 1, sizeof(*f.infos));
+        f.ptrs = calloc(f.total ? f.total : 1, sizeof(*f.ptrs));
+        f.holders = calloc(f.total_holds ? f.total_holds : 1, sizeof(*f.holders));
+        f.holder_ptrs = calloc(f.total_holds ? f.total_holds : 1, sizeof(*f.holder_ptrs));
+        if (!f.views || !f.infos || !f.ptrs || !f.holders || !f.holder_ptrs) {
                 ipc_client_send_error(c, id, -ENOMEM, "out of memory", false);
                 return;
         }
-        list_for_each_entry(wq, &core->workqueues, entry) {
-                if (!wq->frozen)
-                        continue;
-                list_for_each_entry(i, &wq->items, wq_entry)
-                        if (i->state == ITEM_RUNNING && n < total) {
-                                item_info_fill(&infos[n], i, errbufs + n * 256, 256);
-                                ptrs[n] = &infos[n];
-                                n++;
-                        }
-                list_for_each_entry(h, &wq->callback_holds, wq_entry)
-                        if (nh < total_holds) {
-                                cmwq__callback_holder__init(&holders[nh]);
-                                holders[nh].pid = (uint32_t) h->pid;
-                                holders[nh].workqueue = wq->name;
-                                holder_ptrs[nh] = &holders[nh];
-                                nh++;
-                        }
-        }
-        reply.n_holding = n;
-        reply.holding = ptrs;
-        reply.n_callbacks = nh;
-        reply.callbacks = holder_ptrs;
+        (void) core_freeze_holders(core, freeze_holder_encode, &f);
+        reply.n_holding = f.n;
+        reply.holding = f.ptrs;
+        reply.n_callbacks = f.nh;
+        reply.callbacks = f.holder_ptrs;
         resp.id = id;
         resp.message = (char *) "freeze timed out: these items (or clients' callbacks) were still running; "
                                 "the queues stay frozen";
