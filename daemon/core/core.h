@@ -435,6 +435,42 @@ int core_for_each_pool(const struct core *c, int (*fn)(const struct core_pool_in
                        void *userdata);
 
 /* Workqueues */
+/* A workqueue, as a front end sees it: a read-only view the core fills,
+ * that each transport only encodes (the socket's List and Stats, D-Bus's
+ * ListWorkqueues, GetStatistics and the Workqueue object's properties).
+ * @name borrows the queue's: valid until the core runs again. */
+struct core_workqueue_info {
+        const char *name;
+        unsigned flags;
+        unsigned max_active;            /* effective: 1 for ORDERED */
+        uid_t owner;
+        bool builtin;
+        bool frozen;
+        bool draining;
+        enum interrupt_policy on_interrupt;
+        bool connection_owned;
+        bool owner_gone;                /* connection-owned, and the connection has ended */
+        pid_t owner_pid;                /* connection-owned: the connection's */
+        uint64_t pending;
+        uint64_t running;
+        uint64_t in_flight;             /* every unfinished item (incl. delayed) */
+        struct workqueue_stats stats;
+};
+
+void core_workqueue_info(const struct workqueue *wq, struct core_workqueue_info *ret);
+/* The name that names @wq for @caller: the bare name for a built-in queue
+ * or one of the caller's own, "UID/NAME" otherwise; with @caller NULL, the
+ * name that names it for anyone (bare only for a built-in queue). */
+void core_workqueue_name_for(const struct core_workqueue_info *wq, const struct core_caller *caller, char *buf,
+                             size_t size);
+#define CORE_WORKQUEUE_NAME_MAX (WQ_NAME_MAX + 16)      /* "UID/NAME" */
+size_t core_nr_workqueues(const struct core *c);
+/* Calls @fn with each queue @caller may see (NULL: every queue), oldest
+ * first, and its view.  Stops at, and returns, the first non-zero return
+ * of @fn; 0 otherwise. */
+int core_for_each_workqueue(struct core *c, const struct core_caller *caller,
+                            int (*fn)(struct workqueue *wq, const struct core_workqueue_info *info, void *userdata),
+                            void *userdata);
 /* The queue @owner has under @name (exactly; see core/workqueue.c on names). */
 struct workqueue *core_find_workqueue(struct core *c, uid_t owner, const char *name);
 /* The queue @caller means by @name: -ENOENT when it has none it may see. */

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,57 @@ static struct workqueue *find_builtin(struct core *c, const char *name) {
 
 bool workqueue_visible_to(const struct workqueue *wq, const struct core_caller *caller) {
         return wq->builtin || wq->owner == caller->uid || caller_is_privileged(caller);
+}
+
+void core_workqueue_info(const struct workqueue *wq, struct core_workqueue_info *ret) {
+        *ret = (struct core_workqueue_info) {
+                .name = wq->name,
+                .flags = wq->flags,
+                .max_active = wq->max_active,
+                .owner = wq->owner,
+                .builtin = wq->builtin,
+                .frozen = wq->frozen,
+                .draining = wq->draining,
+                .on_interrupt = wq->on_interrupt,
+                .connection_owned = wq->connection_owned,
+                .owner_gone = wq->connection_owned && !wq->owner_conn,
+                .owner_pid = wq->owner_pid,
+                .pending = workqueue_nr_pending(wq),
+                .running = workqueue_nr_running(wq),
+                .in_flight = wq->nr_items,
+                .stats = wq->stats,
+        };
+}
+
+void core_workqueue_name_for(const struct core_workqueue_info *wq, const struct core_caller *caller, char *buf,
+                             size_t size) {
+        if (wq->builtin || (caller && wq->owner == caller->uid))
+                snprintf(buf, size, "%s", wq->name);
+        else
+                snprintf(buf, size, "%u/%s", (unsigned) wq->owner, wq->name);
+}
+
+size_t core_nr_workqueues(const struct core *c) {
+        return list_count(&c->workqueues);
+}
+
+int core_for_each_workqueue(struct core *c, const struct core_caller *caller,
+                            int (*fn)(struct workqueue *wq, const struct core_workqueue_info *info, void *userdata),
+                            void *userdata) {
+        struct workqueue *wq;
+
+        list_for_each_entry(wq, &c->workqueues, entry) {
+                struct core_workqueue_info info;
+                int r;
+
+                if (caller && !workqueue_visible_to(wq, caller))
+                        continue;
+                core_workqueue_info(wq, &info);
+                r = fn(wq, &info, userdata);
+                if (r != 0)
+                        return r;
+        }
+        return 0;
 }
 
 static bool workqueue_owned_by(const struct workqueue *wq, const struct core_caller *caller) {

@@ -492,7 +492,11 @@ static void observe_workqueue_added(struct core_observer *o, struct workqueue *w
 
         w = dbus_workqueue_track(d, wq);
         if (!w) {
-                log_queue(LOG_WARNING, wq, "Out of memory: workqueue %s will not be announced on the bus", wq->name);
+                struct core_workqueue_info info;
+
+                core_workqueue_info(wq, &info);
+                log_queue(LOG_WARNING, &info, "Out of memory: workqueue %s will not be announced on the bus",
+                          info.name);
                 return;
         }
         if (ipc_dbus_workqueue_path(wq, &path) < 0)
@@ -716,9 +720,12 @@ static void on_bus_disconnected(void *userdata) {
                 event_active(d->reconnect, EV_TIMEOUT, 0);
 }
 
+static int workqueue_track(struct workqueue *wq, const struct core_workqueue_info *info, void *userdata) {
+        return dbus_workqueue_track(userdata, wq) ? 0 : -ENOMEM;
+}
+
 int ipc_dbus_new(struct event_base *base, struct core *core, bool user_mode, struct ipc_dbus **ret) {
         struct ipc_dbus *d;
-        struct workqueue *wq;
         int r;
 
         d = calloc(1, sizeof(*d));
@@ -749,11 +756,9 @@ int ipc_dbus_new(struct event_base *base, struct core *core, bool user_mode, str
                 r = -ENOMEM;
                 goto fail;
         }
-        list_for_each_entry(wq, &core->workqueues, entry)
-                if (!dbus_workqueue_track(d, wq)) {
-                        r = -ENOMEM;
-                        goto fail;
-                }
+        r = core_for_each_workqueue(core, NULL, workqueue_track, d);
+        if (r < 0)
+                goto fail;
 
         r = dbus_connect(d, false);
         if (r < 0)

@@ -22,17 +22,24 @@
 /* Workqueue names are per user (core/workqueue.c): an object is named by what
  * names its queue exactly, "UID/NAME", or the bare name of a built-in. */
 static void workqueue_exact_name(const struct workqueue *wq, char *buf, size_t size) {
-        if (wq->builtin)
-                snprintf(buf, size, "%s", wq->name);
-        else
-                snprintf(buf, size, "%u/%s", (unsigned) wq->owner, wq->name);
+        struct core_workqueue_info info;
+
+        core_workqueue_info(wq, &info);
+        core_workqueue_name_for(&info, NULL, buf, size);
+}
+
+static int workqueue_info_path(const struct core_workqueue_info *info, char **ret) {
+        char name[CORE_WORKQUEUE_NAME_MAX];
+
+        core_workqueue_name_for(info, NULL, name, sizeof(name));
+        return sd_bus_path_encode(CMWQ_DBUS_WORKQUEUE_PREFIX, name, ret);
 }
 
 int ipc_dbus_workqueue_path(const struct workqueue *wq, char **ret) {
-        char name[WQ_NAME_MAX + 16];
+        struct core_workqueue_info info;
 
-        workqueue_exact_name(wq, name, sizeof(name));
-        return sd_bus_path_encode(CMWQ_DBUS_WORKQUEUE_PREFIX, name, ret);
+        core_workqueue_info(wq, &info);
+        return workqueue_info_path(&info, ret);
 }
 
 /* ---- items ----------------------------------------------------------------- */
@@ -442,31 +449,31 @@ static int method_cancel_item(sd_bus_message *m, void *userdata, sd_bus_error *e
         return method_item_wait(m, userdata, error, true);
 }
 
+static int workqueue_list_append(struct workqueue *wq, const struct core_workqueue_info *v, void *userdata) {
+        _cleanup_(freep) char *path = NULL;
+        int r;
+
+        r = workqueue_info_path(v, &path);
+        if (r >= 0)
+                r = sd_bus_message_append(userdata, "(souuubbbttt)", v->name, path, (uint32_t) v->flags,
+                                          (uint32_t) v->max_active, (uint32_t) v->owner, (int) v->builtin,
+                                          (int) v->frozen, (int) v->draining, v->pending, v->running,
+                                          v->stats.pool.started);
+        return r < 0 ? r : 0;
+}
+
 static int method_list_workqueues(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct ipc_dbus *d = userdata;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         struct dbus_sender *s;
-        struct workqueue *wq;
         int r;
 
         GET_CALLER(d, m, s, error);
         r = sd_bus_message_new_method_return(m, &reply);
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "(souuubbbttt)");
-        list_for_each_entry(wq, &d->core->workqueues, entry) {
-                _cleanup_(freep) char *path = NULL;
-
-                if (r < 0)
-                        break;
-                if (!workqueue_visible_to(wq, &s->caller))
-                        continue;
-                r = ipc_dbus_workqueue_path(wq, &path);
-                if (r >= 0)
-                        r = sd_bus_message_append(reply, "(souuubbbttt)", wq->name, path, (uint32_t) wq->flags,
-                                                  (uint32_t) wq->max_active, (uint32_t) wq->owner, (int) wq->builtin,
-                                                  (int) wq->frozen, (int) wq->draining, workqueue_nr_pending(wq),
-                                                  workqueue_nr_running(wq), wq->stats.pool.started);
-        }
+        if (r >= 0)
+                r = core_for_each_workqueue(d->core, &s->caller, workqueue_list_append, reply);
         if (r >= 0)
                 r = sd_bus_message_close_container(reply);
         if (r < 0)
@@ -498,27 +505,28 @@ static int method_list_pools(sd_bus_message *m, void *userdata, sd_bus_error *er
         return sd_bus_send(NULL, reply, NULL);
 }
 
+static int workqueue_stats_append(struct workqueue *wq, const struct core_workqueue_info *v, void *userdata) {
+        int r;
+
+        r = sd_bus_message_append(userdata, "(stttttttttt)", v->name, v->stats.pool.started, v->in_flight,
+                                  v->stats.cpu_usec, v->stats.pool.cpu_intensive, v->stats.pool.cm_wakeups,
+                                  v->stats.pool.mayday, v->stats.pool.rescued, v->stats.requeued, v->stats.failed,
+                                  v->stats.timed_out);
+        return r < 0 ? r : 0;
+}
+
 static int method_get_statistics(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct ipc_dbus *d = userdata;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         struct dbus_sender *s;
-        struct workqueue *wq;
         int r;
 
         GET_CALLER(d, m, s, error);
         r = sd_bus_message_new_method_return(m, &reply);
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "(stttttttttt)");
-        list_for_each_entry(wq, &d->core->workqueues, entry) {
-                if (r < 0)
-                        break;
-                if (!workqueue_visible_to(wq, &s->caller))
-                        continue;
-                r = sd_bus_message_append(reply, "(stttttttttt)", wq->name, wq->stats.pool.started, wq->nr_items,
-                                          wq->stats.cpu_usec, wq->stats.pool.cpu_intensive,
-                                          wq->stats.pool.cm_wakeups, wq->stats.pool.mayday, wq->stats.pool.rescued,
-                                          wq->stats.requeued, wq->stats.failed, wq->stats.timed_out);
-        }
+        if (r >= 0)
+                r = core_for_each_workqueue(d->core, &s->caller, workqueue_stats_append, reply);
         if (r >= 0)
                 r = sd_bus_message_close_container(reply);
         if (r < 0)
@@ -617,42 +625,45 @@ const char *const ipc_dbus_workqueue_changing[] = {
 };
 static const char workqueue_changing_types[] = "ubbtttttttttttt";
 
-void ipc_dbus_workqueue_values(const struct workqueue *wq, uint64_t *v) {
+void ipc_dbus_workqueue_values(const struct workqueue *queue, uint64_t *v) {
+        struct core_workqueue_info q;
         size_t n = 0;
 
-        v[n++] = wq->max_active;
-        v[n++] = wq->frozen;
-        v[n++] = wq->draining;
-        v[n++] = workqueue_nr_pending(wq);
-        v[n++] = workqueue_nr_running(wq);
-        v[n++] = wq->stats.pool.started;
-        v[n++] = wq->nr_items;
-        v[n++] = wq->stats.cpu_usec;
-        v[n++] = wq->stats.pool.cpu_intensive;
-        v[n++] = wq->stats.pool.cm_wakeups;
-        v[n++] = wq->stats.pool.mayday;
-        v[n++] = wq->stats.pool.rescued;
-        v[n++] = wq->stats.requeued;
-        v[n++] = wq->stats.failed;
-        v[n++] = wq->stats.timed_out;
+        core_workqueue_info(queue, &q);
+        v[n++] = q.max_active;
+        v[n++] = q.frozen;
+        v[n++] = q.draining;
+        v[n++] = q.pending;
+        v[n++] = q.running;
+        v[n++] = q.stats.pool.started;
+        v[n++] = q.in_flight;
+        v[n++] = q.stats.cpu_usec;
+        v[n++] = q.stats.pool.cpu_intensive;
+        v[n++] = q.stats.pool.cm_wakeups;
+        v[n++] = q.stats.pool.mayday;
+        v[n++] = q.stats.pool.rescued;
+        v[n++] = q.stats.requeued;
+        v[n++] = q.stats.failed;
+        v[n++] = q.stats.timed_out;
 }
 
 static int property_workqueue(sd_bus *bus, const char *path, const char *interface, const char *property,
                               sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         struct dbus_workqueue *w = userdata;
-        const struct workqueue *wq = w->wq;
+        struct core_workqueue_info q;
         uint64_t v[ELEMENTSOF(w->announced)];
 
+        core_workqueue_info(w->wq, &q);
         if (strcmp(property, "Name") == 0)
-                return sd_bus_message_append(reply, "s", wq->name);
+                return sd_bus_message_append(reply, "s", q.name);
         if (strcmp(property, "Flags") == 0)
-                return sd_bus_message_append(reply, "u", (uint32_t) wq->flags);
+                return sd_bus_message_append(reply, "u", (uint32_t) q.flags);
         if (strcmp(property, "Owner") == 0)
-                return sd_bus_message_append(reply, "u", (uint32_t) wq->owner);
+                return sd_bus_message_append(reply, "u", (uint32_t) q.owner);
         if (strcmp(property, "Builtin") == 0)
-                return sd_bus_message_append(reply, "b", (int) wq->builtin);
+                return sd_bus_message_append(reply, "b", (int) q.builtin);
 
-        ipc_dbus_workqueue_values(wq, v);
+        ipc_dbus_workqueue_values(w->wq, v);
         for (size_t k = 0; ipc_dbus_workqueue_changing[k]; k++) {
                 if (strcmp(property, ipc_dbus_workqueue_changing[k]) != 0)
                         continue;
@@ -719,7 +730,7 @@ int ipc_dbus_append_workqueue_properties(sd_bus_message *m, struct dbus_workqueu
 
 static int wq_method_submit(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct dbus_workqueue *w = userdata;
-        char name[WQ_NAME_MAX + 16];
+        char name[CORE_WORKQUEUE_NAME_MAX];
 
         workqueue_exact_name(w->wq, name, sizeof(name));
         return submit(w->dbus, m, name, error);
@@ -727,7 +738,7 @@ static int wq_method_submit(sd_bus_message *m, void *userdata, sd_bus_error *err
 
 static int wq_method_flush(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct dbus_workqueue *w = userdata;
-        char name[WQ_NAME_MAX + 16];
+        char name[CORE_WORKQUEUE_NAME_MAX];
 
         workqueue_exact_name(w->wq, name, sizeof(name));
         return workqueue_wait(w->dbus, m, WAIT_FLUSH, name, 0, error);
@@ -735,7 +746,7 @@ static int wq_method_flush(sd_bus_message *m, void *userdata, sd_bus_error *erro
 
 static int wq_method_drain(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct dbus_workqueue *w = userdata;
-        char name[WQ_NAME_MAX + 16];
+        char name[CORE_WORKQUEUE_NAME_MAX];
 
         workqueue_exact_name(w->wq, name, sizeof(name));
         return workqueue_wait(w->dbus, m, WAIT_DRAIN, name, 0, error);
@@ -743,7 +754,7 @@ static int wq_method_drain(sd_bus_message *m, void *userdata, sd_bus_error *erro
 
 static int wq_method_destroy(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct dbus_workqueue *w = userdata;
-        char name[WQ_NAME_MAX + 16];
+        char name[CORE_WORKQUEUE_NAME_MAX];
 
         workqueue_exact_name(w->wq, name, sizeof(name));
         return workqueue_wait(w->dbus, m, WAIT_DESTROY, name, 0, error);
@@ -751,7 +762,7 @@ static int wq_method_destroy(sd_bus_message *m, void *userdata, sd_bus_error *er
 
 static int wq_method_freeze(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct dbus_workqueue *w = userdata;
-        char name[WQ_NAME_MAX + 16];
+        char name[CORE_WORKQUEUE_NAME_MAX];
         uint64_t timeout;
         int r;
 
@@ -764,7 +775,7 @@ static int wq_method_freeze(sd_bus_message *m, void *userdata, sd_bus_error *err
 
 static int wq_method_thaw(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct dbus_workqueue *w = userdata;
-        char name[WQ_NAME_MAX + 16];
+        char name[CORE_WORKQUEUE_NAME_MAX];
 
         workqueue_exact_name(w->wq, name, sizeof(name));
         return thaw(w->dbus, m, name, error);
@@ -772,7 +783,7 @@ static int wq_method_thaw(sd_bus_message *m, void *userdata, sd_bus_error *error
 
 static int wq_method_set_max_active(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct dbus_workqueue *w = userdata;
-        char name[WQ_NAME_MAX + 16];
+        char name[CORE_WORKQUEUE_NAME_MAX];
         uint32_t max_active;
         int r;
 
@@ -837,27 +848,36 @@ static bool workqueue_visible_to_current(struct ipc_dbus *d, sd_bus *bus, const 
         return workqueue_visible_to(wq, &s->caller);
 }
 
+struct workqueue_by_path {
+        const char *name;               /* exact, as in the path */
+        struct workqueue *found;
+};
+
+static int workqueue_match_path(struct workqueue *wq, const struct core_workqueue_info *v, void *userdata) {
+        struct workqueue_by_path *p = userdata;
+        char exact[CORE_WORKQUEUE_NAME_MAX];
+
+        core_workqueue_name_for(v, NULL, exact, sizeof(exact));
+        if (strcmp(exact, p->name) != 0)
+                return 0;
+        p->found = wq;
+        return 1;
+}
+
 static int find_workqueue(sd_bus *bus, const char *path, const char *interface, void *userdata, void **found,
                           sd_bus_error *error) {
         struct ipc_dbus *d = userdata;
         _cleanup_(freep) char *name = NULL;
-        struct dbus_workqueue *w;
-        struct workqueue *wq;
+        struct workqueue_by_path p = {};
+        struct dbus_workqueue *w = NULL;
         int r;
 
         r = sd_bus_path_decode(path, CMWQ_DBUS_WORKQUEUE_PREFIX, &name);
         if (r <= 0 || !name[0])
                 return 0;
-        w = NULL;
-        list_for_each_entry(wq, &d->core->workqueues, entry) {
-                char exact[WQ_NAME_MAX + 16];
-
-                workqueue_exact_name(wq, exact, sizeof(exact));
-                if (strcmp(exact, name) == 0) {
-                        w = ipc_dbus_workqueue_find(d, wq);
-                        break;
-                }
-        }
+        p.name = name;
+        if (core_for_each_workqueue(d->core, NULL, workqueue_match_path, &p) > 0)
+                w = ipc_dbus_workqueue_find(d, p.found);
         /* Another user's queue is not there for the caller, as on the socket. */
         if (!w || !workqueue_visible_to_current(d, bus, w->wq))
                 return 0;
@@ -865,26 +885,37 @@ static int find_workqueue(sd_bus *bus, const char *path, const char *interface, 
         return 1;
 }
 
+struct workqueue_nodes {
+        struct ipc_dbus *dbus;
+        sd_bus *bus;
+        char **nodes;
+        size_t n;
+};
+
+static int workqueue_node_add(struct workqueue *wq, const struct core_workqueue_info *v, void *userdata) {
+        struct workqueue_nodes *e = userdata;
+
+        if (!workqueue_visible_to_current(e->dbus, e->bus, wq))
+                return 0;
+        if (workqueue_info_path(v, &e->nodes[e->n]) < 0)
+                return -ENOMEM;
+        e->n++;
+        return 0;
+}
+
 static int enumerate_workqueues(sd_bus *bus, const char *path, void *userdata, char ***ret_nodes,
                                 sd_bus_error *error) {
         struct ipc_dbus *d = userdata;
-        struct workqueue *wq;
-        char **nodes;
-        size_t n = 0;
+        struct workqueue_nodes e = { .dbus = d, .bus = bus };
 
-        nodes = calloc(list_count(&d->core->workqueues) + 1, sizeof(char *));
-        if (!nodes)
+        e.nodes = calloc(core_nr_workqueues(d->core) + 1, sizeof(char *));
+        if (!e.nodes)
                 return -ENOMEM;
-        list_for_each_entry(wq, &d->core->workqueues, entry) {
-                if (!workqueue_visible_to_current(d, bus, wq))
-                        continue;
-                if (ipc_dbus_workqueue_path(wq, &nodes[n]) < 0) {
-                        strv_free(nodes);
-                        return -ENOMEM;
-                }
-                n++;
+        if (core_for_each_workqueue(d->core, NULL, workqueue_node_add, &e) < 0) {
+                strv_free(e.nodes);
+                return -ENOMEM;
         }
-        *ret_nodes = nodes;
+        *ret_nodes = e.nodes;
         return 0;
 }
 

@@ -416,60 +416,71 @@ static void dispatch_workqueue_wait(struct ipc_client *c, const Cmwq__Request *r
         ipc_call_settle(c, call, r, &e);
 }
 
+struct list_arrays {
+        Cmwq__WorkqueueInfo *infos;
+        Cmwq__WorkqueueInfo **ptrs;
+        size_t n;
+};
+
+static int workqueue_info_encode(struct workqueue *wq, const struct core_workqueue_info *v, void *userdata) {
+        struct list_arrays *a = userdata;
+        Cmwq__WorkqueueInfo *w = &a->infos[a->n];
+
+        cmwq__workqueue_info__init(w);
+        w->name = (char *) v->name;
+        w->flags = v->flags;
+        w->max_active = v->max_active;
+        w->has_owner_uid = true;
+        w->owner_uid = v->owner;
+        w->has_frozen = true;
+        w->frozen = v->frozen;
+        w->has_draining = true;
+        w->draining = v->draining;
+        w->has_pending = true;
+        w->pending = v->pending;
+        w->has_running = true;
+        w->running = v->running;
+        w->has_total = true;
+        w->total = v->stats.pool.started;
+        w->has_builtin = true;
+        w->builtin = v->builtin;
+        w->has_on_interrupt = true;
+        w->on_interrupt = (Cmwq__InterruptPolicy) v->on_interrupt;
+        if (v->connection_owned) {
+                w->has_owner_pid = true;
+                w->owner_pid = (uint32_t) v->owner_pid;
+                w->has_owner_gone = true;
+                w->owner_gone = v->owner_gone;
+        }
+        a->ptrs[a->n++] = w;
+        return 0;
+}
+
 static void dispatch_list(struct ipc_client *c, const Cmwq__Request *req) {
         struct core *core = client_core(c);
         Cmwq__Response resp = CMWQ__RESPONSE__INIT;
         Cmwq__ListReply list = CMWQ__LIST_REPLY__INIT;
-        _cleanup_(freep) Cmwq__WorkqueueInfo *infos = NULL;
-        _cleanup_(freep) Cmwq__WorkqueueInfo **ptrs = NULL;
-        struct workqueue *wq;
-        size_t n = 0, total = list_count(&core->workqueues);
+        size_t total = core_nr_workqueues(core);
+        struct list_arrays a = {
+                .infos = calloc(total ? total : 1, sizeof(*a.infos)),
+                .ptrs = calloc(total ? total : 1, sizeof(*a.ptrs)),
+        };
 
-        infos = calloc(total ? total : 1, sizeof(*infos));
-        ptrs = calloc(total ? total : 1, sizeof(*ptrs));
-        if (!infos || !ptrs) {
+        if (!a.infos || !a.ptrs) {
+                free(a.infos);
+                free(a.ptrs);
                 ipc_client_send_error(c, req->id, -ENOMEM, "out of memory", false);
                 return;
         }
-        list_for_each_entry(wq, &core->workqueues, entry) {
-                Cmwq__WorkqueueInfo *w = &infos[n];
-
-                if (!workqueue_visible_to(wq, &c->caller))
-                        continue;
-                cmwq__workqueue_info__init(w);
-                w->name = wq->name;
-                w->flags = wq->flags;
-                w->max_active = wq->max_active;
-                w->has_owner_uid = true;
-                w->owner_uid = wq->owner;
-                w->has_frozen = true;
-                w->frozen = wq->frozen;
-                w->has_draining = true;
-                w->draining = wq->draining;
-                w->has_pending = true;
-                w->pending = workqueue_nr_pending(wq);
-                w->has_running = true;
-                w->running = workqueue_nr_running(wq);
-                w->has_total = true;
-                w->total = wq->stats.pool.started;
-                w->has_builtin = true;
-                w->builtin = wq->builtin;
-                w->has_on_interrupt = true;
-                w->on_interrupt = (Cmwq__InterruptPolicy) wq->on_interrupt;
-                if (wq->connection_owned) {
-                        w->has_owner_pid = true;
-                        w->owner_pid = (uint32_t) wq->owner_pid;
-                        w->has_owner_gone = true;
-                        w->owner_gone = !wq->owner_conn;
-                }
-                ptrs[n++] = w;
-        }
-        list.n_workqueues = n;
-        list.workqueues = ptrs;
+        (void) core_for_each_workqueue(core, &c->caller, workqueue_info_encode, &a);
+        list.n_workqueues = a.n;
+        list.workqueues = a.ptrs;
         resp.id = req->id;
         resp.body_case = CMWQ__RESPONSE__BODY_LIST;
         resp.list = &list;
         (void) ipc_client_send(c, &resp);
+        free(a.infos);
+        free(a.ptrs);
 }
 
 /* At most this many items in an Items reply (proto/cmwq.proto, ItemsReply):
@@ -605,46 +616,45 @@ static int fill_pools(const struct core *core, struct stats_arrays *a) {
         return core_for_each_pool(core, pool_info_encode, a);
 }
 
-static int fill_stats(const struct core *core, const struct core_caller *caller, struct stats_arrays *a) {
-        size_t n = 0, total = list_count(&core->workqueues);
-        struct workqueue *wq;
+static int workqueue_stats_encode(struct workqueue *wq, const struct core_workqueue_info *v, void *userdata) {
+        struct stats_arrays *a = userdata;
+        Cmwq__WorkqueueStats *s = &a->wq_infos[a->n_workqueues];
+
+        cmwq__workqueue_stats__init(s);
+        s->name = (char *) v->name;
+        s->total = v->stats.pool.started;
+        s->in_flight = v->in_flight;
+        s->cpu_usec = v->stats.cpu_usec;
+        s->cpu_intensive = v->stats.pool.cpu_intensive;
+        s->cm_wakeups = v->stats.pool.cm_wakeups;
+        s->mayday = v->stats.pool.mayday;
+        s->rescued = v->stats.pool.rescued;
+        s->has_requeued = true;
+        s->requeued = v->stats.requeued;
+        s->has_failed = true;
+        s->failed = v->stats.failed;
+        s->has_timed_out = true;
+        s->timed_out = v->stats.timed_out;
+        s->has_watchdog = true;
+        s->watchdog = v->stats.watchdog;
+        s->has_completed = true;
+        s->completed = v->stats.completed;
+        s->has_flags = true;
+        s->flags = v->flags;
+        s->has_owner_uid = true;
+        s->owner_uid = v->owner;
+        a->workqueues[a->n_workqueues++] = s;
+        return 0;
+}
+
+static int fill_stats(struct core *core, const struct core_caller *caller, struct stats_arrays *a) {
+        size_t total = core_nr_workqueues(core);
 
         a->wq_infos = calloc(total ? total : 1, sizeof(Cmwq__WorkqueueStats));
         a->workqueues = calloc(total ? total : 1, sizeof(Cmwq__WorkqueueStats *));
         if (!a->wq_infos || !a->workqueues)
                 return -ENOMEM;
-        list_for_each_entry(wq, &core->workqueues, entry) {
-                Cmwq__WorkqueueStats *s = &a->wq_infos[n];
-
-                if (!workqueue_visible_to(wq, caller))
-                        continue;
-                cmwq__workqueue_stats__init(s);
-                s->name = wq->name;
-                s->total = wq->stats.pool.started;
-                s->in_flight = wq->nr_items;
-                s->cpu_usec = wq->stats.cpu_usec;
-                s->cpu_intensive = wq->stats.pool.cpu_intensive;
-                s->cm_wakeups = wq->stats.pool.cm_wakeups;
-                s->mayday = wq->stats.pool.mayday;
-                s->rescued = wq->stats.pool.rescued;
-                s->has_requeued = true;
-                s->requeued = wq->stats.requeued;
-                s->has_failed = true;
-                s->failed = wq->stats.failed;
-                s->has_timed_out = true;
-                s->timed_out = wq->stats.timed_out;
-                s->has_watchdog = true;
-                s->watchdog = wq->stats.watchdog;
-                s->has_completed = true;
-                s->completed = wq->stats.completed;
-                s->has_flags = true;
-                s->flags = wq->flags;
-                s->has_owner_uid = true;
-                s->owner_uid = wq->owner;
-                a->workqueues[n++] = s;
-        }
-        a->n_workqueues = n;
-        return 0;
+        return core_for_each_workqueue(core, caller, workqueue_stats_encode, a);
 }
 
 /* Pools, Stats, Snapshot: one handler, the reply differs. */
