@@ -527,10 +527,10 @@ int main(int argc, char **argv) {
 
         log_info("cmwqd %s listening on %s%s (%s instance, %u CPUs, sleep detector %s, state %s)", PACKAGE_VERSION,
                  ipc_server_path(server), ipc_server_socket_activated(server) ? " (socket from systemd)" : "",
-                 o.user_mode ? "user" : "system", core->nr_cpus, sleepwatch_mode_to_string(sleepwatch_get_mode(sw)),
-                 store ? store_path(store) : "not kept");
+                 o.user_mode ? "user" : "system", core_nr_cpus(core),
+                 sleepwatch_mode_to_string(sleepwatch_get_mode(sw)), store ? store_path(store) : "not kept");
         /* What "systemctl status cmwqd" shows under the unit's name. */
-        (void) sd_notifyf(false, "READY=1\nSTATUS=Serving %u CPUs on %s, sleep detector %s, %s", core->nr_cpus,
+        (void) sd_notifyf(false, "READY=1\nSTATUS=Serving %u CPUs on %s, sleep detector %s, %s", core_nr_cpus(core),
                           ipc_server_path(server), sleepwatch_mode_to_string(sleepwatch_get_mode(sw)),
                           cgroups ? "items in cgroups" : "items in process groups only");
 

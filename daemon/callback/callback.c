@@ -365,35 +365,39 @@ static void callback_pool_contended(struct pool *p, struct pool_work *work, void
 /* Tells @c that @wq was frozen or thawed, under the name it knows.  Until
  * it answers a freeze, @c holds it: its callbacks of @wq may still run. */
 static void callback_client_tell_freeze(struct callback_client *c, struct workqueue *wq) {
-        char name[WQ_NAME_MAX + 16];  /* UID/NAME */
+        char name[CORE_WORKQUEUE_NAME_MAX];
+        struct core_workqueue_info info;
         struct callback_hold *h = NULL;
         uint32_t seq = 0;
 
         /* Its answer could not come: its connection is ending. */
         if (c->is_broken || !workqueue_visible_to(wq, c->caller))
                 return;
-        if (wq->builtin || wq->owner == c->caller->uid)
-                snprintf(name, sizeof(name), "%s", wq->name);
-        else
-                snprintf(name, sizeof(name), "%u/%s", (unsigned) wq->owner, wq->name);
-        if (wq->frozen) {
+        core_workqueue_info(wq, &info);
+        core_workqueue_name_for(&info, c->caller, name, sizeof(name));
+        if (info.frozen) {
                 c->freeze_seq = (c->freeze_seq + 1) & CMWQ_SHM_SEQ_MASK;
                 if (c->freeze_seq == 0)
                         c->freeze_seq = 1;
                 seq = c->freeze_seq;
                 h = calloc(1, sizeof(*h));
                 if (h) {
-                        h->wq = wq;
                         h->pid = c->pid;
                         h->seq = seq;
-                        list_add_tail(&h->wq_entry, &wq->callback_holds);
                         list_add_tail(&h->owner_entry, &c->holds);
+                        workqueue_callback_hold_add(wq, h);
                 } else
-                        log_queue(LOG_WARNING, wq,
-                                  "Out of memory: the freeze of %s does not wait for PID %d's callbacks", wq->name,
+                        log_queue(LOG_WARNING, &info,
+                                  "Out of memory: the freeze of %s does not wait for PID %d's callbacks", info.name,
                                   (int) c->pid);
         }
-        c->freeze(name, wq->frozen, seq, c->userdata);
+        c->freeze(name, info.frozen, seq, c->userdata);
+}
+
+static int callback_client_tell_frozen(struct workqueue *wq, const struct core_workqueue_info *info, void *userdata) {
+        if (info->frozen)
+                callback_client_tell_freeze(userdata, wq);
+        return 0;
 }
 
 /* Whether notice @seq was sent no later than @acked (both modulo 2^24). */
@@ -410,8 +414,11 @@ static void callback_client_freeze_answered(struct callback_client *c, uint32_t 
 
         list_for_each_entry_safe(h, n, &c->holds, owner_entry)
                 if (freeze_seq_answered(h->seq, acked)) {
-                        log_queue(LOG_DEBUG, h->wq, "callback: PID %d has no callback of %s running any more",
-                                  (int) c->pid, h->wq->name);
+                        struct core_workqueue_info info;
+
+                        core_workqueue_info(h->wq, &info);
+                        log_queue(LOG_DEBUG, &info, "callback: PID %d has no callback of %s running any more",
+                                  (int) c->pid, info.name);
                         workqueue_callback_hold_free(h);
                         freed = true;
                 }
@@ -439,19 +446,11 @@ static void callback_switches_seen(void *userdata) {
                 (void) callback_shm_drain(c->shm);
 }
 
-static void callback_set_hooks(struct core *core, struct callback_registry *r) {
-        if (core->sleepwatch)
-                sleepwatch_set_batch_hook(core->sleepwatch, r ? callback_switches_seen : NULL, r);
-        core->freeze_changed = r ? callback_freeze_changed : NULL;
-        core->freeze_changed_userdata = r;
-        for (unsigned cpu = 0; cpu < core->nr_cpus; cpu++)
-                for (int hi = 0; hi < 2; hi++) {
-                        struct pool *p = &core->cpu_pools[cpu * 2 + hi];
-
-                        p->contended = r ? callback_pool_contended : NULL;
-                        p->contended_userdata = r;
-                }
-}
+static const struct core_callback_hooks callback_hooks = {
+        .freeze_changed = callback_freeze_changed,
+        .pool_contended = callback_pool_contended,
+        .switches_seen = callback_switches_seen,
+};
 
 int callback_registry_new(struct core *core, struct callback_registry **ret) {
         struct callback_registry *r = calloc(1, sizeof(*r));
@@ -460,7 +459,7 @@ int callback_registry_new(struct core *core, struct callback_registry **ret) {
                 return -ENOMEM;
         r->core = core;
         list_init(&r->clients);
-        callback_set_hooks(core, r);
+        core_set_callback_hooks(core, &callback_hooks, r);
         *ret = r;
         return 0;
 }
@@ -470,7 +469,7 @@ struct callback_registry *callback_registry_free(struct callback_registry *r) {
                 return NULL;
         while (!list_empty(&r->clients))
                 callback_client_free(list_first_entry(&r->clients, struct callback_client, entry));
-        callback_set_hooks(r->core, NULL);
+        core_set_callback_hooks(r->core, NULL, NULL);
         free(r);
         return NULL;
 }
@@ -515,7 +514,6 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
                         struct callback_client **ret, int *ret_memfd, int *ret_eventfd, struct core_error *e) {
         _cleanup_(closep) int owned_pidfd = pidfd;
         struct callback_client *c;
-        struct workqueue *wq;
         pid_t pid = caller->pid;
         int k;
 
@@ -524,7 +522,7 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
         c = calloc(1, sizeof(*c));
         if (!c)
                 return core_error_set(e, -ENOMEM, "out of memory");
-        k = callback_shm_new(r->core->base, pid, callback_shm_op, callback_shm_broken, c, &c->shm, ret_memfd,
+        k = callback_shm_new(core_event_base(r->core), pid, callback_shm_op, callback_shm_broken, c, &c->shm, ret_memfd,
                              ret_eventfd, e);
         if (k < 0) {
                 free(c);
@@ -541,9 +539,7 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
         list_init(&c->holds);
         list_add_tail(&c->entry, &r->clients);
         /* Before any grant: no callback of a frozen queue may start. */
-        list_for_each_entry(wq, &r->core->workqueues, entry)
-                if (wq->frozen)
-                        callback_client_tell_freeze(c, wq);
+        (void) core_for_each_workqueue(r->core, NULL, callback_client_tell_frozen, c);
         log_debug("callback: PID %d has its shared memory", (int) pid);
         *ret = c;
         return 0;
@@ -586,7 +582,7 @@ static void callback_worker_free(struct callback_worker *w) {
         w->pool->nr_callback_threads--;
         if (w->usage) {
                 w->usage->nr_callback_threads--;
-                user_usage_put(&w->client->registry->core->users, w->usage);
+                user_usage_put(core_users(w->client->registry->core), w->usage);
         }
         w->client->slots[w->slot] = NULL;
         list_del_init(&w->entry);
@@ -639,6 +635,7 @@ static bool thread_of(pid_t pid, pid_t tid) {
 int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot, unsigned cpu, bool highpri,
                              struct core_error *e) {
         struct core *core = c->registry->core;
+        const struct limits *limits = &core_get_config(core)->limits;
         struct user_usage *usage = NULL;
         struct callback_worker *w;
         int r;
@@ -652,18 +649,18 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot
                 return core_error_set(e, -EINVAL, "slot %u is out of range (%u slots)", slot, CMWQ_SHM_SLOTS);
         if (c->slots[slot])
                 return core_error_set(e, -EEXIST, "slot %u is taken by thread %d", slot, (int) c->slots[slot]->tid);
-        if (cpu >= core->nr_cpus || !CPU_ISSET(cpu, &core->cpus_allowed))
+        if (!core_cpu_allowed(core, cpu))
                 return core_error_set(e, -EINVAL, "CPU %u is offline or outside cmwqd's CPU set", cpu);
         if (c->nr_workers >= CALLBACK_WORKERS_MAX)
                 return core_error_set(e, -ENOSPC, "a client may have at most %u callback worker threads",
                                       CALLBACK_WORKERS_MAX);
         if (!caller_is_privileged(c->caller)) {
-                usage = user_usage_get(&core->users, c->caller->uid);
+                usage = user_usage_get(core_users(core), c->caller->uid);
                 if (!usage)
                         return core_error_set(e, -ENOMEM, "out of memory");
-                if (usage->nr_callback_threads >= core->config.limits.value[LIMIT_CALLBACK_THREADS]) {
-                        user_usage_put(&core->users, usage);
-                        r = limit_refuse(&core->config.limits, LIMIT_CALLBACK_THREADS, c->caller->uid, e);
+                if (usage->nr_callback_threads >= limits->value[LIMIT_CALLBACK_THREADS]) {
+                        user_usage_put(core_users(core), usage);
+                        r = limit_refuse(limits, LIMIT_CALLBACK_THREADS, c->caller->uid, e);
                         /* Once per client: the library retries with a back-off. */
                         if (!c->limit_logged)
                                 log_warning("Client PID %d: %s; its callbacks wait for the threads it has",
@@ -675,7 +672,7 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot
 
         w = calloc(1, sizeof(*w));
         if (!w) {
-                user_usage_put(&core->users, usage);
+                user_usage_put(core_users(core), usage);
                 return core_error_set(e, -ENOMEM, "out of memory");
         }
         w->client = c;
@@ -683,9 +680,9 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot
         w->slot = slot;
         w->pool = core_pool_for(core, (int) cpu, highpri);
         list_init(&w->work.entry);
-        w->yield_timer = evtimer_new(core->base, callback_yield_overdue, w);
+        w->yield_timer = evtimer_new(core_event_base(core), callback_yield_overdue, w);
         if (!w->yield_timer) {
-                user_usage_put(&core->users, usage);
+                user_usage_put(core_users(core), usage);
                 free(w);
                 return core_error_set(e, -ENOMEM, "out of memory");
         }
@@ -693,9 +690,9 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot
         w->work.identity = w;
         w->work.stats = &c->stats;
 
-        r = sleepwatch_watch_thread(core->sleepwatch, c->pid, tid, callback_sleep_changed, w, &w->target);
+        r = sleepwatch_watch_thread(core_sleepwatch(core), c->pid, tid, callback_sleep_changed, w, &w->target);
         if (r < 0) {
-                user_usage_put(&core->users, usage);
+                user_usage_put(core_users(core), usage);
                 event_free(w->yield_timer);
                 free(w);
                 return core_error_set(e, r, "cannot watch thread %d: %s", (int) tid, strerror(-r));
@@ -706,7 +703,7 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot
          * process still lives after both. */
         if (!callback_client_alive(c)) {
                 w->target = sleepwatch_target_free(w->target);
-                user_usage_put(&core->users, usage);
+                user_usage_put(core_users(core), usage);
                 event_free(w->yield_timer);
                 free(w);
                 return core_error_set(e, -ESRCH, "the process that connected (PID %d) has exited: thread %d is not "

@@ -125,6 +125,49 @@ struct pool *core_pool_for(struct core *c, int cpu, bool highpri) {
         return &c->cpu_pools[(size_t) cpu * 2 + highpri];
 }
 
+const struct core_config *core_get_config(const struct core *c) {
+        return &c->config;
+}
+
+struct event_base *core_event_base(const struct core *c) {
+        return c->base;
+}
+
+struct sleepwatch *core_sleepwatch(const struct core *c) {
+        return c->sleepwatch;
+}
+
+struct user_table *core_users(struct core *c) {
+        return &c->users;
+}
+
+unsigned core_nr_cpus(const struct core *c) {
+        return c->nr_cpus;
+}
+
+bool core_cpu_allowed(const struct core *c, unsigned cpu) {
+        return cpu < c->nr_cpus && CPU_ISSET(cpu, &c->cpus_allowed);
+}
+
+void core_set_callback_hooks(struct core *c, const struct core_callback_hooks *hooks, void *userdata) {
+        static const struct core_callback_hooks none = {};
+
+        if (!hooks)
+                hooks = &none;
+        if (c->sleepwatch)
+                sleepwatch_set_batch_hook(c->sleepwatch, hooks->switches_seen, userdata);
+        c->freeze_changed = hooks->freeze_changed;
+        c->freeze_changed_userdata = userdata;
+        /* The CPU pools only: an unbound pool runs no callbacks. */
+        for (unsigned cpu = 0; cpu < c->nr_cpus; cpu++)
+                for (int hi = 0; hi < 2; hi++) {
+                        struct pool *p = core_pool_for(c, (int) cpu, hi);
+
+                        p->contended = hooks->pool_contended;
+                        p->contended_userdata = userdata;
+                }
+}
+
 size_t core_nr_pools(const struct core *c) {
         return (size_t) c->nr_cpus * 2 + ELEMENTSOF(c->unbound_pools);
 }

@@ -279,9 +279,14 @@ struct callback_hold {
         uint32_t seq;                   /* the freeze notice it answers */
 };
 
+/* The freeze of @wq waits for @h (allocated by the caller, its pid, seq
+ * and owner_entry set) until workqueue_callback_hold_free(). */
+void workqueue_callback_hold_add(struct workqueue *wq, struct callback_hold *h);
 /* Unlinks @h from both lists and frees it; the caller then lets waiting
  * freezers look again (core_check_freezers()). */
 void workqueue_callback_hold_free(struct callback_hold *h);
+/* Completes the freezes whose queues have nothing running any more. */
+void core_check_freezers(struct core *c);
 
 struct workqueue {
         struct core *core;
@@ -361,6 +366,33 @@ struct core {
 int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_config *config,
              struct core **ret);
 struct core *core_free(struct core *c);
+
+/* What the core was made with and what it serves. */
+const struct core_config *core_get_config(const struct core *c);
+struct event_base *core_event_base(const struct core *c);
+struct sleepwatch *core_sleepwatch(const struct core *c);     /* NULL: none */
+/* What each uid holds (core/user-limits.h): front ends count connections
+ * and callback threads in it. */
+struct user_table *core_users(struct core *c);
+unsigned core_nr_cpus(const struct core *c);
+/* Whether @cpu is online and in cmwqd's affinity mask. */
+bool core_cpu_allowed(const struct core *c, unsigned cpu);
+/* The pool that runs @cpu's work (@cpu < 0: unbound), of normal or high
+ * priority. */
+struct pool *core_pool_for(struct core *c, int cpu, bool highpri);
+
+/* Callback work (callback/callback.c): what the core tells the module that
+ * runs clients' callbacks on its pools.  Any hook may be NULL. */
+struct core_callback_hooks {
+        /* A queue was frozen or thawed (the core does not see callbacks). */
+        void (*freeze_changed)(struct workqueue *wq, void *userdata);
+        /* Work queued on a CPU pool had to wait (cm/pool.h, contended). */
+        void (*pool_contended)(struct pool *p, struct pool_work *work, void *userdata);
+        /* The sleep detector read a batch of switches (sleepwatch_set_batch_hook()). */
+        void (*switches_seen)(void *userdata);
+};
+/* @hooks NULL: none any more. */
+void core_set_callback_hooks(struct core *c, const struct core_callback_hooks *hooks, void *userdata);
 
 bool caller_is_privileged(const struct core_caller *caller);
 
@@ -589,7 +621,6 @@ void core_notify_workqueue_added(struct workqueue *wq);
 void core_notify_workqueue_removed(struct workqueue *wq);
 void core_notify_workqueue_changed(struct workqueue *wq);
 void core_notify_item_finished(struct item *i);
-struct pool *core_pool_for(struct core *c, int cpu, bool highpri);
 /* The pool @n (< core_nr_pools()) in the order of core_for_each_pool(). */
 struct pool *core_pool_at(const struct core *c, size_t n);
 struct item *core_item_lookup(struct core *c, uint64_t id);
@@ -605,8 +636,6 @@ void workqueue_item_unqueue(struct item *i);
  * in every user's shares. */
 void core_number_builtin_pwqs(struct core *c);
 void workqueue_check_waiters(struct workqueue *wq);
-/* Completes the freezes whose queues have nothing running any more. */
-void core_check_freezers(struct core *c);
 struct pwq *workqueue_pwq_for_cpu(struct workqueue *wq, int cpu);
 void workqueue_free(struct workqueue *wq);
 void workqueue_rescuer_replenish(struct workqueue *wq);

@@ -534,6 +534,11 @@ static bool workqueue_flushed(const struct workqueue *wq, uint64_t seq) {
         return list_first_entry(&wq->inflight, struct item, inflight_entry)->seq > seq;
 }
 
+void workqueue_callback_hold_add(struct workqueue *wq, struct callback_hold *h) {
+        h->wq = wq;
+        list_add_tail(&h->wq_entry, &wq->callback_holds);
+}
+
 void workqueue_callback_hold_free(struct callback_hold *h) {
         if (!h)
                 return;

@@ -562,7 +562,7 @@ static int property_manager(sd_bus *bus, const char *path, const char *interface
                 return sd_bus_message_append(reply, "s", PACKAGE_VERSION);
         if (strcmp(property, "Mode") == 0)
                 return sd_bus_message_append(reply, "s", d->user_mode ? "user" : "system");
-        return sd_bus_message_append(reply, "u", (uint32_t) d->core->nr_cpus);
+        return sd_bus_message_append(reply, "u", (uint32_t) core_nr_cpus(d->core));
 }
 
 #define SUBMIT_ARGS "as", argv, "as", environment, "s", working_directory, "ay", stdin_data, "i", cpu, \

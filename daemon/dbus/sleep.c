@@ -80,7 +80,7 @@ static void on_frozen(struct core_waiter *w, int r) {
  * default) and then sleeps anyway: a freeze before a sleep ends a little
  * earlier than that, or at the freeze timeout if that comes first. */
 static uint64_t sleep_freezer_timeout(const struct sleep_freezer *s) {
-        uint64_t timeout = s->core->config.freeze_timeout_usec, max = s->logind_max_delay_usec;
+        uint64_t timeout = core_get_config(s->core)->freeze_timeout_usec, max = s->logind_max_delay_usec;
         uint64_t margin = max / 10 < LOGIND_DELAY_MARGIN_USEC ? max / 10 : LOGIND_DELAY_MARGIN_USEC;
 
         if (max > 0 && max - margin < timeout)
@@ -149,8 +149,8 @@ static int on_prepare_for_sleep(sd_bus_message *m, void *userdata, sd_bus_error 
 }
 
 static const char *inhibit_why(const struct sleep_freezer *s) {
-        return s->core->config.user_mode ? "Freezing the user instance's freezable workqueues"
-                                         : "Freezing the freezable workqueues";
+        return core_get_config(s->core)->user_mode ? "Freezing the user instance's freezable workqueues"
+                                                   : "Freezing the freezable workqueues";
 }
 
 static int on_max_delay_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
@@ -172,11 +172,11 @@ static int on_max_delay_reply(sd_bus_message *m, void *userdata, sd_bus_error *r
         s->logind_max_delay_usec = max;
         log_debug("logind's InhibitDelayMaxUSec: %.1f s", (double) max / USEC_PER_SEC);
         timeout = sleep_freezer_timeout(s);
-        if (timeout < s->core->config.freeze_timeout_usec)
+        if (timeout < core_get_config(s->core)->freeze_timeout_usec)
                 log_info("logind waits at most %.1f s for a sleep inhibitor (InhibitDelayMaxSec=): a freeze before "
                          "a sleep waits %.1f s for running items, not the freeze timeout of %.1f s",
                          (double) max / USEC_PER_SEC, (double) timeout / USEC_PER_SEC,
-                         (double) s->core->config.freeze_timeout_usec / USEC_PER_SEC);
+                         (double) core_get_config(s->core)->freeze_timeout_usec / USEC_PER_SEC);
         return 0;
 }
 

@@ -743,7 +743,7 @@ static void dispatch_callback_attach(struct ipc_client *c, const Cmwq__Request *
                                    req->callback_attach->layout_version, CMWQ_SHM_VERSION);
         else if ((r = ipc_server_callbacks(c->server, &registry)) < 0)
                 core_error_set(&e, r, "out of memory");
-        else if (!(cpus = calloc(core->nr_cpus ? core->nr_cpus : 1, sizeof(*cpus))))
+        else if (!(cpus = calloc(core_nr_cpus(core) ? core_nr_cpus(core) : 1, sizeof(*cpus))))
                 r = core_error_set(&e, -ENOMEM, "out of memory");
         else if ((r = ipc_client_peer_pidfd(c, &pidfd)) == -ESRCH)
                 r = core_error_set(&e, r, "the process that connected (PID %d) has exited: its threads cannot be "
@@ -759,8 +759,8 @@ static void dispatch_callback_attach(struct ipc_client *c, const Cmwq__Request *
                 return;
         }
         resp.id = req->id;
-        for (unsigned cpu = 0; cpu < core->nr_cpus; cpu++)
-                if (CPU_ISSET(cpu, &core->cpus_allowed))
+        for (unsigned cpu = 0; cpu < core_nr_cpus(core); cpu++)
+                if (core_cpu_allowed(core, cpu))
                         cpus[attached.n_cpus++] = cpu;
         attached.layout_version = CMWQ_SHM_VERSION;
         attached.cpus = cpus;

@@ -279,7 +279,7 @@ static int ipc_client_send_to(struct ipc_client *c, const Cmwq__Response *resp, 
         /* Per user too: many connections that each stay under the bound
          * above would otherwise add up. */
         if (c->usage && !caller_is_privileged(&c->caller)) {
-                const struct limits *l = &c->server->core->config.limits;
+                const struct limits *l = &core_get_config(c->server->core)->limits;
 
                 if (c->usage->reply_bytes + len + CMWQ_FRAME_HEADER_SIZE > l->value[LIMIT_REPLY_BYTES])
                         return ipc_client_drop_unread(c, "is over the per-user limit 'reply-bytes' of unread replies");
@@ -405,7 +405,8 @@ static int ipc_client_process_input(struct ipc_client *c, bool *ret_progress) {
 }
 
 static void ipc_client_arm_deadline(struct ipc_client *c) {
-        struct timeval tv = timeval_from_usec(c->server->core->config.limits.value[LIMIT_HELLO_TIMEOUT] * USEC_PER_SEC);
+        const struct limits *l = &core_get_config(c->server->core)->limits;
+        struct timeval tv = timeval_from_usec(l->value[LIMIT_HELLO_TIMEOUT] * USEC_PER_SEC);
 
         evtimer_add(c->deadline, &tv);
 }
@@ -422,7 +423,7 @@ static void ipc_client_deadline(evutil_socket_t fd, short what, void *userdata) 
         ipc_log_limited(c->server, c->caller.uid, c->greeted ? IPC_LOG_STALLED : IPC_LOG_NO_HELLO, LOG_INFO,
                         "Dropping client pid %d uid %u: %s within %" PRIu64 " s", (int) c->caller.pid,
                         (unsigned) c->caller.uid, c->greeted ? "a started request was not completed" : "no Hello",
-                        c->server->core->config.limits.value[LIMIT_HELLO_TIMEOUT]);
+                        core_get_config(c->server->core)->limits.value[LIMIT_HELLO_TIMEOUT]);
         ipc_client_free(c);
 }
 
@@ -763,7 +764,7 @@ int ipc_server_add_client(struct ipc_server *s, int cfd, struct ipc_client **ret
         c->caller = caller;
         c->privileged = privileged;
         c->counted = true;
-        c->usage = user_usage_get(&s->core->users, caller.uid);        /* exists: connected */
+        c->usage = user_usage_get(core_users(s->core), caller.uid);     /* exists: connected */
         list_init(&c->calls);
         core_conn_owner_init(&c->owned, caller.pid);
         list_add_tail(&c->entry, &s->clients);
