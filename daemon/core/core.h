@@ -602,6 +602,12 @@ struct core_item_info {
 };
 
 void core_item_info(const struct item *i, struct core_item_info *ret);
+/* Calls @fn with each of @caller's own items (root's too are only its
+ * own): the unfinished ones, queue by queue, then its history, newest
+ * first.  Stops at, and returns, the first non-zero return of @fn; 0
+ * otherwise. */
+int core_for_each_item_of(struct core *c, const struct core_caller *caller,
+                          int (*fn)(struct item *i, void *userdata), void *userdata);
 
 /* Queues an item.  With @wait, returns 1 and calls it back when the item has
  * ended (the waiter's item_id says which).  *ret_already_pending is set when

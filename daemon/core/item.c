@@ -40,6 +40,30 @@ const char *item_state_to_string(enum item_state s) {
         return (unsigned) s < ELEMENTSOF(names) ? names[s] : "unknown";
 }
 
+int core_for_each_item_of(struct core *c, const struct core_caller *caller,
+                          int (*fn)(struct item *i, void *userdata), void *userdata) {
+        struct user_usage *u;
+        struct workqueue *wq;
+        struct item *i;
+        int r = 0;
+
+        list_for_each_entry(wq, &c->workqueues, entry) {
+                if (!workqueue_visible_to(wq, caller))
+                        continue;
+                list_for_each_entry(i, &wq->items, wq_entry)
+                        if (i->uid == caller->uid && (r = fn(i, userdata)) != 0)
+                                return r;
+        }
+        u = user_usage_get(&c->users, caller->uid);
+        if (!u)
+                return 0;
+        /* The history is oldest first. */
+        for (struct list_head *p = u->history.prev; p != &u->history && r == 0; p = p->prev)
+                r = fn(list_entry(p, struct item, user_history_entry), userdata);
+        user_usage_put(&c->users, u);
+        return r;
+}
+
 void core_item_info(const struct item *i, struct core_item_info *ret) {
         const struct item_run *run = item_ran(i);
 

@@ -488,33 +488,39 @@ static void dispatch_list(struct ipc_client *c, const Cmwq__Request *req) {
  * frame's limit whatever the names. */
 #define IPC_ITEMS_REPLY_MAX 1024
 
-static bool items_add(Cmwq__ItemInfo *infos, Cmwq__ItemInfo **ptrs, size_t *n, const struct item *i) {
+struct items_arrays {
+        Cmwq__ItemInfo *infos;
+        Cmwq__ItemInfo **ptrs;
+        size_t n;
+};
+
+/* 1 (stop): the reply is full, and this item is one more than it holds. */
+static int items_add(struct item *item, void *userdata) {
+        struct items_arrays *a = userdata;
+        struct core_item_info v;
         Cmwq__ItemInfo *info;
 
-        if (*n >= IPC_ITEMS_REPLY_MAX)
-                return false;
-        info = &infos[*n];
+        if (a->n >= IPC_ITEMS_REPLY_MAX)
+                return 1;
+        core_item_info(item, &v);
+        info = &a->infos[a->n];
         cmwq__item_info__init(info);
-        info->id = i->id;
-        info->workqueue = (char *) i->wq_name;
-        info->state = (Cmwq__ItemState) i->state;
-        ptrs[(*n)++] = info;
-        return true;
+        info->id = v.id;
+        info->workqueue = (char *) v.workqueue;
+        info->state = (Cmwq__ItemState) v.state;
+        a->ptrs[a->n++] = info;
+        return 0;
 }
 
 /* The caller's own items (root's too are only its own: this is for the
  * completion of IDs, not an audit). */
 static void dispatch_items(struct ipc_client *c, const Cmwq__Request *req) {
-        struct core *core = client_core(c);
         Cmwq__Response resp = CMWQ__RESPONSE__INIT;
         Cmwq__ItemsReply reply = CMWQ__ITEMS_REPLY__INIT;
         _cleanup_(freep) Cmwq__ItemInfo *infos = NULL;
         _cleanup_(freep) Cmwq__ItemInfo **ptrs = NULL;
-        struct user_usage *u;
-        struct workqueue *wq;
-        struct item *i;
-        size_t n = 0;
-        bool full = false;
+        struct items_arrays a;
+        bool full;
 
         infos = calloc(IPC_ITEMS_REPLY_MAX, sizeof(*infos));
         ptrs = calloc(IPC_ITEMS_REPLY_MAX, sizeof(*ptrs));
@@ -522,29 +528,10 @@ static void dispatch_items(struct ipc_client *c, const Cmwq__Request *req) {
                 ipc_client_send_error(c, req->id, -ENOMEM, "out of memory", false);
                 return;
         }
+        a = (struct items_arrays) { .infos = infos, .ptrs = ptrs };
         /* full: one more than the reply holds. */
-        list_for_each_entry(wq, &core->workqueues, entry) {
-                if (full)
-                        break;
-                if (!workqueue_visible_to(wq, &c->caller))
-                        continue;
-                list_for_each_entry(i, &wq->items, wq_entry) {
-                        if (i->uid != c->caller.uid)
-                                continue;
-                        if (!items_add(infos, ptrs, &n, i)) {
-                                full = true;
-                                break;
-                        }
-                }
-        }
-        u = full ? NULL : user_usage_get(&core->users, c->caller.uid);
-        if (u) {
-                /* The history is oldest first. */
-                for (struct list_head *p = u->history.prev; p != &u->history && !full; p = p->prev)
-                        full = !items_add(infos, ptrs, &n, list_entry(p, struct item, user_history_entry));
-                user_usage_put(&core->users, u);
-        }
-        reply.n_items = n;
+        full = core_for_each_item_of(client_core(c), &c->caller, items_add, &a) > 0;
+        reply.n_items = a.n;
         reply.items = ptrs;
         reply.has_truncated = true;
         reply.truncated = full;
