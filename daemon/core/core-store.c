@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "core/core.h"
+#include "core/core-internal.h"
 #include "util.h"
 
 static bool core_store_on(const struct core *c) {

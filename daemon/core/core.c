@@ -7,7 +7,7 @@
 #include <sys/sysinfo.h>
 
 #include "base/log.h"
-#include "core/core.h"
+#include "core/core-internal.h"
 #include "util.h"
 
 void core_waiter_init(struct core_waiter *w, void (*done)(struct core_waiter *w, int r)) {

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "core/core.h"
+#include "core/core-internal.h"
 #include "pool-policy.h"
 #include "util.h"
 

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "core/core.h"
+#include "core/core-internal.h"
 #include "util.h"
 
 static int restore_workqueue(struct core *c, const CmwqStore__Workqueue *w) {

@@ -25,7 +25,7 @@
 #include <sys/param.h>
 
 #include "base/log.h"
-#include "core/core.h"
+#include "core/core-internal.h"
 #include "util.h"
 
 static void watchdog_arm(struct core *c, uint64_t usec) {

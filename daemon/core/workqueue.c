@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "core/core.h"
+#include "core/core-internal.h"
 #include "util.h"
 
 /*

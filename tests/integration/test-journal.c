@@ -29,7 +29,9 @@
 #include <unistd.h>
 
 #include "base/log.h"
-#include "core/core.h"
+/* Builds a struct item and a struct workqueue for log_item()/log_queue():
+ * the core's own header, which only the core and its tests include. */
+#include "core/core-internal.h"
 #include "harness.h"
 
 /* ------------------------------------------------------------------------ */
