@@ -462,7 +462,11 @@ static int workqueue_list_append(struct workqueue *wq, const struct core_workque
         return r < 0 ? r : 0;
 }
 
-static int method_list_workqueues(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+/* Replies to @m with an array of @type: one element per workqueue the caller
+ * may see, appended by @fn (ListWorkqueues, GetStatistics). */
+static int reply_workqueue_array(sd_bus_message *m, void *userdata, sd_bus_error *error, const char *type,
+                                 int (*fn)(struct workqueue *wq, const struct core_workqueue_info *v,
+                                           void *userdata)) {
         struct ipc_dbus *d = userdata;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         struct dbus_sender *s;
@@ -471,14 +475,18 @@ static int method_list_workqueues(sd_bus_message *m, void *userdata, sd_bus_erro
         GET_CALLER(d, m, s, error);
         r = sd_bus_message_new_method_return(m, &reply);
         if (r >= 0)
-                r = sd_bus_message_open_container(reply, 'a', "(souuubbbttt)");
+                r = sd_bus_message_open_container(reply, 'a', type);
         if (r >= 0)
-                r = core_for_each_workqueue(d->core, &s->caller, workqueue_list_append, reply);
+                r = core_for_each_workqueue(d->core, &s->caller, fn, reply);
         if (r >= 0)
                 r = sd_bus_message_close_container(reply);
         if (r < 0)
                 return r;
         return sd_bus_send(NULL, reply, NULL);
+}
+
+static int method_list_workqueues(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return reply_workqueue_array(m, userdata, error, "(souuubbbttt)", workqueue_list_append);
 }
 
 static int pool_info_append(const struct core_pool_info *p, void *userdata) {
@@ -516,22 +524,7 @@ static int workqueue_stats_append(struct workqueue *wq, const struct core_workqu
 }
 
 static int method_get_statistics(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        struct ipc_dbus *d = userdata;
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-        struct dbus_sender *s;
-        int r;
-
-        GET_CALLER(d, m, s, error);
-        r = sd_bus_message_new_method_return(m, &reply);
-        if (r >= 0)
-                r = sd_bus_message_open_container(reply, 'a', "(stttttttttt)");
-        if (r >= 0)
-                r = core_for_each_workqueue(d->core, &s->caller, workqueue_stats_append, reply);
-        if (r >= 0)
-                r = sd_bus_message_close_container(reply);
-        if (r < 0)
-                return r;
-        return sd_bus_send(NULL, reply, NULL);
+        return reply_workqueue_array(m, userdata, error, "(stttttttttt)", workqueue_stats_append);
 }
 
 /* Signals about what the caller may see are sent to it from now on (until
