@@ -169,6 +169,20 @@ static void client_read_blocking_locked(struct cmwq *c) {
                 (void) client_read_available_locked(c);
 }
 
+/* One turn of the reader loop: waits while another thread reads, or reads
+ * itself (one thread at a time reads for all of them). */
+static void client_read_turn_locked(struct cmwq *c) {
+        if (c->reading) {
+                pthread_cond_wait(&c->cond, &c->lock);
+                return;
+        }
+        c->reading = true;
+        client_read_blocking_locked(c);
+        c->reading = false;
+        /* Someone else may have to take over reading. */
+        pthread_cond_broadcast(&c->cond);
+}
+
 static int client_send_locked(struct cmwq *c, Cmwq__Request *req, struct client_call *call) {
         int r;
 
@@ -213,17 +227,8 @@ int client_call(struct cmwq *c, Cmwq__Request *req, Cmwq__Response **ret) {
                 return r;
         }
 
-        while (!call.done) {
-                if (c->reading) {
-                        pthread_cond_wait(&c->cond, &c->lock);
-                        continue;
-                }
-                c->reading = true;
-                client_read_blocking_locked(c);
-                c->reading = false;
-                /* Someone else may have to take over reading. */
-                pthread_cond_broadcast(&c->cond);
-        }
+        while (!call.done)
+                client_read_turn_locked(c);
         pthread_mutex_unlock(&c->lock);
 
         if (call.error < 0)
@@ -270,14 +275,7 @@ void client_read_forever(struct cmwq *c) {
                         pthread_mutex_lock(&c->lock);
                         continue;
                 }
-                if (c->reading) {
-                        pthread_cond_wait(&c->cond, &c->lock);
-                        continue;
-                }
-                c->reading = true;
-                client_read_blocking_locked(c);
-                c->reading = false;
-                pthread_cond_broadcast(&c->cond);
+                client_read_turn_locked(c);
         }
         pthread_mutex_unlock(&c->lock);
 }
