@@ -39,68 +39,75 @@ static int write_file(const char *dir, const char *name, const char *value) {
         return cgroup_write_file(AT_FDCWD, path, value);
 }
 
-/* The mount point of the v1 hierarchy with the pids controller, from
- * /proc/self/mountinfo: "... MOUNTPOINT ... - cgroup NAME OPTIONS". */
-static int find_mount(char **ret) {
+/* Whether the comma-separated @list (cut up by strtok()) names the pids
+ * controller. */
+static bool names_pids(char *list) {
+        for (char *o = strtok(list, ","); o; o = strtok(NULL, ","))
+                if (strcmp(o, "pids") == 0)
+                        return true;
+        return false;
+}
+
+/* The first line of @path that @match takes: @match returns 0 for a line
+ * that is not it, 1 once it has set *@ret from it, or -errno.  -EOPNOTSUPP
+ * when no line is it. */
+static int scan_proc_file(const char *path, int (*match)(char *line, char **ret), char **ret) {
         _cleanup_(freep) char *line = NULL;
         size_t size = 0;
         FILE *f;
-        int r = -EOPNOTSUPP;
+        int r = 0;
 
-        f = fopen("/proc/self/mountinfo", "re");
+        f = fopen(path, "re");
         if (!f)
                 return -errno;
-        while (getline(&line, &size, f) > 0) {
-                char mnt[PATH_MAX], fstype[64], opts[512];
-                const char *sep = strstr(line, " - ");
-
-                if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1 ||
-                    sscanf(sep + 3, "%63s %*s %511s", fstype, opts) != 2 || strcmp(fstype, "cgroup") != 0)
-                        continue;
-                for (char *o = strtok(opts, ","); o; o = strtok(NULL, ","))
-                        if (strcmp(o, "pids") == 0 && !strchr(mnt, '\\')) {
-                                *ret = strdup(mnt);
-                                r = *ret ? 0 : -ENOMEM;
-                                break;
-                        }
-                if (r != -EOPNOTSUPP)
-                        break;
-        }
+        while (r == 0 && getline(&line, &size, f) > 0)
+                r = match(line, ret);
         fclose(f);
-        return r;
+        return r == 0 ? -EOPNOTSUPP : r < 0 ? r : 0;
+}
+
+static int strdup_to(const char *s, char **ret) {
+        *ret = strdup(s);
+        return *ret ? 1 : -ENOMEM;
+}
+
+/* A line of /proc/self/mountinfo: "... MOUNTPOINT ... - cgroup NAME OPTIONS". */
+static int match_mount(char *line, char **ret) {
+        char mnt[PATH_MAX], fstype[64], opts[512];
+        const char *sep = strstr(line, " - ");
+
+        if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1 ||
+            sscanf(sep + 3, "%63s %*s %511s", fstype, opts) != 2 || strcmp(fstype, "cgroup") != 0)
+                return 0;
+        if (!names_pids(opts) || strchr(mnt, '\\'))
+                return 0;
+        return strdup_to(mnt, ret);
+}
+
+/* The mount point of the v1 hierarchy with the pids controller. */
+static int find_mount(char **ret) {
+        return scan_proc_file("/proc/self/mountinfo", match_mount, ret);
+}
+
+/* A line of /proc/self/cgroup: "N:CONTROLLERS:/path". */
+static int match_own(char *line, char **ret) {
+        char *c = strchr(line, ':'), *p;
+
+        if (!c)
+                return 0;
+        p = strchr(c + 1, ':');
+        if (!p)
+                return 0;
+        *p = 0;
+        if (!names_pids(c + 1))
+                return 0;
+        p[1 + strcspn(p + 1, "\n")] = 0;
+        return strdup_to(p + 1, ret);
 }
 
 /* Our cgroup in that hierarchy: the "N:pids:/path" line of /proc/self/cgroup. */
 static int find_own(char **ret) {
-        _cleanup_(freep) char *line = NULL;
-        size_t size = 0;
-        FILE *f;
-        int r = -EOPNOTSUPP;
-
-        f = fopen("/proc/self/cgroup", "re");
-        if (!f)
-                return -errno;
-        while (getline(&line, &size, f) > 0) {
-                char *c = strchr(line, ':'), *p;
-
-                if (!c)
-                        continue;
-                p = strchr(c + 1, ':');
-                if (!p)
-                        continue;
-                *p = 0;
-                for (char *o = strtok(c + 1, ","); o; o = strtok(NULL, ","))
-                        if (strcmp(o, "pids") == 0) {
-                                p[1 + strcspn(p + 1, "\n")] = 0;
-                                *ret = strdup(p + 1);
-                                r = *ret ? 0 : -ENOMEM;
-                                break;
-                        }
-                if (r != -EOPNOTSUPP)
-                        break;
-        }
-        fclose(f);
-        return r;
+        return scan_proc_file("/proc/self/cgroup", match_own, ret);
 }
 
 /* Removes @dir and the cgroups below it, two levels deep (user-*, item-*),
