@@ -373,11 +373,21 @@ static bool work_conn_dead(struct client_work *cw) {
         return work_conn_error(cw) < 0;
 }
 
-bool cmwq_queue_work_on(int cpu, struct cmwq_workqueue *wq, struct cmwq_work *work) {
+/* The work state of @wq's connection, to queue @work on @wq; NULL when
+ * either is missing, @work has no function or the state cannot be set up. */
+static struct client_work *work_to_queue(struct cmwq_workqueue *wq, const struct cmwq_work *work) {
         struct client_work *cw;
-        bool queued = false;
 
         if (!wq || !work || !work->func || work_get(wq->c, &cw) < 0)
+                return NULL;
+        return cw;
+}
+
+bool cmwq_queue_work_on(int cpu, struct cmwq_workqueue *wq, struct cmwq_work *work) {
+        struct client_work *cw = work_to_queue(wq, work);
+        bool queued = false;
+
+        if (!cw)
                 return false;
         if (cpu < -1 || (cpu >= 0 && (unsigned) cpu >= cw->nr_cpus))
                 return false;
@@ -429,10 +439,10 @@ static bool queue_delayed_locked(struct client_work *cw, struct cmwq_workqueue *
 }
 
 bool cmwq_queue_delayed_work(struct cmwq_workqueue *wq, struct cmwq_delayed_work *dwork, uint64_t delay_usec) {
-        struct client_work *cw;
+        struct client_work *cw = work_to_queue(wq, dwork ? &dwork->work : NULL);
         bool queued;
 
-        if (!wq || !dwork || !dwork->work.func || work_get(wq->c, &cw) < 0)
+        if (!cw)
                 return false;
         pthread_mutex_lock(&cw->lock);
         queued = queue_delayed_locked(cw, wq, dwork, delay_usec);
@@ -458,10 +468,10 @@ static bool cancel_locked(struct client_work *cw, struct cmwq_work *w) {
 }
 
 bool cmwq_mod_delayed_work(struct cmwq_workqueue *wq, struct cmwq_delayed_work *dwork, uint64_t delay_usec) {
-        struct client_work *cw;
+        struct client_work *cw = work_to_queue(wq, dwork ? &dwork->work : NULL);
         bool was;
 
-        if (!wq || !dwork || !dwork->work.func || work_get(wq->c, &cw) < 0)
+        if (!cw)
                 return false;
         pthread_mutex_lock(&cw->lock);
         if (dwork->work._state & WORK_CANCELING)
@@ -607,9 +617,23 @@ static uint64_t flush_count(struct cmwq_workqueue *wq, uint64_t seq) {
         return n;
 }
 
+/* The end of a flush or destroy of @wq, as one of cw->nr_done_waiters:
+ * running items finish even on a lost connection, so it waits for them
+ * then; drops the work lock.  0, or the error of the lost connection. */
+static int wait_running_unlock(struct client_work *cw, struct cmwq_workqueue *wq) {
+        int r = 0;
+
+        while (cw->dead && wq->cb_active > 0)
+                pthread_cond_wait(&cw->done, &cw->lock);
+        cw->nr_done_waiters--;
+        if (cw->dead)
+                r = client_lost_error(cw->c, cw->dead);
+        pthread_mutex_unlock(&cw->lock);
+        return r;
+}
+
 int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain) {
         struct client_work *cw = __atomic_load_n(&wq->c->work, __ATOMIC_ACQUIRE);
-        int r = 0;
 
         if (!cw)
                 return 0;       /* no callback was ever queued */
@@ -634,15 +658,8 @@ int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain) {
                                 break;
                         }
         }
-        /* Running items finish even on a lost connection; wait for them. */
         cw->nr_done_waiters++;
-        while (cw->dead && wq->cb_active > 0)
-                pthread_cond_wait(&cw->done, &cw->lock);
-        cw->nr_done_waiters--;
-        if (cw->dead)
-                r = client_lost_error(cw->c, cw->dead);
-        pthread_mutex_unlock(&cw->lock);
-        return r;
+        return wait_running_unlock(cw, wq);
 }
 
 /* Delayed work of @wq waiting for its timer is queued now, as by
@@ -672,7 +689,6 @@ static void fire_timers_of(struct client_work *cw, struct cmwq_workqueue *wq) {
  * and neither the timer list nor a pending list holds one of its items. */
 int client_workqueue_destroy_callbacks(struct cmwq_workqueue *wq) {
         struct client_work *cw = __atomic_load_n(&wq->c->work, __ATOMIC_ACQUIRE);
-        int r = 0;
 
         if (!cw)
                 return 0;       /* no callback was ever queued */
@@ -682,15 +698,8 @@ int client_workqueue_destroy_callbacks(struct cmwq_workqueue *wq) {
         cw->nr_done_waiters++;
         while (wq->inflight._inext != &wq->inflight && !cw->dead)
                 pthread_cond_wait(&cw->done, &cw->lock);
-        /* Running items finish even on a lost connection; wait for them.
-         * What is still pending was dropped with the connection. */
-        while (cw->dead && wq->cb_active > 0)
-                pthread_cond_wait(&cw->done, &cw->lock);
-        cw->nr_done_waiters--;
-        if (cw->dead)
-                r = client_lost_error(cw->c, cw->dead);
-        pthread_mutex_unlock(&cw->lock);
-        return r;
+        /* What is still pending was dropped with the connection. */
+        return wait_running_unlock(cw, wq);
 }
 
 void client_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active) {
