@@ -1049,16 +1049,26 @@ int core_item_get(struct core *c, const struct core_caller *caller, uint64_t id,
         return 0;
 }
 
+/* The caller's item @id, if it has not ended: 1 with *@ret set, 0 when it
+ * has ended (the answer is there now), or an error. */
+static int item_get_unfinished(struct core *c, const struct core_caller *caller, uint64_t id, struct item **ret,
+                               struct core_error *e) {
+        int r;
+
+        r = core_item_get(c, caller, id, ret, e);
+        if (r < 0)
+                return r;
+        return item_is_finished(*ret) ? 0 : 1;
+}
+
 int core_item_wait(struct core *c, const struct core_caller *caller, uint64_t id, struct core_waiter *w,
                    struct core_error *e) {
         struct item *i;
         int r;
 
-        r = core_item_get(c, caller, id, &i, e);
-        if (r < 0)
+        r = item_get_unfinished(c, caller, id, &i, e);
+        if (r <= 0)
                 return r;
-        if (item_is_finished(i))
-                return 0;
         item_add_waiter(i, w);
         return 1;
 }
@@ -1069,11 +1079,9 @@ int core_item_cancel(struct core *c, const struct core_caller *caller, uint64_t 
         struct item *i;
         int r;
 
-        r = core_item_get(c, caller, id, &i, e);
-        if (r < 0)
+        r = item_get_unfinished(c, caller, id, &i, e);
+        if (r <= 0)
                 return r;
-        if (item_is_finished(i))
-                return 0;
 
         wq = i->wq;
         switch (i->state) {
