@@ -275,6 +275,12 @@ struct item *item_alloc(struct core *c, struct workqueue *wq);
 int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *envp, size_t envc, const char *cwd,
                    const char *program);
 int item_attach_key(struct item *i, const char *key);
+/* The pending instance of @uid's work @key on @wq, or NULL. */
+struct item *item_key_pending(struct workqueue *wq, uid_t uid, const char *key);
+/* Frees @i, which never was queued, with its hold on its work key. */
+void item_discard(struct item *i);
+/* @w is called back once @i has ended; its item_id says which item. */
+void item_add_waiter(struct item *i, struct core_waiter *w);
 int item_delay(struct item *i, uint64_t usec);
 int item_restore_charge(struct item *i);
 void item_restore_history(struct item *i);
