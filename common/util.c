@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "util.h"
 
@@ -18,4 +20,22 @@ size_t strv_length(char *const *l) {
                 while (l[n])
                         n++;
         return n;
+}
+
+ssize_t read_full(int fd, void *buf, size_t size) {
+        size_t len = 0;
+
+        while (len < size) {
+                ssize_t n = read(fd, (char *) buf + len, size - len);
+
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        break;
+                len += (size_t) n;
+        }
+        return (ssize_t) len;
 }

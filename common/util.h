@@ -43,6 +43,10 @@ static inline struct timespec timespec_from_usec(uint64_t usec) {
                                    .tv_nsec = (long) (usec % USEC_PER_SEC) * 1000 };
 }
 
+/* Reads into @buf until @size bytes are in or at end of file, again after
+ * EINTR: how many bytes it read (fewer than @size at the end), or -errno. */
+ssize_t read_full(int fd, void *buf, size_t size);
+
 /* A NULL-terminated string vector. */
 char **strv_free(char **l);
 size_t strv_length(char *const *l);

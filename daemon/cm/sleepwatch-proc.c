@@ -73,23 +73,15 @@ int sleepwatch_proc_parse_tid(const char *s, pid_t *ret) {
  * @size - 1 bytes); -errno on failure. */
 static int read_small_file(int dir_fd, const char *path, char *buf, size_t size) {
         _cleanup_(closep) int fd = -1;
-        size_t len = 0;
+        ssize_t n;
 
         fd = openat(dir_fd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
         if (fd < 0)
                 return -errno;
-        while (len < size - 1) {
-                ssize_t n = read(fd, buf + len, size - 1 - len);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                if (n == 0)
-                        break;
-                len += (size_t) n;
-        }
-        buf[len] = 0;
+        n = read_full(fd, buf, size - 1);
+        if (n < 0)
+                return (int) n;
+        buf[n] = 0;
         return 0;
 }
 

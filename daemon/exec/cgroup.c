@@ -62,6 +62,7 @@ static int cgroup_read_file(int dirfd, const char *path, size_t max, char **ret)
                 return -errno;
 
         for (;;) {
+                size_t want;
                 ssize_t n;
 
                 if (cap - len < 2) {
@@ -78,15 +79,13 @@ static int cgroup_read_file(int dirfd, const char *path, size_t max, char **ret)
                         buf = b;
                         cap = c;
                 }
-                n = read(fd, buf + len, cap - len - 1);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                if (n == 0)
-                        break;
+                want = cap - len - 1;
+                n = read_full(fd, buf + len, want);
+                if (n < 0)
+                        return (int) n;
                 len += (size_t) n;
+                if ((size_t) n < want)
+                        break;          /* the end of the file */
         }
         if (!buf) {
                 buf = strdup("");
