@@ -729,28 +729,26 @@ static int wq_method_submit(sd_bus_message *m, void *userdata, sd_bus_error *err
         return submit(w->dbus, m, name, error);
 }
 
-static int wq_method_flush(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+/* Flush, Drain and Destroy of the object: the Manager's methods of the
+ * same name (method_name_wait()) for this queue. */
+static int wq_method_wait(sd_bus_message *m, void *userdata, sd_bus_error *error, enum workqueue_wait what) {
         struct dbus_workqueue *w = userdata;
         char name[CORE_WORKQUEUE_NAME_MAX];
 
         workqueue_exact_name(w->wq, name, sizeof(name));
-        return workqueue_wait(w->dbus, m, WAIT_FLUSH, name, 0, error);
+        return workqueue_wait(w->dbus, m, what, name, 0, error);
+}
+
+static int wq_method_flush(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return wq_method_wait(m, userdata, error, WAIT_FLUSH);
 }
 
 static int wq_method_drain(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        struct dbus_workqueue *w = userdata;
-        char name[CORE_WORKQUEUE_NAME_MAX];
-
-        workqueue_exact_name(w->wq, name, sizeof(name));
-        return workqueue_wait(w->dbus, m, WAIT_DRAIN, name, 0, error);
+        return wq_method_wait(m, userdata, error, WAIT_DRAIN);
 }
 
 static int wq_method_destroy(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        struct dbus_workqueue *w = userdata;
-        char name[CORE_WORKQUEUE_NAME_MAX];
-
-        workqueue_exact_name(w->wq, name, sizeof(name));
-        return workqueue_wait(w->dbus, m, WAIT_DESTROY, name, 0, error);
+        return wq_method_wait(m, userdata, error, WAIT_DESTROY);
 }
 
 static int wq_method_freeze(sd_bus_message *m, void *userdata, sd_bus_error *error) {
