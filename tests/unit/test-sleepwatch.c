@@ -856,7 +856,6 @@ int main(int argc, char *argv[]) {
         tcase_add_test(tc, test_ring_overflow);
         tcase_add_test(tc, test_thread_cpu_from_switch_records);
         tcase_add_loop_test(tc, test_free_is_silent, SLEEPWATCH_PERF, SLEEPWATCH_PERF + 1);
-        tcase_add_loop_test(tc, test_target_outlives_detector, SLEEPWATCH_PERF, SLEEPWATCH_PERF + 1);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
