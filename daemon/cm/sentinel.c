@@ -30,11 +30,11 @@
  * back-off.  The sleeps bound what an idle CPU whose work cannot start
  * costs; a sentinel asleep misses nothing that matters for long, as the
  * loop's own timer (cm/sleepwatch.c) reads the rings too. */
-#define SENTINEL_SPIN_NSEC (50 * 1000)
-#define SENTINEL_BACKOFF_MIN_NSEC (50 * 1000)
-#define SENTINEL_BACKOFF_MAX_NSEC (2 * 1000 * 1000)
+#define SENTINEL_SPIN_USEC 50
+#define SENTINEL_BACKOFF_MIN_USEC 50
+#define SENTINEL_BACKOFF_MAX_USEC (2 * USEC_PER_MSEC)
 /* How long a sentinel that kicked waits for the loop before it looks again. */
-#define SENTINEL_LOOK_WAIT_NSEC (10 * 1000 * 1000)
+#define SENTINEL_LOOK_WAIT_USEC (10 * USEC_PER_MSEC)
 
 struct sentinel_slot {
         struct sentinel *s;
@@ -62,20 +62,13 @@ static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *t
         return syscall(SYS_futex, word, op, val, timeout, NULL, 0);
 }
 
-static uint64_t mono_nsec(void) {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
-}
-
 static bool sentinel_stopping(const struct sentinel *s) {
         return __atomic_load_n(&s->stop, __ATOMIC_ACQUIRE);
 }
 
 static void sentinel_kick_loop(struct sentinel *s) {
         uint32_t gen = __atomic_load_n(&s->looked, __ATOMIC_ACQUIRE);
-        struct timespec wait = { 0, SENTINEL_LOOK_WAIT_NSEC };
+        struct timespec wait = timespec_from_usec(SENTINEL_LOOK_WAIT_USEC);
         uint64_t one = 1;
 
         __atomic_add_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST);
@@ -110,16 +103,16 @@ static void *sentinel_main(void *userdata) {
                         continue;
                 }
                 if (quiet_since == 0)
-                        quiet_since = mono_nsec();
-                else if (mono_nsec() - quiet_since >= SENTINEL_SPIN_NSEC) {
+                        quiet_since = now_usec(CLOCK_MONOTONIC);
+                else if (now_usec(CLOCK_MONOTONIC) - quiet_since >= SENTINEL_SPIN_USEC) {
                         struct timespec ts;
 
-                        backoff = backoff ? backoff * 2 : SENTINEL_BACKOFF_MIN_NSEC;
-                        if (backoff > SENTINEL_BACKOFF_MAX_NSEC)
-                                backoff = SENTINEL_BACKOFF_MAX_NSEC;
-                        ts = (struct timespec) { 0, (long) backoff };
+                        backoff = backoff ? backoff * 2 : SENTINEL_BACKOFF_MIN_USEC;
+                        if (backoff > SENTINEL_BACKOFF_MAX_USEC)
+                                backoff = SENTINEL_BACKOFF_MAX_USEC;
+                        ts = timespec_from_usec(backoff);
                         nanosleep(&ts, NULL);
-                        quiet_since = mono_nsec();
+                        quiet_since = now_usec(CLOCK_MONOTONIC);
                         continue;
                 }
                 __builtin_ia32_pause();
