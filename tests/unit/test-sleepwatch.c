@@ -291,6 +291,13 @@ static void mark_cpus(struct sleepwatch *sw, bool busy) {
                 sleepwatch_cpu_busy(sw, (int) cpu, busy);
 }
 
+/* sleepwatch_free(), and the busy CPUs forgotten with it. */
+static struct sleepwatch *free_sleepwatch(struct sleepwatch *sw) {
+        if (sw == busy_sw)
+                busy_sw = NULL;
+        return sleepwatch_free(sw);
+}
+
 static void sentinels_on(void) {
         with_sentinels = true;
 }
@@ -439,7 +446,7 @@ START_TEST(test_block_cycle) {
         ck_assert_int_eq(count_fds(), fds_before);
         assert_no_timer(base);
 
-        sleepwatch_free(sw);
+        free_sleepwatch(sw);
         event_base_free(base);
 }
 END_TEST
@@ -476,7 +483,7 @@ START_TEST(test_proc_waits_for_exec) {
         child_poke(&c);
         rec.target = sleepwatch_target_free(rec.target);
         child_finish(&c);
-        sleepwatch_free(sw);
+        free_sleepwatch(sw);
         event_base_free(base);
 }
 END_TEST
@@ -512,7 +519,7 @@ START_TEST(test_forked_child_counts) {
 
         sleepwatch_target_free(rec.target);
         child_finish(&c);
-        sleepwatch_free(sw);
+        free_sleepwatch(sw);
         event_base_free(base);
 }
 END_TEST
@@ -539,7 +546,7 @@ START_TEST(test_proc_sees_main_process_only) {
         sleepwatch_target_free(rec.target);
         child_finish(&c);
         assert_no_timer(base);
-        sleepwatch_free(sw);
+        free_sleepwatch(sw);
         event_base_free(base);
 }
 END_TEST
@@ -592,7 +599,7 @@ START_TEST(test_two_targets) {
         child_finish(&a);
         child_finish(&b);
         assert_no_timer(base);
-        sleepwatch_free(sw);
+        free_sleepwatch(sw);
         event_base_free(base);
 }
 END_TEST
@@ -633,7 +640,7 @@ START_TEST(test_ring_overflow) {
 
         sleepwatch_target_free(rec.target);
         child_finish(&c);
-        sleepwatch_free(sw);
+        free_sleepwatch(sw);
         event_base_free(base);
 }
 END_TEST
@@ -692,7 +699,7 @@ START_TEST(test_free_is_silent) {
         assert_no_timer(base);
 
         ck_assert_ptr_null(sleepwatch_target_free(NULL));
-        ck_assert_ptr_null(sleepwatch_free(sw));
+        ck_assert_ptr_null(free_sleepwatch(sw));
         event_base_free(base);
 }
 END_TEST
@@ -713,7 +720,7 @@ START_TEST(test_target_outlives_detector) {
         ck_assert_int_eq(sleepwatch_watch(sw, c.pid, record_cb, &rec, &rec.target), 0);
         sleepwatch_target_exec_seen(rec.target);
         child_go(&c);
-        ck_assert_ptr_null(sleepwatch_free(sw));
+        ck_assert_ptr_null(free_sleepwatch(sw));
         ck_assert(sleepwatch_target_is_running(rec.target));
         sleepwatch_target_free(rec.target);
         assert_no_timer(base);
@@ -747,7 +754,7 @@ START_TEST(test_watch_invalid) {
         ck_assert_ptr_null(t);
         assert_no_timer(base);
 
-        sleepwatch_free(sw);
+        free_sleepwatch(sw);
         event_base_free(base);
 }
 END_TEST
@@ -816,7 +823,7 @@ START_TEST(test_thread_cpu_from_switch_records) {
 
         sleepwatch_target_free(rec.target);
         child_finish(&c);
-        sleepwatch_free(sw);
+        free_sleepwatch(sw);
         event_base_free(base);
 }
 END_TEST
@@ -856,6 +863,7 @@ int main(int argc, char *argv[]) {
         tcase_add_test(tc, test_ring_overflow);
         tcase_add_test(tc, test_thread_cpu_from_switch_records);
         tcase_add_loop_test(tc, test_free_is_silent, SLEEPWATCH_PERF, SLEEPWATCH_PERF + 1);
+        tcase_add_loop_test(tc, test_target_outlives_detector, SLEEPWATCH_PERF, SLEEPWATCH_PERF + 1);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
