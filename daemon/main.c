@@ -70,9 +70,10 @@ static void help(void) {
                "  -d, --sleep-detector perf|proc\n"
                "                              how blocking of running items is detected\n"
                "                              (default: perf, falling back to proc)\n"
-               "      --idle-sentinels        perf: read the switch records when a busy CPU is\n"
-               "                              about to idle instead of at every switch\n"
-               "                              (experimental; less CPU, wake-ups seen later)\n"
+               "      --no-idle-sentinels     perf: read the switch records at every switch\n"
+               "                              instead of when a busy CPU is about to idle\n"
+               "                              (more CPU and wake-ups; --idle-sentinels, the\n"
+               "                              default, is accepted)\n"
                "  -p, --plugin-dir DIR        look up plugins in DIR (repeatable; replaces\n"
                "                              the default directories)\n"
                "  -c, --config FILE           read FILE instead of %s\n"
@@ -124,7 +125,8 @@ static int parse_freeze_timeout(const char *s, uint64_t *ret) {
 }
 
 static int parse_options(int argc, char **argv, struct options *o) {
-        enum { ARG_NO_SLEEP_INHIBITOR = 0x100, ARG_WATCHDOG_THRESHOLD, ARG_NO_DBUS, ARG_IDLE_SENTINELS };
+        enum { ARG_NO_SLEEP_INHIBITOR = 0x100, ARG_WATCHDOG_THRESHOLD, ARG_NO_DBUS, ARG_IDLE_SENTINELS,
+               ARG_NO_IDLE_SENTINELS };
         static const struct option longopts[] = {
                 { "user", no_argument, NULL, 'u' },
                 { "socket", required_argument, NULL, 's' },
@@ -136,6 +138,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
                 { "freeze-timeout", required_argument, NULL, 'f' },
                 { "no-sleep-inhibitor", no_argument, NULL, ARG_NO_SLEEP_INHIBITOR },
                 { "idle-sentinels", no_argument, NULL, ARG_IDLE_SENTINELS },
+                { "no-idle-sentinels", no_argument, NULL, ARG_NO_IDLE_SENTINELS },
                 { "watchdog-threshold", required_argument, NULL, ARG_WATCHDOG_THRESHOLD },
                 { "state-dir", required_argument, NULL, 'S' },
                 { "no-store", no_argument, NULL, 'N' },
@@ -225,6 +228,9 @@ static int parse_options(int argc, char **argv, struct options *o) {
                         break;
                 case ARG_IDLE_SENTINELS:
                         o->idle_sentinels = true;
+                        break;
+                case ARG_NO_IDLE_SENTINELS:
+                        o->idle_sentinels = false;
                         break;
                 case ARG_WATCHDOG_THRESHOLD: {
                         char *end;
@@ -332,7 +338,12 @@ static struct event_base *event_base_new_for(bool precise) {
 }
 
 int main(int argc, char **argv) {
-        struct options o = { .sleep_mode = SLEEPWATCH_PERF, .log_level = LOG_INFO, .sleep_inhibitor = true };
+        struct options o = {
+                .sleep_mode = SLEEPWATCH_PERF,
+                .log_level = LOG_INFO,
+                .sleep_inhibitor = true,
+                .idle_sentinels = true,
+        };
         _cleanup_(freep) char *user_socket = NULL, *user_state = NULL;
         _cleanup_(strv_freep) char **dirs = NULL;
         struct event_base *base = NULL;
@@ -435,8 +446,11 @@ int main(int argc, char **argv) {
                 log_error_errno(r, "Failed to set up the sleep detector: %m");
                 goto out;
         }
-        if (o.idle_sentinels && sleepwatch_get_mode(sw) == SLEEPWATCH_PERF)
-                log_info("Switch records are read when a busy CPU is about to idle (--idle-sentinels)");
+        if (sleepwatch_has_sentinels(sw))
+                log_info("Switch records are read when a busy CPU is about to idle (idle sentinels)");
+        else if (sleepwatch_get_mode(sw) == SLEEPWATCH_PERF)
+                log_info("Switch records are read at every switch%s",
+                         o.idle_sentinels ? ": the idle sentinels could not be started" : " (--no-idle-sentinels)");
 
         /* Not fatal: the process group alone still stops every item that
          * does not leave it on purpose. */

@@ -18,6 +18,7 @@
 
 #include "base/log.h"
 #include "callback/callback-shm.h"
+#include "cm/sleepwatch.h"
 #include "util.h"
 
 /*
@@ -41,6 +42,7 @@ struct callback_shm {
         int eventfd;
         struct event *doorbell;         /* not listened to while out of budget */
         struct event *resume;           /* out of budget: read again when there is some */
+        struct sleepwatch *sleepwatch;  /* caught up before a doorbell's entries are acted on */
         uint32_t head;                  /* ours: the client may scribble on sq_head */
         callback_shm_op_fn op;
         callback_shm_broken_fn broken;
@@ -176,6 +178,7 @@ static void callback_shm_resume(evutil_socket_t fd, short what, void *userdata) 
                 return;
         /* A ring made while we did not listen is heard now. */
         (void) event_add(s->doorbell, NULL);
+        sleepwatch_catch_up(s->sleepwatch);
         (void) callback_shm_drain(s);
 }
 
@@ -189,6 +192,8 @@ static void callback_shm_doorbell(evutil_socket_t fd, short what, void *userdata
         if (preadv2(fd, &iov, 1, -1, RWF_NOWAIT) < 0) {
                 /* EAGAIN (rung and read already): the ring is read anyway. */
         }
+        /* A DEMAND is decided from who runs on its CPU now. */
+        sleepwatch_catch_up(s->sleepwatch);
         (void) callback_shm_drain(s);
 }
 
@@ -223,7 +228,7 @@ uint64_t callback_shm_run_cpu_ns(struct callback_shm *s, unsigned slot) {
         return __atomic_load_n(&s->shm->slots[slot].run_cpu_ns, __ATOMIC_RELAXED);
 }
 
-int callback_shm_new(struct event_base *base, pid_t pid, callback_shm_op_fn op, callback_shm_broken_fn broken,
+int callback_shm_new(struct event_base *base, struct sleepwatch *sw, pid_t pid, callback_shm_op_fn op, callback_shm_broken_fn broken,
                      void *userdata, struct callback_shm **ret, int *ret_memfd, int *ret_eventfd,
                      struct core_error *e) {
         _cleanup_(closep) int memfd = -1, efd = -1;
@@ -257,6 +262,7 @@ int callback_shm_new(struct event_base *base, pid_t pid, callback_shm_op_fn op, 
                 return core_error_set(e, -ENOMEM, "out of memory");
         }
         s->shm = shm;
+        s->sleepwatch = sw;
         s->op = op;
         s->broken = broken;
         s->userdata = userdata;

@@ -41,9 +41,10 @@ typedef void (*callback_shm_broken_fn)(const char *why, void *userdata);
  * *@ret_eventfd stays the region's (send it, do not close it).  cmwqd makes
  * them rather than take the client's: a file descriptor a client passes
  * could be anything, and closing one (a lingering socket, a file on the
- * client's FUSE mount) can block the event loop. */
-int callback_shm_new(struct event_base *base, pid_t pid, callback_shm_op_fn op, callback_shm_broken_fn broken,
-                     void *userdata, struct callback_shm **ret, int *ret_memfd, int *ret_eventfd,
+ * client's FUSE mount) can block the event loop.  Before it acts on a
+ * doorbell, @sw (NULL: none) is brought up to date (sleepwatch_catch_up()). */
+int callback_shm_new(struct event_base *base, struct sleepwatch *sw, pid_t pid, callback_shm_op_fn op,
+                     callback_shm_broken_fn broken, void *userdata, struct callback_shm **ret, int *ret_memfd, int *ret_eventfd,
                      struct core_error *e);
 struct callback_shm *callback_shm_free(struct callback_shm *s);
 

@@ -522,7 +522,7 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
         c = calloc(1, sizeof(*c));
         if (!c)
                 return core_error_set(e, -ENOMEM, "out of memory");
-        k = callback_shm_new(core_event_base(r->core), pid, callback_shm_op, callback_shm_broken, c, &c->shm, ret_memfd,
+        k = callback_shm_new(core_event_base(r->core), core_sleepwatch(r->core), pid, callback_shm_op, callback_shm_broken, c, &c->shm, ret_memfd,
                              ret_eventfd, e);
         if (k < 0) {
                 free(c);

@@ -125,6 +125,7 @@ struct sleepwatch {
         unsigned *cpu_busy;             /* per ring: sleepwatch_cpu_busy() count */
         unsigned nr_busy;               /* rings with cpu_busy > 0 */
         struct event *fallback_timer;
+        bool reading;                   /* in sleepwatch_read_rings(): caught up */
 };
 
 static inline int safe_close(int fd) {
@@ -158,6 +159,8 @@ int sleepwatch_perf_watch(struct sleepwatch_target *t);
 void sleepwatch_perf_close(struct sleepwatch_target *t);
 /* Whether any task of @t runs. */
 bool sleepwatch_perf_evaluate(struct sleepwatch_target *t);
+/* With sentinels: reads the rings now if they hold records not read yet. */
+void sleepwatch_perf_catch_up(struct sleepwatch *sw);
 
 /* ---- sleepwatch-proc.c: the /proc sampler ---------------------------------- */
 

@@ -407,6 +407,7 @@ static void sleepwatch_read_rings(struct sleepwatch *sw) {
 
         /* All rings: a task's switch-out may be in one ring and its switch-in
          * in another, and a target is judged on all of them. */
+        sw->reading = true;
         sw->pass++;
         for (size_t i = 0; i < sw->n_rings; i++)
                 ring_drain(&sw->rings[i]);
@@ -420,6 +421,7 @@ static void sleepwatch_read_rings(struct sleepwatch *sw) {
 
         sleepwatch_dispatch(sw);
         sentinel_looked(sw->sentinel);
+        sw->reading = false;
 }
 
 static void ring_cb(evutil_socket_t fd, short what, void *userdata) {
@@ -443,6 +445,17 @@ static bool ring_has_news(size_t idx, void *userdata) {
 
 static void sentinel_kicked(void *userdata) {
         sleepwatch_read_rings(userdata);
+}
+
+void sleepwatch_perf_catch_up(struct sleepwatch *sw) {
+        /* Inside a read, the reports being made are the news. */
+        if (!sw->sentinel || sw->reading)
+                return;
+        for (size_t i = 0; i < sw->n_rings; i++)
+                if (ring_has_news(i, sw)) {
+                        sleepwatch_read_rings(sw);
+                        return;
+                }
 }
 
 void sleepwatch_cpu_busy(struct sleepwatch *sw, int cpu, bool busy) {

@@ -49,6 +49,10 @@ enum sleepwatch_mode sleepwatch_get_mode(const struct sleepwatch *sw) {
         return sw->mode;
 }
 
+bool sleepwatch_has_sentinels(const struct sleepwatch *sw) {
+        return sw->sentinel;
+}
+
 bool sleepwatch_target_is_running(const struct sleepwatch_target *t) {
         return t->running;
 }
@@ -135,6 +139,11 @@ void sleepwatch_dispatch(struct sleepwatch *sw) {
                 t->running = running;
                 t->cb(t, running, t->userdata);
         }
+}
+
+void sleepwatch_catch_up(struct sleepwatch *sw) {
+        if (sw && sw->mode == SLEEPWATCH_PERF)
+                sleepwatch_perf_catch_up(sw);
 }
 
 /* ---- the detector -------------------------------------------------------- */

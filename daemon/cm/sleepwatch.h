@@ -72,6 +72,8 @@ enum {
 int sleepwatch_new(struct event_base *base, enum sleepwatch_mode mode, unsigned flags, struct sleepwatch **ret);
 struct sleepwatch *sleepwatch_free(struct sleepwatch *sw);
 enum sleepwatch_mode sleepwatch_get_mode(const struct sleepwatch *sw);
+/* Whether the sentinels run (asked for, perf, and they could be made). */
+bool sleepwatch_has_sentinels(const struct sleepwatch *sw);
 
 /*
  * Starts watching @pid, a child that was forked but has not yet called
@@ -102,6 +104,17 @@ void sleepwatch_set_batch_hook(struct sleepwatch *sw, sleepwatch_batch_fn fn, vo
  * no longer (calls are counted: one false per true).  While a CPU is busy,
  * a block on it must be seen at once; otherwise nothing needs to be. */
 void sleepwatch_cpu_busy(struct sleepwatch *sw, int cpu, bool busy);
+
+/*
+ * Brings every target's state up to date now, reporting what changed, where
+ * records wait unread (with SLEEPWATCH_SENTINELS a wake-up on a busy CPU, or
+ * anything on a CPU that is not busy, is otherwise seen only later).  For the
+ * event loop's entry points, before they decide or answer from who runs: a
+ * submission, a client's doorbell, a question about the pools.  Reports
+ * re-enter the pools, so never from inside a pool operation; a no-op inside
+ * a report, and without sentinels.  NULL is fine.
+ */
+void sleepwatch_catch_up(struct sleepwatch *sw);
 
 /* Whether @t is watched through perf (its switches are seen within
  * microseconds) rather than sampled from /proc. */

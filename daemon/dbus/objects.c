@@ -910,9 +910,21 @@ static int enumerate_workqueues(sd_bus *bus, const char *path, void *userdata, c
         return 0;
 }
 
+/* Before any method call or property read: answered and decided from who
+ * runs now. */
+static int dbus_catch_up(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct ipc_dbus *d = userdata;
+
+        sleepwatch_catch_up(core_sleepwatch(d->core));
+        return 0;
+}
+
 int ipc_dbus_objects_add(struct ipc_dbus *d) {
         int r;
 
+        r = sd_bus_add_filter(d->bus, NULL, dbus_catch_up, d);
+        if (r < 0)
+                return r;
         r = sd_bus_add_object_vtable(d->bus, NULL, CMWQ_DBUS_PATH, CMWQ_DBUS_MANAGER_INTERFACE, manager_vtable, d);
         if (r < 0)
                 return r;

@@ -352,6 +352,8 @@ static int ipc_client_process_input(struct ipc_client *c, bool *ret_progress) {
         unsigned taken = 0;
 
         c->in_backlog = false;
+        /* Requests are answered and decided from who runs now. */
+        sleepwatch_catch_up(core_sleepwatch(c->server->core));
         while (!c->closing) {
                 size_t avail = evbuffer_get_length(c->in), frame_len;
                 uint32_t payload_len;

@@ -4,10 +4,11 @@
  * through the CLOCK_MONOTONIC timestamps the probe items write
  * (doc/design.md §3.1 to §3.4).
  *
- * Every test runs three times, once per sleep detector (TCase "perf" and
- * TCase "proc") and once with perf and --idle-sentinels (TCase
- * "perf-sentinels": records read when a busy CPU is about to idle), each
- * with a fresh daemon.  The tests assert properties -- how many
+ * Every test runs three times, once per sleep detector (TCase "perf", with
+ * the idle sentinels of the default: records read when a busy CPU is about
+ * to idle, and TCase "proc") and once with perf and --no-idle-sentinels
+ * (TCase "perf-eager": records read at every switch), each with a fresh
+ * daemon.  The tests assert properties -- how many
  * items overlapped, in which order they ran, which pool ran them -- and never
  * timings: an item that must still run while others start waits at a gate
  * (a file the test holds locked: "probe wait" blocks on it, "probe
@@ -50,38 +51,35 @@ static bool log_says(const char *what) {
         return false;
 }
 
-/* cmwqd falls back to the proc sampler where perf_event_open() is refused
- * (for the whole daemon, or per item); the "perf" runs must really be perf
- * runs. */
-static void start_with_detector(const char *detector) {
-        char what[64], *log;
+/* Starts cmwqd with @args and checks that its log says @what: cmwqd falls
+ * back to the proc sampler where perf_event_open() is refused (for the whole
+ * daemon, or per item), and to reading every record where the sentinels
+ * cannot start; each TCase must really run what it names. */
+static void start_checked(const char *const *args, const char *what) {
+        char *log;
 
-        cmwqd_start(&d, (const char *const[]) { "--sleep-detector", detector, NULL });
-        snprintf(what, sizeof(what), "sleep detector %s", detector);
+        cmwqd_start(&d, args);
         if (log_says(what))
                 return;
         /* A failed checked setup skips the teardown: stop the daemon here. */
         log = read_file(d.log);
         kill(d.pid, SIGKILL);
         waitpid(d.pid, NULL, 0);
-        ck_abort_msg("cmwqd does not use the %s detector here; log:\n%s", detector, log);
+        ck_abort_msg("cmwqd's log does not say \"%s\" here; log:\n%s", what, log);
 }
 
 static void setup_perf(void) {
-        start_with_detector("perf");
+        start_checked((const char *const[]) { "--sleep-detector", "perf", NULL },
+                      "when a busy CPU is about to idle (idle sentinels)");
 }
 
-static void setup_perf_sentinels(void) {
-        cmwqd_start(&d, (const char *const[]) { "--sleep-detector", "perf", "--idle-sentinels", NULL });
-        if (log_says("--idle-sentinels"))
-                return;
-        kill(d.pid, SIGKILL);
-        waitpid(d.pid, NULL, 0);
-        ck_abort_msg("cmwqd does not read perf records with sentinels here");
+static void setup_perf_eager(void) {
+        start_checked((const char *const[]) { "--sleep-detector", "perf", "--no-idle-sentinels", NULL },
+                      "at every switch (--no-idle-sentinels)");
 }
 
 static void setup_proc(void) {
-        start_with_detector("proc");
+        start_checked((const char *const[]) { "--sleep-detector", "proc", NULL }, "sleep detector proc");
 }
 
 static void teardown_perf(void) {
@@ -755,7 +753,7 @@ int main(void) {
 
         suite_add_tcase(s, tcase_for_detector("perf", setup_perf, teardown_perf));
         suite_add_tcase(s, tcase_for_detector("proc", setup_proc, teardown));
-        suite_add_tcase(s, tcase_for_detector("perf-sentinels", setup_perf_sentinels, teardown_perf));
+        suite_add_tcase(s, tcase_for_detector("perf-eager", setup_perf_eager, teardown_perf));
 
         sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
