@@ -93,6 +93,10 @@ static const struct pool_work_ops callback_ops = {
  * (proto/shm.h, lazy_doorbell): entries that matter once @w's thread stops
  * holding its CPU, which is what the caller is about to act on. */
 static void callback_worker_sync(struct callback_worker *w) {
+        /* Its switches first: with the idle sentinels they may wait unread,
+         * and whether it runs and its CPU time (callback_cpu_usec()) come
+         * from them.  A preemption not read yet would count as CPU time. */
+        sleepwatch_catch_up(core_sleepwatch(w->client->registry->core));
         (void) callback_shm_drain(w->client->shm);
 }
 
