@@ -217,7 +217,14 @@ static void callback_cpu_intensive(struct worker *pw) {
  * by its own settings (SCHED_IDLE, a positive nice value, a cgroup with a
  * CPU quota) stops counting; a normal one waits for its turn as any task of
  * that CPU does, and starting other work beside it would only oversubscribe
- * the CPU when it is busiest. */
+ * the CPU when it is busiest.
+ *
+ * First, though, a thread that hardly ran may not be waiting for the CPU at
+ * all: one granted while its client keeps it blocked somewhere other than
+ * its slot's futex (in a signal handler, say) never takes the grant's
+ * wake-up and so never writes a switch record, yet counts running from the
+ * grant on.  /proc tells (sleepwatch_target_recheck()): asleep, it counts
+ * as blocked, as any worker that blocks, and the CPU's other work starts. */
 #define CALLBACK_YIELD_CHECK_USEC (2 * pool_cpu_intensive_thresh_usec)
 #define CALLBACK_STARVED_USEC (10 * CALLBACK_YIELD_CHECK_USEC)
 #define CALLBACK_STARVED_SHARE 32
@@ -302,8 +309,16 @@ static void callback_yield_overdue(evutil_socket_t fd, short what, void *userdat
                 callback_yield_timer_arm(w);
                 return;
         }
-        /* Hardly ran: by its own doing, or only because other load has the
-         * CPU (then it waits for its turn like any task of that CPU). */
+        /* Hardly ran: asleep, by its own doing, or only because other load
+         * has the CPU (then it waits for its turn like any task of that
+         * CPU). */
+        sleepwatch_target_recheck(w->target);
+        if (!w->granted || !worker_counts_running(w->granted)) {
+                log_callback(w, "callback: thread %d (PID %d) has not yielded CPU %d in %" PRIu64
+                             " ms and is asleep without having run: it counts as blocked",
+                             (int) w->tid, (int) w->client->pid, w->pool->cpu, waited / USEC_PER_MSEC);
+                return;
+        }
         why = cpu == POOL_CPU_UNKNOWN ? "its CPU time cannot be read" : callback_thread_runs_below_normal(w, buf, sizeof(buf));
         if (!why) {
                 callback_yield_timer_arm(w);

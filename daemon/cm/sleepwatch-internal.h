@@ -159,6 +159,9 @@ int sleepwatch_perf_watch(struct sleepwatch_target *t);
 void sleepwatch_perf_close(struct sleepwatch_target *t);
 /* Whether any task of @t runs. */
 bool sleepwatch_perf_evaluate(struct sleepwatch_target *t);
+/* Tasks taken as running that /proc shows asleep or gone are set so, as of
+ * now, and the target is marked dirty (sleepwatch_target_recheck()). */
+void sleepwatch_perf_recheck(struct sleepwatch_target *t);
 /* With sentinels: reads the rings now if they hold records not read yet. */
 void sleepwatch_perf_catch_up(struct sleepwatch *sw);
 

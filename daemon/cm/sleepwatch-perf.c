@@ -254,6 +254,33 @@ static void target_resync(struct sleepwatch_target *t) {
         target_mark_dirty(t);
 }
 
+void sleepwatch_perf_recheck(struct sleepwatch_target *t) {
+        uint64_t now = now_nsec();
+        bool changed = false;
+        char path[64];
+
+        for (size_t i = 0; i < t->n_tasks; i++) {
+                struct sleepwatch_task *k = &t->tasks[i];
+                char state;
+
+                if (k->state != SW_TASK_RUNNING)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/stat", (int) k->tid);
+                if (sleepwatch_proc_read_state(AT_FDCWD, path, &state) < 0 || state == 'Z' || state == 'X') {
+                        k->state = SW_TASK_GONE;
+                        k->gone_pass = t->sw->pass;
+                } else if (state != 'R')
+                        k->state = SW_TASK_BLOCKED;
+                else
+                        continue;
+                /* Records of what it did before now are ignored from here on. */
+                k->time = now;
+                changed = true;
+        }
+        if (changed)
+                target_mark_dirty(t);
+}
+
 /* Whether any task runs; drops tombstones that have outlived a full pass. */
 bool sleepwatch_perf_evaluate(struct sleepwatch_target *t) {
         bool running = false;

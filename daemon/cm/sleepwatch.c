@@ -141,6 +141,19 @@ void sleepwatch_dispatch(struct sleepwatch *sw) {
         }
 }
 
+void sleepwatch_target_recheck(struct sleepwatch_target *t) {
+        struct sleepwatch *sw;
+
+        /* The proc sampler looks every millisecond anyway. */
+        if (!t || t->mode != SLEEPWATCH_PERF || !t->sw)
+                return;
+        sw = t->sw;
+        sleepwatch_catch_up(sw);
+        sleepwatch_perf_recheck(t);
+        if (!sw->reading)
+                sleepwatch_dispatch(sw);
+}
+
 void sleepwatch_catch_up(struct sleepwatch *sw) {
         if (sw && sw->mode == SLEEPWATCH_PERF)
                 sleepwatch_perf_catch_up(sw);

@@ -116,6 +116,16 @@ void sleepwatch_cpu_busy(struct sleepwatch *sw, int cpu, bool busy);
  */
 void sleepwatch_catch_up(struct sleepwatch *sw);
 
+/*
+ * Looks at the target's tasks in /proc now and reports it blocked if none
+ * that counts as running really is: for a target taken as running
+ * (sleepwatch_target_assume_running()) that may never have woken, since a
+ * task that stays asleep writes no switch record.  A task that /proc shows
+ * runnable stays running.  Reports re-enter the caller's pools, as for
+ * sleepwatch_catch_up(); @t may be freed by them.  NULL is fine.
+ */
+void sleepwatch_target_recheck(struct sleepwatch_target *t);
+
 /* Whether @t is watched through perf (its switches are seen within
  * microseconds) rather than sampled from /proc. */
 bool sleepwatch_target_is_perf(const struct sleepwatch_target *t);

@@ -962,6 +962,98 @@ static void *spinner_main(void *userdata) {
         return NULL;
 }
 
+/* A callback thread that cmwqd grants its CPU while its client keeps it
+ * asleep somewhere other than its slot's futex (here in a signal handler's
+ * read()) never takes the grant's wake-up and writes no switch record, yet
+ * counted running from the grant on.  The CPU's other work must not wait
+ * for it: a client harms only itself.  An exec item pinned to that CPU runs
+ * while the thread still sleeps. */
+static int parked_pipe[2];
+static atomic_int parked_tid, parked_in_handler, later_ran;
+
+static void parked_handler(int sig) {
+        char ch;
+
+        (void) sig;
+        atomic_store(&parked_in_handler, 1);
+        while (read(parked_pipe[0], &ch, 1) < 0 && errno == EINTR)
+                ;
+}
+
+static void note_tid_fn(struct cmwq_work *w) {
+        (void) w;
+        atomic_store(&parked_tid, (int) syscall(SYS_gettid));
+}
+
+static void later_fn(struct cmwq_work *w) {
+        (void) w;
+        atomic_fetch_add(&later_ran, 1);
+}
+
+START_TEST(test_a_granted_thread_asleep_elsewhere_does_not_hold_its_cpu) {
+        struct sigaction sa = { .sa_handler = parked_handler }, old;
+        char marker[] = "/tmp/cmwq-test-parked-XXXXXX", script[128];
+        const char *argv[] = { "/bin/sh", "-c", script, NULL };
+        struct cmwq_exec_args exec = { .argv = argv, .pin_cpu = true, .cpu = 0 };
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct cmwq_work note, later;
+        int64_t deadline;
+        uint64_t id;
+        int fd;
+
+        /* The client's thread for CPU 0, idle after one callback. */
+        CMWQ_WORK_INIT(&note, note_tid_fn);
+        ck_assert(cmwq_queue_work_on(0, wq, &note));
+        ck_assert_int_ge(cmwq_flush_work(&note), 0);
+        ck_assert_int_gt(atomic_load(&parked_tid), 0);
+
+        /* Asleep in a signal handler from now on. */
+        ck_assert_int_eq(pipe(parked_pipe), 0);
+        sigemptyset(&sa.sa_mask);
+        ck_assert_int_eq(sigaction(SIGUSR1, &sa, &old), 0);
+        atomic_store(&parked_in_handler, 0);
+        ck_assert_int_eq(syscall(SYS_tgkill, getpid(), atomic_load(&parked_tid), SIGUSR1), 0);
+        wait_until(&parked_in_handler, 1);
+
+        /* Work for it: the library asks cmwqd for CPU 0 for that thread, and
+         * cmwqd grants it; the wake-up goes nowhere. */
+        atomic_store(&later_ran, 0);
+        CMWQ_WORK_INIT(&later, later_fn);
+        ck_assert(cmwq_queue_work_on(0, wq, &later));
+        deadline = now_ns() + 60 * 1000000000LL;
+        while (pools_sum_now("running") < 1) {
+                ck_assert_msg(now_ns() < deadline, "cmwqd never granted CPU 0 to the sleeping thread");
+                usleep(10000);
+        }
+
+        /* Another client's item on CPU 0 runs all the same. */
+        fd = mkstemp(marker);
+        ck_assert_int_ge(fd, 0);
+        close(fd);
+        unlink(marker);
+        snprintf(script, sizeof(script), "echo ran > %s", marker);
+        ck_assert_int_eq(cmwq_exec(wq, &exec, &id), 0);
+        deadline = now_ns() + 60 * 1000000000LL;
+        while (access(marker, F_OK) < 0) {
+                ck_assert_msg(now_ns() < deadline,
+                              "the item on CPU 0 did not run within 60 s while the granted thread sleeps elsewhere");
+                usleep(10000);
+        }
+        unlink(marker);
+        ck_assert_int_eq(atomic_load(&later_ran), 0);
+
+        /* Woken at last, the thread runs its client's callback. */
+        ck_assert_int_eq(write(parked_pipe[1], "x", 1), 1);
+        ck_assert_int_ge(cmwq_flush_work(&later), 0);
+        ck_assert_int_eq(atomic_load(&later_ran), 1);
+        ck_assert_int_eq(sigaction(SIGUSR1, &old, NULL), 0);
+        close(parked_pipe[0]);
+        close(parked_pipe[1]);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 START_TEST(test_a_starved_callback_thread_does_not_hold_its_cpu) {
         struct starved_work s = {};
         const char *argv[] = { "/bin/true", NULL };
@@ -1918,6 +2010,7 @@ int main(void) {
         tcase_add_test(tc, test_idle_threads_end_after_the_idle_timeout);
         tcase_add_test(tc, test_work_for_a_cpu_cmwqd_does_not_serve_runs_on_one_it_does);
         tcase_add_test(tc, test_a_starved_callback_thread_does_not_hold_its_cpu);
+        tcase_add_test(tc, test_a_granted_thread_asleep_elsewhere_does_not_hold_its_cpu);
         tcase_add_test(tc, test_pending_is_a_noop_and_a_running_item_may_be_requeued);
         tcase_add_test(tc, test_a_work_item_requeues_itself);
         tcase_add_test(tc, test_never_runs_on_two_threads_at_once);
