@@ -76,6 +76,28 @@ enum cmwq_shm_op {
         CMWQ_SHM_OP_FREEZE_ACK = 4,     /* the low 24 bits: a notice's sequence number */
 };
 
+/* cmwq_shm.features, written by cmwqd when it makes the region (0 from a
+ * cmwqd that knows none). */
+#define CMWQ_SHM_FEATURE_LINGER (1u << 0)       /* it honours cmwq_shm_slot.linger */
+
+/* cmwq_shm_slot.linger, the kernel's idle worker: a granted thread that has
+ * run out of work may keep its grant a while, asleep on this word, so that
+ * its client's next item for that CPU starts on it at once, without asking
+ * cmwqd.  Blocked, it does not hold the CPU back: before cmwqd starts other
+ * work on that CPU it takes the grant back (IDLE -> REVOKED).  Transitions
+ * by compare-and-exchange only; cmwqd believes none of it beyond this
+ * client's own threads (doc/design.md §6.4). */
+enum cmwq_shm_linger {
+        CMWQ_SHM_LINGER_NONE = 0,       /* cmwqd, with each grant: the thread may linger */
+        CMWQ_SHM_LINGER_IDLE = 1,       /* client, from NONE or TAKEN: asleep here with its grant */
+        CMWQ_SHM_LINGER_TAKEN = 2,      /* client, from IDLE: woken to run items on the grant;
+                                         * cmwqd sets NONE once it counts the thread running */
+        CMWQ_SHM_LINGER_REVOKED = 3,    /* cmwqd, from IDLE: the grant is given back */
+        CMWQ_SHM_LINGER_BARRED = 4,     /* cmwqd, from NONE or TAKEN: other work starts on the CPU,
+                                         * no more lingering on this grant (which stays the
+                                         * thread's, and so do the items it was woken for) */
+};
+
 /* A ring entry: the op in the top 8 bits, the slot (or the sequence number
  * of FREEZE_ACK, modulo 2^24) in the low 24. */
 #define CMWQ_SHM_SEQ_MASK 0xffffffu
@@ -98,7 +120,9 @@ struct cmwq_shm_slot {
          * switch, when they matter, without a wake-up of their own.  0
          * (the /proc sampler, or an older cmwqd): every entry rings. */
         uint32_t lazy_doorbell;
-        uint32_t reserved0;
+        /* Written by both (enum cmwq_shm_linger); 0 in version 1 as first
+         * released, and never lingered on without CMWQ_SHM_FEATURE_LINGER. */
+        uint32_t linger;
         /* Written by the client: its completion records. */
         uint64_t started;       /* callbacks started on this thread */
         uint64_t finished;      /* callbacks that returned */
@@ -121,7 +145,8 @@ struct cmwq_shm {
         uint32_t version;
         uint32_t nr_slots;
         uint32_t ring_size;
-        uint8_t reserved0[48];
+        uint32_t features;      /* CMWQ_SHM_FEATURE_*; was reserved (0) */
+        uint8_t reserved0[44];
         /* Written by the daemon. */
         uint32_t sq_head;       /* entries consumed */
         uint32_t need_wakeup;   /* 1: ring the doorbell after adding entries */

@@ -171,18 +171,21 @@ static void *timer_main(void *userdata) {
 
 /* ---- set-up and tear-down ------------------------------------------------- */
 
-/* $CMWQ_IDLE_TIMEOUT: seconds (a decimal number, more than 0). */
-static uint64_t idle_timeout_usec(void) {
-        const char *v = getenv("CMWQ_IDLE_TIMEOUT");
+/* $@name: seconds, a decimal number, more than 0 (or 0 too, with
+ * @zero_ok); @dflt when unset or malformed. */
+static uint64_t env_seconds_usec(const char *name, uint64_t dflt, bool zero_ok) {
+        const char *v = getenv(name);
         char *end;
         double secs;
 
         if (!v || !*v)
-                return POOL_POLICY_IDLE_TIMEOUT_USEC;
+                return dflt;
         errno = 0;
         secs = strtod(v, &end);
-        if (errno || *end || !(secs > 0) || secs > 1e9)
-                return POOL_POLICY_IDLE_TIMEOUT_USEC;
+        if (errno || *end || !(secs > 0 || (zero_ok && secs == 0)) || secs > 1e9)
+                return dflt;
+        if (secs == 0)
+                return 0;
         return (uint64_t) (secs * USEC_PER_SEC) ?: 1;
 }
 
@@ -230,8 +233,11 @@ static int work_get(struct cmwq *c, struct client_work **ret) {
         pthread_cond_init(&cw->timer_cond, &ca);
         pthread_condattr_destroy(&ca);
         cw->doorbell = -1;
-        cw->idle_timeout_usec = idle_timeout_usec();
+        cw->idle_timeout_usec = env_seconds_usec("CMWQ_IDLE_TIMEOUT", POOL_POLICY_IDLE_TIMEOUT_USEC, false);
         r = work_attach(cw);
+        /* Only where cmwqd takes a lingering grant back. */
+        if (r >= 0 && (cw->shm->features & CMWQ_SHM_FEATURE_LINGER))
+                cw->linger_usec = env_seconds_usec("CMWQ_LINGER", WORK_LINGER_USEC, true);
         if (r < 0) {
                 free(cw->cpu_map);
                 pthread_cond_destroy(&cw->timer_cond);

@@ -36,6 +36,11 @@
  * follow the kernel's policy (pool-policy.h), as cmwqd's own pools do;
  * $CMWQ_IDLE_TIMEOUT overrides the idle timeout. */
 
+/* How long a bound thread keeps its grant after its last item, asleep, for
+ * its process's next item on that CPU (proto/shm.h, enum cmwq_shm_linger):
+ * $CMWQ_LINGER overrides it, in seconds, 0 for never. */
+#define WORK_LINGER_USEC (10 * USEC_PER_MSEC)
+
 enum thread_state {
         THREAD_STARTING,                /* created for a demand, registering */
         THREAD_IDLE,
@@ -55,6 +60,10 @@ struct work_thread {
         bool has_slot;                  /* in the table (atomic) */
         bool exited;                    /* reaped: its function has returned (atomic) */
         uint32_t seen_grant;            /* the last grant it took (bound) */
+        /* Runs on a grant it lingered on: cmwqd counts it blocked until it
+         * reads its switches, so it watches the CPU no closer for it, and
+         * entries that wait for its next switch-out would wait on. */
+        bool resumed;
         /* Bound: its CPU time (ns) when it took its current grant, and
          * CLOCK_MONOTONIC when it last reported its CPU time in its slot. */
         uint64_t grant_cpu_ns;
@@ -78,6 +87,7 @@ struct work_pool {
         unsigned nr_threads;
         unsigned nr_idle;               /* unbound */
         bool demanding;                 /* a thread demands (or starts to) */
+        struct work_thread *lingering;  /* bound: keeps its grant, asleep, for the next item */
         /* cmwqd refused a thread (a limit): none is made before this
          * (CLOCK_MONOTONIC), and the wait doubles each time. */
         uint64_t retry_usec;
@@ -100,6 +110,7 @@ struct client_work {
         unsigned nr_live;               /* threads made and not yet collected */
         struct work_thread *exited;     /* reaped, to be joined (their slots held till then) */
         uint64_t idle_timeout_usec;
+        uint64_t linger_usec;           /* 0: threads give their grant back at once */
         struct cmwq_shm *shm;           /* shared with cmwqd */
         int doorbell;                   /* eventfd cmwqd listens on */
         uint32_t sq_tail;               /* ours: entries added to the ring */

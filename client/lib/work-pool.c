@@ -28,9 +28,12 @@ __thread struct work_thread *work_self;
 
 /* The thread that may push @p's demand lazily: the calling worker thread
  * if it holds @p's CPU itself, so that the daemon acts on the demand only
- * when it stops holding it, which it sees at once. */
+ * when it stops holding it, which it sees at once -- unless it runs on a
+ * grant it lingered on (cmwqd may not know it runs). */
 static const struct work_thread *demand_lazy_for(const struct work_pool *p) {
-        return work_self && work_self->pool == p && work_self->state == THREAD_GRANTED ? work_self : NULL;
+        return work_self && work_self->pool == p && work_self->state == THREAD_GRANTED && !work_self->resumed
+                       ? work_self
+                       : NULL;
 }
 
 static void *work_thread_main(void *userdata);
@@ -189,6 +192,21 @@ void work_pool_kick(struct client_work *cw, struct work_pool *p) {
                         if (!thread_new(cw, p))
                                 p->demanding = false;
                 }
+                return;
+        }
+
+        /* The kernel's idle worker: the thread that kept its grant runs the
+         * work at once, without asking cmwqd.  Taken already, it runs every
+         * item the pool has; revoked, it asks for the CPU itself once woken. */
+        t = p->lingering;
+        if (t && t != work_self) {
+                uint32_t *word = &cw->shm->slots[t->slot].linger;
+                uint32_t was = CMWQ_SHM_LINGER_IDLE;
+
+                if (__atomic_compare_exchange_n(word, &was, CMWQ_SHM_LINGER_TAKEN, false, __ATOMIC_SEQ_CST,
+                                                __ATOMIC_ACQUIRE) ||
+                    was != CMWQ_SHM_LINGER_TAKEN)
+                        work_futex_wake_all(word);
                 return;
         }
 
@@ -365,6 +383,61 @@ static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_th
         return r;
 }
 
+enum linger_end {
+        LINGER_NOT,             /* it did not linger, or no longer: its grant goes back as usual */
+        LINGER_TAKEN,           /* woken for an item of its pool: it runs it on the same grant */
+        LINGER_REVOKED,         /* cmwqd took the grant back for other work on its CPU */
+};
+
+/* After its last item, bound @t keeps its grant up to cw->linger_usec,
+ * asleep on its slot's linger word (proto/shm.h), so that the next item of
+ * its pool starts on it at once (work_pool_kick()).  Not when asked to
+ * yield, when other work ran on the CPU during this grant (cmwqd said so
+ * in the word), or when another thread of the pool lingers already.  Work
+ * lock held, dropped meanwhile. */
+static enum linger_end thread_linger(struct client_work *cw, struct work_thread *t) {
+        struct work_pool *p = t->pool;
+        uint32_t *word = &cw->shm->slots[t->slot].linger;
+        uint32_t was = CMWQ_SHM_LINGER_NONE;
+        uint64_t deadline;
+
+        if (!cw->linger_usec || p->lingering || cw->stopping || !wlist_empty(&t->scheduled) ||
+            thread_yield_asked(cw, t))
+                return LINGER_NOT;
+        /* From NONE, or from TAKEN that cmwqd has not looked at: either way
+         * nothing else started on the CPU during this grant. */
+        if (!__atomic_compare_exchange_n(word, &was, CMWQ_SHM_LINGER_IDLE, false, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE) &&
+            (was != CMWQ_SHM_LINGER_TAKEN ||
+             !__atomic_compare_exchange_n(word, &was, CMWQ_SHM_LINGER_IDLE, false, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)))
+                return LINGER_NOT;
+        p->lingering = t;
+        pthread_mutex_unlock(&cw->lock);
+
+        deadline = mono_usec() + cw->linger_usec;
+        for (;;) {
+                uint64_t now = mono_usec();
+                struct timespec left;
+
+                if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != CMWQ_SHM_LINGER_IDLE || thread_stopped(t) ||
+                    now >= deadline)
+                        break;
+                left = timespec_from_usec(deadline - now);
+                work_futex_wait(word, CMWQ_SHM_LINGER_IDLE, &left);
+        }
+
+        pthread_mutex_lock(&cw->lock);
+        p->lingering = NULL;
+        was = CMWQ_SHM_LINGER_IDLE;
+        if (__atomic_compare_exchange_n(word, &was, CMWQ_SHM_LINGER_NONE, false, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+                return LINGER_NOT;      /* nothing came */
+        /* TAKEN stays until cmwqd looks: it tells that this thread runs
+         * although its switches may not have been read.  BARRED, cmwqd
+         * looked before it ran: the items are still this thread's. */
+        if (was == CMWQ_SHM_LINGER_TAKEN || was == CMWQ_SHM_LINGER_BARRED)
+                return LINGER_TAKEN;
+        return was == CMWQ_SHM_LINGER_REVOKED ? LINGER_REVOKED : LINGER_NOT;
+}
+
 /* Takes @t out of its pool onto the list of threads to join.  Work lock held. */
 static void thread_retire(struct client_work *cw, struct work_thread *t) {
         struct work_pool *p = t->pool;
@@ -413,6 +486,8 @@ void thread_stop(struct client_work *cw, struct work_thread *t) {
 
                 __atomic_add_fetch(word, 1, __ATOMIC_RELEASE);
                 work_futex_wake_all(word);
+                /* Lingering, it sleeps on this one. */
+                work_futex_wake_all(&cw->shm->slots[t->slot].linger);
         }
 }
 
@@ -495,6 +570,7 @@ static void *work_thread_main(void *userdata) {
                         p->demanding = false;
                 }
 
+        run_items:
                 for (;;) {
                         if (cw->stopping)
                                 break;
@@ -535,12 +611,23 @@ static void *work_thread_main(void *userdata) {
                         run_one(cw, t, w);
                 }
 
-                t->state = THREAD_IDLE;
-                /* Lazy: it waits for its next grant right after, asleep. */
-                if (bound)
-                        work_ring_push(cw, CMWQ_SHM_OP_IDLE, t->slot, t);
-                else
+                if (bound) {
+                        enum linger_end l = thread_linger(cw, t);
+
+                        if (l == LINGER_TAKEN) {
+                                t->resumed = true;
+                                goto run_items;
+                        }
+                        t->resumed = false;
+                        t->state = THREAD_IDLE;
+                        /* Lazy: it waits for its next grant right after,
+                         * asleep.  A revoked grant is cmwqd's already. */
+                        if (l == LINGER_NOT)
+                                work_ring_push(cw, CMWQ_SHM_OP_IDLE, t->slot, t);
+                } else {
+                        t->state = THREAD_IDLE;
                         p->nr_idle++;
+                }
                 work_pool_kick(cw, p);
         }
         t->state = THREAD_DEAD;

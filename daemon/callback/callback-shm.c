@@ -205,6 +205,8 @@ static void futex_wake(uint32_t *word) {
 void callback_shm_grant(struct callback_shm *s, unsigned slot, uint32_t seq) {
         struct cmwq_shm_slot *sl = &s->shm->slots[slot];
 
+        /* Before the grant is seen: it may linger on this one. */
+        __atomic_store_n(&sl->linger, CMWQ_SHM_LINGER_NONE, __ATOMIC_RELEASE);
         __atomic_store_n(&sl->grant, seq, __ATOMIC_RELEASE);
         futex_wake(&sl->grant);
 }
@@ -213,6 +215,35 @@ void callback_shm_reset_slot(struct callback_shm *s, unsigned slot, bool lazy_do
         __atomic_store_n(&s->shm->slots[slot].grant, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&s->shm->slots[slot].yield, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&s->shm->slots[slot].lazy_doorbell, lazy_doorbell, __ATOMIC_RELEASE);
+}
+
+enum cmwq_shm_linger callback_shm_linger_revoke(struct callback_shm *s, unsigned slot) {
+        uint32_t *word = &s->shm->slots[slot].linger;
+        uint32_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+
+        /* The client may change the word at any moment: exchange from
+         * what was read, and read again if it moved. */
+        for (;;) {
+                if (v == CMWQ_SHM_LINGER_TAKEN)
+                        return CMWQ_SHM_LINGER_TAKEN;
+                if (v != CMWQ_SHM_LINGER_NONE && v != CMWQ_SHM_LINGER_IDLE)
+                        return CMWQ_SHM_LINGER_BARRED;
+                if (__atomic_compare_exchange_n(word, &v,
+                                                v == CMWQ_SHM_LINGER_IDLE ? CMWQ_SHM_LINGER_REVOKED
+                                                                          : CMWQ_SHM_LINGER_BARRED,
+                                                false, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+                        return v;
+        }
+}
+
+void callback_shm_linger_settle(struct callback_shm *s, unsigned slot, bool runs) {
+        uint32_t *word = &s->shm->slots[slot].linger;
+        uint32_t v = CMWQ_SHM_LINGER_TAKEN;
+
+        (void) __atomic_compare_exchange_n(word, &v, runs ? CMWQ_SHM_LINGER_NONE : CMWQ_SHM_LINGER_BARRED, false,
+                                           __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+        /* Still asleep on the word, it is runnable from here on. */
+        futex_wake(word);
 }
 
 void callback_shm_yield(struct callback_shm *s, unsigned slot, uint32_t seq) {
@@ -254,6 +285,7 @@ int callback_shm_new(struct event_base *base, struct sleepwatch *sw, pid_t pid, 
         shm->version = CMWQ_SHM_VERSION;
         shm->nr_slots = CMWQ_SHM_SLOTS;
         shm->ring_size = CMWQ_SHM_RING;
+        shm->features = CMWQ_SHM_FEATURE_LINGER;
         shm->need_wakeup = 1;
 
         s = calloc(1, sizeof(*s));

@@ -60,6 +60,16 @@ void callback_shm_grant(struct callback_shm *s, unsigned slot, uint32_t seq);
  * its grant and yield words start from 0 again.  @lazy_doorbell: cmwqd
  * sees it switch out at once (proto/shm.h). */
 void callback_shm_reset_slot(struct callback_shm *s, unsigned slot, bool lazy_doorbell);
+/* Other work is about to start on the CPU of the thread in @slot, which
+ * holds its grant, blocked: it may not linger on this grant from now on
+ * (proto/shm.h, enum cmwq_shm_linger).  Returns what the word said: IDLE
+ * (it lingered: now REVOKED, and the grant is to be given back), NONE (now
+ * BARRED), TAKEN (its client woke it to run items; left as it is, see
+ * callback_shm_linger_settle()), or BARRED for anything else. */
+enum cmwq_shm_linger callback_shm_linger_revoke(struct callback_shm *s, unsigned slot);
+/* After TAKEN: wakes the thread if it still sleeps on the word, and sets
+ * the word to NONE if cmwqd counts it running (@runs), BARRED if not. */
+void callback_shm_linger_settle(struct callback_shm *s, unsigned slot, bool runs);
 /* Asks the thread in @slot to give its @seq-th grant back after its current item. */
 void callback_shm_yield(struct callback_shm *s, unsigned slot, uint32_t seq);
 /* The client's completion records of @slot, as it wrote them: for display

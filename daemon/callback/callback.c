@@ -80,7 +80,10 @@ static void callback_cpu_intensive(struct worker *pw);
 static void callback_describe(struct worker *pw, char *buf, size_t size);
 static void callback_sync(struct worker *pw);
 
+static bool callback_reclaim(struct worker *pw);
+
 static const struct pool_work_ops callback_ops = {
+        .reclaim = callback_reclaim,
         .execute = callback_execute,
         .cpu_usec = callback_cpu_usec,
         .item_start_cpu_usec = callback_item_start_cpu_usec,
@@ -465,10 +468,26 @@ static void callback_switches_seen(void *userdata) {
                 (void) callback_shm_drain(c->shm);
 }
 
+static void callback_worker_count(struct callback_worker *w);
+
+/* Every granted thread's callbacks so far (a lingering one holds its grant
+ * after its last item). */
+static void callback_count_all(void *userdata) {
+        struct callback_registry *r = userdata;
+        struct callback_client *c;
+        struct callback_worker *w;
+
+        list_for_each_entry(c, &r->clients, entry)
+                list_for_each_entry(w, &c->workers, entry)
+                        if (w->granted)
+                                callback_worker_count(w);
+}
+
 static const struct core_callback_hooks callback_hooks = {
         .freeze_changed = callback_freeze_changed,
         .pool_contended = callback_pool_contended,
         .switches_seen = callback_switches_seen,
+        .count_callbacks = callback_count_all,
 };
 
 int callback_registry_new(struct core *core, struct callback_registry **ret) {
@@ -592,6 +611,59 @@ static void callback_worker_release(struct callback_worker *w) {
                 pool_worker_done(pw);
         } else if (list_linked(&w->work.entry))
                 pool_cancel_pending(w->pool, &w->work);
+}
+
+/* Whether /proc shows the thread runnable ('R') now. */
+static bool callback_thread_runnable(const struct callback_worker *w) {
+        char path[64], buf[512], state;
+        ssize_t n;
+        int fd;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int) w->client->pid, (int) w->tid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return false;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return false;
+        buf[n] = 0;
+        return sleepwatch_parse_proc_state(buf, &state) == 0 && state == 'R';
+}
+
+/* The pool is about to start other work on this thread's CPU while the
+ * thread holds its grant, blocked (pool_work_ops.reclaim).  Lingering idle
+ * on the grant (proto/shm.h), it gives it back now.  Woken by its client to
+ * run items on it (TAKEN), it counts running again if /proc says it is
+ * runnable -- its switches may not have been read, or reported, yet -- and
+ * as blocked if not, in an item or kept asleep by its client.  Blocked in
+ * an item, it may not linger on this grant any more. */
+static bool callback_reclaim(struct worker *pw) {
+        struct callback_worker *w = pw->userdata;
+        bool runs;
+
+        if (!w || w->client->is_broken)
+                return false;
+        switch (callback_shm_linger_revoke(w->client->shm, w->slot)) {
+        case CMWQ_SHM_LINGER_IDLE:
+                log_callback(w, "callback: thread %d (PID %d) lingered on CPU %d: its grant goes back for other work",
+                             (int) w->tid, (int) w->client->pid, w->pool->cpu);
+                callback_worker_release(w);
+                return true;
+        case CMWQ_SHM_LINGER_TAKEN:
+                runs = callback_thread_runnable(w);
+                callback_shm_linger_settle(w->client->shm, w->slot, runs);
+                if (runs) {
+                        /* Records of before now no longer count. */
+                        sleepwatch_target_assume_running(w->target);
+                        pool_worker_running(pw);
+                        return true;
+                }
+                break;
+        default:
+                break;
+        }
+        return false;
 }
 
 static void callback_worker_free(struct callback_worker *w) {

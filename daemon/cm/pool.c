@@ -266,12 +266,30 @@ static bool pool_rescue_one(struct pool *p) {
         return false;
 }
 
+/* Bound pools, before other work starts: the blocked workers that only sit
+ * on their work give it up (pool_work_ops.reclaim).  Returns whether the
+ * pool changed; the caller then looks again, as the busy list may have. */
+static bool pool_reclaim_blocked(struct pool *p) {
+        struct worker *w;
+
+        if (pool_is_unbound(p))
+                return false;
+        list_for_each_entry(w, &p->busy_list, entry)
+                if ((w->flags & WORKER_BLOCKED) && w->current && w->current->ops->reclaim &&
+                    w->current->ops->reclaim(w))
+                        return true;
+        return false;
+}
+
 void pool_kick(struct pool *p) {
         while (need_more_worker(p)) {
-                struct pool_work *work = list_first_entry(&p->worklist, struct pool_work, entry);
+                struct pool_work *work;
                 struct worker *w;
                 int r;
 
+                if (pool_reclaim_blocked(p))
+                        continue;
+                work = list_first_entry(&p->worklist, struct pool_work, entry);
                 list_del_init(&work->entry);
                 p->nr_pending--;
 

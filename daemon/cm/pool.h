@@ -97,6 +97,13 @@ struct pool_work_ops {
          * given its CPU back, or its pool may want the next, without
          * waking the daemon for it.  May end @worker's current work. */
         void (*sync)(struct worker *worker);
+        /* Optional, on a bound pool: @worker holds its work but is blocked,
+         * and the pool is about to start other work.  An executor that
+         * only sits on it (a client's callback thread lingering after its
+         * last item, proto/shm.h) ends it now; one that is about to run
+         * again counts running again.  Returns whether either happened:
+         * the pool then decides again. */
+        bool (*reclaim)(struct worker *worker);
 };
 
 #define POOL_CPU_UNKNOWN UINT64_MAX

@@ -225,6 +225,7 @@ struct core {
          * items the core does not see). */
         void (*freeze_changed)(struct workqueue *wq, void *userdata);
         void *freeze_changed_userdata;
+        void (*count_callbacks)(void *userdata);       /* same userdata */
         struct store *store;            /* NULL: nothing is kept across restarts */
         struct store_listener store_listener;
         bool restoring;                 /* replaying the log: record nothing */

@@ -157,6 +157,7 @@ void core_set_callback_hooks(struct core *c, const struct core_callback_hooks *h
         if (c->sleepwatch)
                 sleepwatch_set_batch_hook(c->sleepwatch, hooks->switches_seen, userdata);
         c->freeze_changed = hooks->freeze_changed;
+        c->count_callbacks = hooks->count_callbacks;
         c->freeze_changed_userdata = userdata;
         /* The CPU pools only: an unbound pool runs no callbacks. */
         for (unsigned cpu = 0; cpu < c->nr_cpus; cpu++)
@@ -166,6 +167,11 @@ void core_set_callback_hooks(struct core *c, const struct core_callback_hooks *h
                         p->contended = hooks->pool_contended;
                         p->contended_userdata = userdata;
                 }
+}
+
+void core_refresh_pool_counts(struct core *c) {
+        if (c->count_callbacks)
+                c->count_callbacks(c->freeze_changed_userdata);
 }
 
 size_t core_nr_pools(const struct core *c) {

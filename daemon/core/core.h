@@ -180,9 +180,14 @@ struct core_callback_hooks {
         void (*pool_contended)(struct pool *p, struct pool_work *work, void *userdata);
         /* The sleep detector read a batch of switches (sleepwatch_set_batch_hook()). */
         void (*switches_seen)(void *userdata);
+        /* Before a view of the pools: bring their counts of callbacks
+         * returned up to date (a thread may hold its grant a while). */
+        void (*count_callbacks)(void *userdata);
 };
 /* @hooks NULL: none any more. */
 void core_set_callback_hooks(struct core *c, const struct core_callback_hooks *hooks, void *userdata);
+/* Before core_for_each_pool() for a view: its display-only counts as of now. */
+void core_refresh_pool_counts(struct core *c);
 
 bool caller_is_privileged(const struct core_caller *caller);
 

@@ -504,6 +504,7 @@ static int method_list_pools(sd_bus_message *m, void *userdata, sd_bus_error *er
         r = sd_bus_message_new_method_return(m, &reply);
         if (r >= 0)
                 r = sd_bus_message_open_container(reply, 'a', "(ibuuuutuuut)");
+        core_refresh_pool_counts(d->core);
         if (r >= 0)
                 r = core_for_each_pool(d->core, pool_info_append, reply);
         if (r >= 0)

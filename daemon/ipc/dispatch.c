@@ -655,6 +655,8 @@ static void dispatch_stats(struct ipc_client *c, const Cmwq__Request *req) {
         bool want_pools = req->body_case != CMWQ__REQUEST__BODY_STATS;
         bool want_stats = req->body_case != CMWQ__REQUEST__BODY_POOLS;
 
+        if (want_pools)
+                core_refresh_pool_counts(core);
         if ((want_pools && fill_pools(core, &a) < 0) || (want_stats && fill_stats(core, &c->caller, &a) < 0)) {
                 ipc_client_send_error(c, req->id, -ENOMEM, "out of memory", false);
                 return;

@@ -967,7 +967,10 @@ static void *spinner_main(void *userdata) {
  * read()) never takes the grant's wake-up and writes no switch record, yet
  * counted running from the grant on.  The CPU's other work must not wait
  * for it: a client harms only itself.  An exec item pinned to that CPU runs
- * while the thread still sleeps. */
+ * while the thread still sleeps.  Twice: without lingering (the library
+ * asks cmwqd for the CPU, which grants it), and with the thread parked while
+ * it lingers on its grant, its client then saying it woke it for an item
+ * (proto/shm.h, CMWQ_SHM_LINGER_TAKEN). */
 static int parked_pipe[2];
 static atomic_int parked_tid, parked_in_handler, later_ran;
 
@@ -990,7 +993,7 @@ static void later_fn(struct cmwq_work *w) {
         atomic_fetch_add(&later_ran, 1);
 }
 
-START_TEST(test_a_granted_thread_asleep_elsewhere_does_not_hold_its_cpu) {
+static void granted_thread_asleep_elsewhere(bool lingering) {
         struct sigaction sa = { .sa_handler = parked_handler }, old;
         char marker[] = "/tmp/cmwq-test-parked-XXXXXX", script[128];
         const char *argv[] = { "/bin/sh", "-c", script, NULL };
@@ -1002,7 +1005,8 @@ START_TEST(test_a_granted_thread_asleep_elsewhere_does_not_hold_its_cpu) {
         uint64_t id;
         int fd;
 
-        /* The client's thread for CPU 0, idle after one callback. */
+        /* The client's thread for CPU 0, idle after one callback: lingering
+         * on its grant for as long as this test takes, or not at all. */
         CMWQ_WORK_INIT(&note, note_tid_fn);
         ck_assert(cmwq_queue_work_on(0, wq, &note));
         ck_assert_int_ge(cmwq_flush_work(&note), 0);
@@ -1016,13 +1020,14 @@ START_TEST(test_a_granted_thread_asleep_elsewhere_does_not_hold_its_cpu) {
         ck_assert_int_eq(syscall(SYS_tgkill, getpid(), atomic_load(&parked_tid), SIGUSR1), 0);
         wait_until(&parked_in_handler, 1);
 
-        /* Work for it: the library asks cmwqd for CPU 0 for that thread, and
-         * cmwqd grants it; the wake-up goes nowhere. */
+        /* Work for it.  Not lingering, the library asks cmwqd for CPU 0 for
+         * that thread, and cmwqd grants it; lingering, the library takes
+         * the grant it kept.  Either wake-up goes nowhere. */
         atomic_store(&later_ran, 0);
         CMWQ_WORK_INIT(&later, later_fn);
         ck_assert(cmwq_queue_work_on(0, wq, &later));
         deadline = now_ns() + 60 * 1000000000LL;
-        while (pools_sum_now("running") < 1) {
+        while (!lingering && pools_sum_now("running") < 1) {
                 ck_assert_msg(now_ns() < deadline, "cmwqd never granted CPU 0 to the sleeping thread");
                 usleep(10000);
         }
@@ -1051,6 +1056,18 @@ START_TEST(test_a_granted_thread_asleep_elsewhere_does_not_hold_its_cpu) {
         close(parked_pipe[0]);
         close(parked_pipe[1]);
         cmwq_disconnect(c);
+        unsetenv("CMWQ_LINGER");
+}
+
+START_TEST(test_a_granted_thread_asleep_elsewhere_does_not_hold_its_cpu) {
+        setenv("CMWQ_LINGER", "0", 1);
+        granted_thread_asleep_elsewhere(false);
+}
+END_TEST
+
+START_TEST(test_a_lingering_thread_asleep_elsewhere_does_not_hold_its_cpu) {
+        setenv("CMWQ_LINGER", "600", 1);
+        granted_thread_asleep_elsewhere(true);
 }
 END_TEST
 
@@ -2011,6 +2028,7 @@ int main(void) {
         tcase_add_test(tc, test_work_for_a_cpu_cmwqd_does_not_serve_runs_on_one_it_does);
         tcase_add_test(tc, test_a_starved_callback_thread_does_not_hold_its_cpu);
         tcase_add_test(tc, test_a_granted_thread_asleep_elsewhere_does_not_hold_its_cpu);
+        tcase_add_test(tc, test_a_lingering_thread_asleep_elsewhere_does_not_hold_its_cpu);
         tcase_add_test(tc, test_pending_is_a_noop_and_a_running_item_may_be_requeued);
         tcase_add_test(tc, test_a_work_item_requeues_itself);
         tcase_add_test(tc, test_never_runs_on_two_threads_at_once);

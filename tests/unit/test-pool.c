@@ -340,6 +340,107 @@ START_TEST(test_bound_one_at_a_time) {
 }
 END_TEST
 
+/* pool_work_ops.reclaim: before other work starts on a bound pool, a
+ * blocked worker's executor may give its work up (a callback thread
+ * lingering on its grant) or count running again (one its client woke). */
+static enum { RECLAIM_KEEP, RECLAIM_GIVE_UP, RECLAIM_RUNS } reclaim_answer;
+static unsigned nr_reclaims;
+
+static bool mock_reclaim(struct worker *w) {
+        struct twork *t = w->userdata;
+
+        nr_reclaims++;
+        switch (reclaim_answer) {
+        case RECLAIM_GIVE_UP:
+                reclaim_answer = RECLAIM_KEEP;
+                t->executing = false;
+                pool_worker_done(w);
+                return true;
+        case RECLAIM_RUNS:
+                reclaim_answer = RECLAIM_KEEP;
+                pool_worker_running(w);
+                return true;
+        default:
+                return false;
+        }
+}
+
+static const struct pool_work_ops mock_reclaim_ops = {
+        .execute = mock_execute,
+        .reclaim = mock_reclaim,
+};
+
+START_TEST(test_blocked_worker_reclaimed_before_a_start) {
+        struct pool p;
+        struct pool_work_stats st = { 0 };
+        struct twork a, b, c;
+
+        twork_init(&a, "a", NULL, &st, false);
+        twork_init(&b, "b", NULL, &st, false);
+        twork_init(&c, "c", NULL, &st, false);
+        a.pw.ops = &mock_reclaim_ops;
+        ck_assert_int_eq(pool_init(&p, NULL, 0, false), 0);
+        nr_reclaims = 0;
+
+        /* Nothing blocked, nothing asked. */
+        QUEUE(&p, &a);
+        ck_assert(a.executing);
+        ck_assert_uint_eq(nr_reclaims, 0);
+
+        /* a blocks and keeps its work: b starts, after a was asked. */
+        reclaim_answer = RECLAIM_KEEP;
+        SLEEP(&p, &a);
+        QUEUE(&p, &b);
+        ck_assert(b.executing);
+        ck_assert_uint_ge(nr_reclaims, 1);
+        DONE(&p, &b);
+
+        /* a, blocked, turns out to run again: c waits for it. */
+        reclaim_answer = RECLAIM_RUNS;
+        QUEUE(&p, &c);
+        ck_assert(!c.executing);
+        ck_assert_uint_eq(p.nr_running, 1);
+        ck_assert_uint_eq(p.nr_blocked, 0);
+        ck_assert_uint_eq(p.nr_pending, 1);
+
+        /* It blocks again and gives its work up: c starts, on a's worker. */
+        reclaim_answer = RECLAIM_GIVE_UP;
+        SLEEP(&p, &a);
+        ck_assert(c.executing);
+        ck_assert(!a.executing);
+        ck_assert_uint_eq(p.nr_blocked, 0);
+        ck_assert_uint_eq(p.nr_running, 1);
+        DONE(&p, &c);
+        ck_assert_uint_eq(p.nr_running, 0);
+        pool_done(&p);
+}
+END_TEST
+
+/* Unbound pools start what they have: nothing is asked. */
+START_TEST(test_unbound_never_reclaims) {
+        struct pool p;
+        struct pool_work_stats st = { 0 };
+        struct twork a, b;
+
+        twork_init(&a, "a", NULL, &st, false);
+        twork_init(&b, "b", NULL, &st, false);
+        a.pw.ops = &mock_reclaim_ops;
+        ck_assert_int_eq(pool_init(&p, NULL, -1, false), 0);
+        nr_reclaims = 0;
+        reclaim_answer = RECLAIM_GIVE_UP;
+        QUEUE(&p, &a);
+        SLEEP(&p, &a);
+        QUEUE(&p, &b);
+        ck_assert(a.executing && b.executing);
+        ck_assert_uint_eq(nr_reclaims, 0);
+        reclaim_answer = RECLAIM_KEEP;
+        WAKE(&p, &a);
+        DONE(&p, &a);
+        DONE(&p, &b);
+        pool_done(&p);
+}
+END_TEST
+
 START_TEST(test_bound_finish_takes_next) {
         struct pool p;
         struct pool_work_stats st = { 0 };
@@ -1193,6 +1294,8 @@ int main(void) {
         tcase_add_checked_fixture(tc_cm, setup, NULL);
         tcase_add_test(tc_cm, test_bound_one_at_a_time);
         tcase_add_test(tc_cm, test_bound_finish_takes_next);
+        tcase_add_test(tc_cm, test_blocked_worker_reclaimed_before_a_start);
+        tcase_add_test(tc_cm, test_unbound_never_reclaims);
         tcase_add_test(tc_cm, test_duplicate_events_ignored);
         tcase_add_test(tc_cm, test_excess_concurrency);
         tcase_add_test(tc_cm, test_cpu_intensive_does_not_count);

@@ -227,8 +227,11 @@ typedef void (*cmwq_work_fn)(struct cmwq_work *work);
  * (a sealed memfd of about 80 KiB, mapped in both, and an eventfd): a
  * thread asks for its CPU and learns it may run through that memory, and
  * runs queued items back to back while it holds the CPU, so that queueing
- * and running an item takes no message to the daemon.  Idle threads beyond
- * a few end after a while ($CMWQ_IDLE_TIMEOUT seconds, default 300).
+ * and running an item takes no message to the daemon.  Out of items, it
+ * keeps the CPU a moment, asleep ($CMWQ_LINGER seconds, default 0.01), and
+ * the next item for that CPU starts on it at once; the daemon takes the CPU
+ * back before it starts anything else there.  Idle threads beyond a few end
+ * after a while ($CMWQ_IDLE_TIMEOUT seconds, default 300).
  *
  * Caller-owned and embedded in the caller's own structure (find it again
  * with cmwq_container_of()); initialize it with CMWQ_WORK_INIT() before
