@@ -613,24 +613,6 @@ static void callback_worker_release(struct callback_worker *w) {
                 pool_cancel_pending(w->pool, &w->work);
 }
 
-/* Whether /proc shows the thread runnable ('R') now. */
-static bool callback_thread_runnable(const struct callback_worker *w) {
-        char path[64], buf[512], state;
-        ssize_t n;
-        int fd;
-
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int) w->client->pid, (int) w->tid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return false;
-        n = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (n <= 0)
-                return false;
-        buf[n] = 0;
-        return sleepwatch_parse_proc_state(buf, &state) == 0 && state == 'R';
-}
-
 /* The pool is about to start other work on this thread's CPU while the
  * thread holds its grant, blocked (pool_work_ops.reclaim).  Lingering idle
  * on the grant (proto/shm.h), it gives it back now.  Woken by its client to
@@ -651,7 +633,7 @@ static bool callback_reclaim(struct worker *pw) {
                 callback_worker_release(w);
                 return true;
         case CMWQ_SHM_LINGER_TAKEN:
-                runs = callback_thread_runnable(w);
+                runs = sleepwatch_thread_runnable(w->client->pid, w->tid);
                 callback_shm_linger_settle(w->client->shm, w->slot, runs);
                 if (runs) {
                         /* Records of before now no longer count. */

@@ -55,6 +55,13 @@ int sleepwatch_proc_read_state(int dir_fd, const char *path, char *ret_state) {
         return sleepwatch_parse_proc_state(buf, ret_state);
 }
 
+bool sleepwatch_thread_runnable(pid_t pid, pid_t tid) {
+        char path[64], state;
+
+        snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", (int) pid, (int) tid);
+        return sleepwatch_proc_read_state(AT_FDCWD, path, &state) == 0 && state == 'R';
+}
+
 int sleepwatch_proc_parse_tid(const char *s, pid_t *ret) {
         char *end;
         long v;

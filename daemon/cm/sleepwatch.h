@@ -169,6 +169,10 @@ int sleepwatch_target_use_cgroup(struct sleepwatch_target *t, int cgroup_dir_fd)
  */
 uint64_t sleepwatch_target_cpu_usec(struct sleepwatch_target *t);
 
+/* Whether /proc shows thread @tid of process @pid runnable ('R') now;
+ * false if it cannot be read. */
+bool sleepwatch_thread_runnable(pid_t pid, pid_t tid);
+
 /* The state letter of a /proc/PID/stat line ("R", "S", "D", ...), found
  * after the last ')' so that any command name parses; -EINVAL if malformed.
  * Exposed for the unit test. */
