@@ -14,7 +14,8 @@
  *   - the submission ring carries the client's worker threads' requests to
  *     the daemon: "thread in slot S has work for its CPU" (DEMAND), "gives
  *     its grant back" (IDLE), "runs an item of a CPU_INTENSIVE queue"
- *     (INTENSIVE); and the client's answer to the daemon's freeze notices
+ *     (INTENSIVE), "this unbound queue's credits changed" (CREDITS, see
+ *     struct cmwq_shm_credits); and the client's answer to the daemon's freeze notices
  *     (sent on the socket, each with a sequence number): "no callback of a
  *     frozen queue runs any more, as of notice N" (FREEZE_ACK).  The client is the only producer, the daemon the only
  *     consumer.  After adding entries the client rings the doorbell only if
@@ -66,7 +67,10 @@
 /* Entries of the submission ring, a power of two.  A thread has at most
  * three requests outstanding (INTENSIVE, IDLE, then DEMAND, after which it
  * waits for a grant), and a FREEZE_ACK follows only a new notice from the
- * daemon, so a well-behaved client never fills it. */
+ * daemon, so those never fill it.  CREDITS come one per change of an
+ * entry's want or returned, at most about max_active per burst of items;
+ * should the ring be full, the client waits for room (ringing the
+ * doorbell), which slows only itself. */
 #define CMWQ_SHM_RING 4096u
 
 enum cmwq_shm_op {
@@ -74,11 +78,42 @@ enum cmwq_shm_op {
         CMWQ_SHM_OP_IDLE = 2,
         CMWQ_SHM_OP_INTENSIVE = 3,
         CMWQ_SHM_OP_FREEZE_ACK = 4,     /* the low 24 bits: a notice's sequence number */
+        CMWQ_SHM_OP_CREDITS = 5,        /* the low 24 bits: an entry of credits[] whose want or
+                                         * returned changed (CMWQ_SHM_FEATURE_CREDITS) */
 };
 
 /* cmwq_shm.features, written by cmwqd when it makes the region (0 from a
  * cmwqd that knows none). */
 #define CMWQ_SHM_FEATURE_LINGER (1u << 0)       /* it honours cmwq_shm_slot.linger */
+#define CMWQ_SHM_FEATURE_CREDITS (1u << 1)      /* it deals credits[] (below) */
+
+/* Unbound queues a client may hold credits of at once (entries of credits[]). */
+#define CMWQ_SHM_CREDIT_QUEUES 64u
+/* A queue's name in an entry: "UID/NAME" at most, NUL-terminated. */
+#define CMWQ_SHM_CREDIT_NAME 80u
+
+/* An unbound queue's max_active holds across every client of cmwqd, as the
+ * kernel's (since 6.9) holds across CPUs: a client runs at most as many
+ * callbacks of the queue at once as it holds credits of it, and cmwqd deals
+ * the queue's max_active out as credits, counted with the queue's exec items
+ * (doc/design.md §6.6).  The client holds granted - returned.  It asks by
+ * raising want and pushing CREDITS; cmwqd grants by raising granted and
+ * waking the word.  While others want more than is left, cmwqd lowers
+ * limit to this client's fair part, and the client gives back what it holds
+ * beyond max(limit, its running callbacks) as they return.  cmwqd believes
+ * want and returned only as this client's own: lying, a client loses credits
+ * or keeps its own, never takes more than its part of others'. */
+struct cmwq_shm_credits {
+        /* Written by the client; name before the entry's first CREDITS, never changed after. */
+        char name[CMWQ_SHM_CREDIT_NAME];
+        uint32_t want;          /* credits it could use now: running callbacks + startable items */
+        uint32_t returned;      /* credits given back so far */
+        /* Written by cmwqd. */
+        uint32_t granted;       /* credits given so far; the futex word */
+        uint32_t limit;         /* credits it may keep: max_active, or its part when contended */
+        uint32_t refused;       /* 1: no such unbound queue; the client counts its own callbacks only */
+        uint8_t reserved[28];
+} __attribute__((aligned(64)));
 
 /* cmwq_shm_slot.linger, the kernel's idle worker: a granted thread that has
  * run out of work may keep its grant a while, asleep on this word, so that
@@ -156,8 +191,11 @@ struct cmwq_shm {
         uint8_t reserved2[60];
         uint32_t sq[CMWQ_SHM_RING];
         struct cmwq_shm_slot slots[CMWQ_SHM_SLOTS];
+        /* Past the end of a region without CMWQ_SHM_FEATURE_CREDITS. */
+        struct cmwq_shm_credits credits[CMWQ_SHM_CREDIT_QUEUES];
 } __attribute__((aligned(64)));
 
 _Static_assert(sizeof(struct cmwq_shm_slot) == 64, "a slot is one cache line");
+_Static_assert(sizeof(struct cmwq_shm_credits) == 128, "a credits entry is two cache lines");
 _Static_assert((CMWQ_SHM_RING & (CMWQ_SHM_RING - 1)) == 0, "the ring size is a power of two");
 _Static_assert(CMWQ_SHM_RING >= 3 * CMWQ_SHM_SLOTS + 64, "the ring holds every thread's outstanding requests");

@@ -38,6 +38,7 @@ static void workqueue_handle_free(struct cmwq_workqueue *wq) {
 
         if (wq->builtin)
                 return;
+        client_workqueue_forget(wq);
         pthread_mutex_lock(&c->lock);
         list_del_init(&wq->entry);
         pthread_mutex_unlock(&c->lock);

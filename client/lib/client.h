@@ -58,6 +58,9 @@ struct cmwq_workqueue {
         /* Frozen by the daemon: none of its callbacks start.  Set by the
          * reader (connection lock), read under the work lock: atomic. */
         bool cb_frozen;
+        /* Unbound: its credits entry + 1 (work-shm.c); 0: not named yet;
+         * -1: none, its callbacks counted by this process alone. */
+        int cb_credits;
 };
 
 #define CLIENT_NR_SYSTEM_QUEUES 6
@@ -126,6 +129,8 @@ void client_work_freeze(struct cmwq *c, const char *name, bool frozen, uint32_t 
 void client_work_kick(struct cmwq *c);
 void client_work_stop(struct cmwq *c);
 void client_workqueue_init(struct cmwq_workqueue *wq);
+/* @wq's handle goes: the credits it holds go back to cmwqd (work-shm.c). */
+void client_workqueue_forget(struct cmwq_workqueue *wq);
 int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain);
 /* Drains @wq's callbacks for cmwq_destroy_workqueue(): its delayed work
  * runs now; nothing of it is left on a timer or pending list after. */

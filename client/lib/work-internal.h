@@ -68,6 +68,10 @@ struct work_thread {
          * CLOCK_MONOTONIC when it last reported its CPU time in its slot. */
         uint64_t grant_cpu_ns;
         uint64_t cpu_read_usec;
+        /* Unbound, THREAD_DEMANDING: the credits entry it waits on for a
+         * grant, and the entry's granted word when it began; -1: none. */
+        int credits_wait;
+        uint32_t credits_seen;
         enum thread_state state;        /* work lock */
         struct cmwq_work scheduled;     /* sentinel: parked behind current */
         struct cmwq_work *current;
@@ -94,6 +98,15 @@ struct work_pool {
         unsigned retry_ms;
 };
 
+/* An unbound queue's credits (proto/shm.h, struct cmwq_shm_credits): its
+ * part of the queue's max_active, which holds across every client. */
+struct work_credits {
+        struct cmwq_workqueue *wq;      /* the handle it counts for; NULL: free, for a handle of its name */
+        uint32_t returned;              /* ours: given back so far */
+        uint32_t want;                  /* as last written */
+        struct work_thread *waiter;     /* waits for granted to move; NULL: none */
+};
+
 struct client_work {
         struct cmwq *c;
         pthread_mutex_t lock;
@@ -111,6 +124,10 @@ struct client_work {
         struct work_thread *exited;     /* reaped, to be joined (their slots held till then) */
         uint64_t idle_timeout_usec;
         uint64_t linger_usec;           /* 0: threads give their grant back at once */
+        bool has_credits;               /* cmwqd deals unbound queues' credits */
+        struct work_credits credits[CMWQ_SHM_CREDIT_QUEUES];
+        /* Entries an item waits for credits of, and no thread waits on yet. */
+        uint64_t credits_short;
         struct cmwq_shm *shm;           /* shared with cmwqd */
         int doorbell;                   /* eventfd cmwqd listens on */
         uint32_t sq_tail;               /* ours: entries added to the ring */
@@ -229,6 +246,17 @@ bool thread_yield_asked(struct client_work *cw, struct work_thread *t);
 /* @t's slot, registered with cmwqd and given back. */
 int thread_register(struct client_work *cw, struct work_thread *t);
 int thread_unregister(struct client_work *cw, struct work_thread *t);
+
+/* Unbound: @wq's credits entry, named on first use; -1 when cmwqd deals
+ * none for it (the client counts its own callbacks only). */
+int work_credits_entry(struct client_work *cw, struct cmwq_workqueue *wq);
+/* The credits entry @e holds now (granted - returned). */
+unsigned work_credits_held(const struct client_work *cw, int e);
+/* What entry @e may keep (cmwqd's limit). */
+unsigned work_credits_limit(const struct client_work *cw, int e);
+uint32_t work_credits_granted(const struct client_work *cw, int e);
+/* Tells cmwqd what @e could use now (@want) and gives @back credits back. */
+void work_credits_tell(struct client_work *cw, int e, unsigned want, unsigned back);
 
 /* ---- work-pool.c: the pools and their threads ----------------------------- */
 

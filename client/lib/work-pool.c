@@ -92,6 +92,7 @@ static struct work_thread *thread_new(struct client_work *cw, struct work_pool *
         t->cw = cw;
         t->pool = p;
         t->state = THREAD_STARTING;
+        t->credits_wait = -1;
         wlist_init(&t->scheduled);
         pthread_mutex_init(&t->lock, NULL);
         pthread_condattr_init(&ca);
@@ -132,15 +133,80 @@ static unsigned work_pool_active_of(const struct work_pool *p, const struct cmwq
         return n;
 }
 
+/* Items of @wq waiting in unbound @p that could start but for max_active,
+ * counted up to @cap. */
+static unsigned work_pool_queued_of(const struct work_pool *p, const struct cmwq_workqueue *wq, unsigned cap) {
+        unsigned n = 0;
+
+        if (wq_frozen(wq))
+                return 0;
+        for (const struct cmwq_work *w = p->pending._next; w != &p->pending && n < cap; w = w->_next)
+                if (w->_wq == wq)
+                        n++;
+        return n;
+}
+
+/* Brings unbound @wq's credits (entry @e) in line with what it runs and
+ * could start: asks for what it could use, gives back what it holds beyond
+ * that and beyond cmwqd's limit, but never what its running callbacks use.
+ * Work lock held. */
+static void work_credits_settle(struct client_work *cw, struct work_pool *p, struct cmwq_workqueue *wq, int e) {
+        unsigned max = wq->max_active ? wq->max_active : CMWQ_DFL_ACTIVE;
+        unsigned active = wq->cb_active, held = work_credits_held(cw, e), limit = work_credits_limit(cw, e);
+        unsigned want = active >= max ? active : active + work_pool_queued_of(p, wq, max - active);
+        unsigned keep = want < limit ? want : limit;
+
+        if (keep < active)
+                keep = active;
+        work_credits_tell(cw, e, want, held > keep ? held - keep : 0);
+}
+
+/* Every credits entry of @p's queues, settled: a thread of @p found
+ * nothing to run. */
+static void work_credits_settle_pool(struct client_work *cw, struct work_pool *p) {
+        for (unsigned e = 0; e < CMWQ_SHM_CREDIT_QUEUES; e++) {
+                struct cmwq_workqueue *wq = cw->credits[e].wq;
+
+                if (wq && &cw->pools[cw->nr_cpus * 2 + !!(wq->flags & CMWQ_WQ_HIGHPRI)] == p)
+                        work_credits_settle(cw, p, wq, (int) e);
+        }
+}
+
+/* How many callbacks of unbound @wq may run at once in this process: its
+ * max_active, and no more than the credits it holds where cmwqd deals
+ * them.  Short of credits, it asks for more, and a thread is to wait for
+ * them (cw->credits_short). */
+static unsigned work_unbound_allowed(struct client_work *cw, struct work_pool *p, struct cmwq_workqueue *wq,
+                                     unsigned max) {
+        int e = work_credits_entry(cw, wq);
+        unsigned held;
+
+        if (e < 0)
+                return max;
+        if (__atomic_load_n(&cw->shm->credits[e].refused, __ATOMIC_ACQUIRE)) {
+                wq->cb_credits = -1;
+                cw->credits[e].wq = NULL;
+                return max;
+        }
+        held = work_credits_held(cw, e);
+        if (wq->cb_active < held || wq->cb_active >= max)
+                return held < max ? held : max;
+        work_credits_settle(cw, p, wq, e);
+        if (!cw->credits[e].waiter)
+                cw->credits_short |= UINT64_C(1) << e;
+        return held;
+}
+
 /* The next item @p may start, FIFO, honouring max_active: per queue for
- * unbound, per queue and CPU for bound (as the kernel's per-pwq limit).
+ * unbound (across every client, with credits), per queue and CPU for bound
+ * (as the kernel's per-pwq limit).
  *
- * Enforced here, not in the daemon: the daemon grants a thread its CPU, not
- * an item, and never sees the items; and max_active of a client's queue
- * only limits that client's own items -- what protects the other clients
- * (the CPU's concurrency level) is the daemon's grants, which this does not
- * touch. */
-static struct cmwq_work *work_pool_next(struct work_pool *p) {
+ * Bound, enforced here, not in the daemon: the daemon grants a thread its
+ * CPU, not an item, and never sees the items; and max_active of a client's
+ * queue only limits that client's own items -- what protects the other
+ * clients (the CPU's concurrency level) is the daemon's grants, which this
+ * does not touch. */
+static struct cmwq_work *work_pool_next(struct client_work *cw, struct work_pool *p) {
         for (struct cmwq_work *w = p->pending._next; w != &p->pending; w = w->_next) {
                 struct cmwq_workqueue *wq = w->_wq;
 
@@ -148,7 +214,7 @@ static struct cmwq_work *work_pool_next(struct work_pool *p) {
 
                 if (wq_frozen(wq))
                         continue;
-                if (p->cpu < 0 && wq->cb_active >= max)
+                if (p->cpu < 0 && wq->cb_active >= work_unbound_allowed(cw, p, wq, max))
                         continue;
                 if (p->cpu >= 0 && work_pool_active_of(p, wq) >= max)
                         continue;
@@ -157,12 +223,60 @@ static struct cmwq_work *work_pool_next(struct work_pool *p) {
         return NULL;
 }
 
+/* An idle thread of unbound @p waits for each entry short of credits, and
+ * runs its items once cmwqd grants them; with no idle thread, one is made
+ * (it finds nothing to run, goes idle, and is picked then).  Work lock held. */
+static void work_credits_wait(struct client_work *cw, struct work_pool *p) {
+        struct work_thread *t;
+
+        for (unsigned e = 0; e < CMWQ_SHM_CREDIT_QUEUES; e++) {
+                struct work_credits *cr = &cw->credits[e];
+
+                if (!(cw->credits_short & (UINT64_C(1) << e)))
+                        continue;
+                if (!cr->wq || cr->waiter) {
+                        cw->credits_short &= ~(UINT64_C(1) << e);
+                        continue;
+                }
+                if (&cw->pools[cw->nr_cpus * 2 + !!(cr->wq->flags & CMWQ_WQ_HIGHPRI)] != p)
+                        continue;
+                for (t = p->threads; t; t = t->next)
+                        if (t->state == THREAD_IDLE)
+                                break;
+                if (!t) {
+                        if (p->nr_threads < WORK_UNBOUND_THREADS_MAX && !p->demanding) {
+                                p->demanding = true;
+                                if (!thread_new(cw, p))
+                                        p->demanding = false;
+                        }
+                        return;
+                }
+                cw->credits_short &= ~(UINT64_C(1) << e);
+                cr->waiter = t;
+                t->state = THREAD_DEMANDING;
+                p->nr_idle--;
+                pthread_mutex_lock(&t->lock);
+                /* Granted since it was found short: it wakes at once. */
+                t->credits_seen = cr->wq->cb_active < work_credits_held(cw, (int) e)
+                                          ? work_credits_granted(cw, (int) e) - 1
+                                          : work_credits_granted(cw, (int) e);
+                t->credits_wait = (int) e;
+                pthread_cond_signal(&t->cond);
+                pthread_mutex_unlock(&t->lock);
+        }
+}
+
 /* Starts or asks for workers while @p has work.  Work lock held. */
 void work_pool_kick(struct client_work *cw, struct work_pool *p) {
         struct work_thread *t;
 
-        if (cw->stopping || cw->dead || !work_pool_next(p))
+        if (cw->stopping || cw->dead)
                 return;
+        if (!work_pool_next(cw, p)) {
+                if (p->cpu < 0 && cw->credits_short)
+                        work_credits_wait(cw, p);
+                return;
+        }
 
         if (p->cpu < 0) {
                 /* A thread between two items takes the next itself (it
@@ -252,6 +366,8 @@ static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_w
                 __atomic_add_fetch(&cw->shm->slots[t->slot].finished, 1, __ATOMIC_RELAXED);
         t->current = NULL;
         wq->cb_active--;
+        if (t->pool->cpu < 0 && wq->cb_credits > 0)
+                work_credits_settle(cw, t->pool, wq, wq->cb_credits - 1);
         if (wq_frozen(wq))
                 work_freeze_answer_locked(cw);
         w->_nr_finished++;
@@ -288,7 +404,7 @@ static struct cmwq_work *thread_take(struct work_thread *t) {
                         wlist_del(w);
                         return w;
                 }
-                w = work_pool_next(t->pool);
+                w = work_pool_next(t->cw, t->pool);
                 if (!w)
                         return NULL;
                 wlist_del(w);
@@ -367,7 +483,20 @@ static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_th
 
                 pthread_mutex_lock(&t->lock);
                 while (!t->grant && !t->stop && r != THREAD_WAIT_TIMED_OUT)
-                        if (!timed)
+                        if (t->credits_wait >= 0) {
+                                /* cmwqd grants credits on the entry's word. */
+                                const struct cmwq_shm_credits *cr = &cw->shm->credits[t->credits_wait];
+                                uint32_t seen = t->credits_seen;
+
+                                pthread_mutex_unlock(&t->lock);
+                                if (__atomic_load_n(&cr->granted, __ATOMIC_ACQUIRE) == seen &&
+                                    !__atomic_load_n(&cr->refused, __ATOMIC_ACQUIRE))
+                                        work_futex_wait((uint32_t *) &cr->granted, seen, NULL);
+                                pthread_mutex_lock(&t->lock);
+                                if (__atomic_load_n(&cr->granted, __ATOMIC_ACQUIRE) != seen ||
+                                    __atomic_load_n(&cr->refused, __ATOMIC_ACQUIRE))
+                                        t->grant = true;
+                        } else if (!timed)
                                 pthread_cond_wait(&t->cond, &t->lock);
                         else if (pthread_cond_timedwait(&t->cond, &t->lock, &until) == ETIMEDOUT)
                                 r = THREAD_WAIT_TIMED_OUT;
@@ -477,6 +606,9 @@ void thread_stop(struct client_work *cw, struct work_thread *t) {
         pthread_mutex_lock(&t->lock);
         __atomic_store_n(&t->stop, true, __ATOMIC_RELEASE);
         pthread_cond_signal(&t->cond);
+        /* Waiting for credits, it sleeps on the entry's word. */
+        if (t->credits_wait >= 0 && cw->shm)
+                work_futex_wake_all(&cw->shm->credits[t->credits_wait].granted);
         pthread_mutex_unlock(&t->lock);
         /* Only a thread in the table has its slot. */
         if (t->pool->cpu >= 0 && cw->shm && __atomic_load_n(&t->has_slot, __ATOMIC_ACQUIRE)) {
@@ -568,6 +700,13 @@ static void *work_thread_main(void *userdata) {
                 if (bound) {
                         t->state = THREAD_GRANTED;
                         p->demanding = false;
+                } else if (t->credits_wait >= 0) {
+                        /* Credits came: it runs what they let start. */
+                        cw->credits[t->credits_wait].waiter = NULL;
+                        pthread_mutex_lock(&t->lock);
+                        t->credits_wait = -1;
+                        pthread_mutex_unlock(&t->lock);
+                        t->state = THREAD_GRANTED;
                 }
 
         run_items:
@@ -627,6 +766,9 @@ static void *work_thread_main(void *userdata) {
                 } else {
                         t->state = THREAD_IDLE;
                         p->nr_idle++;
+                        /* Credits nothing here can use go back. */
+                        if (cw->has_credits)
+                                work_credits_settle_pool(cw, p);
                 }
                 work_pool_kick(cw, p);
         }

@@ -15,6 +15,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +115,85 @@ void work_freeze_answer_locked(struct client_work *cw) {
         }
         work_ring_push(cw, CMWQ_SHM_OP_FREEZE_ACK, notice & CMWQ_SHM_SEQ_MASK, NULL);
         cw->freeze_answered = notice;
+}
+
+int work_credits_entry(struct client_work *cw, struct cmwq_workqueue *wq) {
+        int free_at = -1;
+
+        if (wq->cb_credits != 0)
+                return wq->cb_credits > 0 ? wq->cb_credits - 1 : -1;
+        wq->cb_credits = -1;            /* none, unless one is found below */
+        if (!cw->has_credits || strlen(wq->name) >= CMWQ_SHM_CREDIT_NAME)
+                return -1;
+        for (unsigned k = 0; k < CMWQ_SHM_CREDIT_QUEUES; k++) {
+                const char *name = cw->shm->credits[k].name;
+
+                if (!cw->credits[k].wq && strcmp(name, wq->name) == 0) {
+                        free_at = (int) k;      /* its own, given back by a handle before */
+                        break;
+                }
+                if (free_at < 0 && name[0] == 0)
+                        free_at = (int) k;
+        }
+        if (free_at < 0)
+                return -1;
+        /* Written once, before the entry's first CREDITS. */
+        strcpy(cw->shm->credits[free_at].name, wq->name);
+        cw->credits[free_at].wq = wq;
+        wq->cb_credits = free_at + 1;
+        return free_at;
+}
+
+void client_workqueue_forget(struct cmwq_workqueue *wq) {
+        struct client_work *cw = __atomic_load_n(&wq->c->work, __ATOMIC_ACQUIRE);
+        int e;
+
+        if (!cw || wq->cb_credits <= 0)
+                return;
+        pthread_mutex_lock(&cw->lock);
+        e = wq->cb_credits - 1;
+        if (!cw->dead)
+                work_credits_tell(cw, e, 0, work_credits_held(cw, e));
+        /* Kept, named, for the next handle of the queue. */
+        cw->credits[e].wq = NULL;
+        if (cw->credits[e].waiter) {
+                /* Its waiter finds nothing to run and goes idle. */
+                struct work_thread *t = cw->credits[e].waiter;
+
+                pthread_mutex_lock(&t->lock);
+                t->grant = true;
+                pthread_cond_signal(&t->cond);
+                pthread_mutex_unlock(&t->lock);
+                work_futex_wake_all(&cw->shm->credits[e].granted);
+        }
+        wq->cb_credits = 0;
+        pthread_mutex_unlock(&cw->lock);
+}
+
+uint32_t work_credits_granted(const struct client_work *cw, int e) {
+        return __atomic_load_n(&cw->shm->credits[e].granted, __ATOMIC_ACQUIRE);
+}
+
+unsigned work_credits_held(const struct client_work *cw, int e) {
+        return work_credits_granted(cw, e) - cw->credits[e].returned;
+}
+
+unsigned work_credits_limit(const struct client_work *cw, int e) {
+        return __atomic_load_n(&cw->shm->credits[e].limit, __ATOMIC_ACQUIRE);
+}
+
+void work_credits_tell(struct client_work *cw, int e, unsigned want, unsigned back) {
+        struct work_credits *cr = &cw->credits[e];
+
+        if (want == cr->want && back == 0)
+                return;
+        cr->returned += back;
+        cr->want = want;
+        __atomic_store_n(&cw->shm->credits[e].returned, cr->returned, __ATOMIC_RELEASE);
+        __atomic_store_n(&cw->shm->credits[e].want, want, __ATOMIC_RELEASE);
+        /* An entry for every change: cmwqd may have read the words of an
+         * earlier one already. */
+        work_ring_push(cw, CMWQ_SHM_OP_CREDITS, (unsigned) e, NULL);
 }
 
 /* The thread's CPU clock is read at most once per this much wall time. */
@@ -233,7 +313,9 @@ int work_attach(struct client_work *cw) {
         if (r < 0)
                 return r;
 
-        if (fstat(memfd, &st) < 0 || st.st_size != (off_t) sizeof(*shm))
+        /* A cmwqd older than credits makes it without them. */
+        if (fstat(memfd, &st) < 0 ||
+            (st.st_size != (off_t) sizeof(*shm) && st.st_size != (off_t) offsetof(struct cmwq_shm, credits)))
                 return client_error(-EPROTO, "the shared memory from cmwqd has not the size of this library's layout");
         shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
         if (shm == MAP_FAILED)
@@ -243,6 +325,7 @@ int work_attach(struct client_work *cw) {
                 return client_error(-EPROTO, "the shared memory from cmwqd has another layout");
         }
         cw->shm = shm;
+        cw->has_credits = (shm->features & CMWQ_SHM_FEATURE_CREDITS) && st.st_size == (off_t) sizeof(*shm);
         cw->doorbell = TAKE_FD(doorbell);
         return 0;
 }

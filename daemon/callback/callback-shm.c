@@ -73,12 +73,16 @@ static int callback_shm_consume(struct cmwq_shm *shm, uint32_t *head, unsigned m
                 uint32_t o = CMWQ_SHM_ENTRY_OP(e), slot = CMWQ_SHM_ENTRY_SLOT(e);
 
                 (*head)++;
-                if (o < CMWQ_SHM_OP_DEMAND || o > CMWQ_SHM_OP_FREEZE_ACK) {
+                if (o < CMWQ_SHM_OP_DEMAND || o > CMWQ_SHM_OP_CREDITS) {
                         *why = "an entry of its submission ring has an unknown op";
                         return -EBADMSG;
                 }
-                if (o != CMWQ_SHM_OP_FREEZE_ACK && slot >= CMWQ_SHM_SLOTS) {
+                if (o != CMWQ_SHM_OP_FREEZE_ACK && o != CMWQ_SHM_OP_CREDITS && slot >= CMWQ_SHM_SLOTS) {
                         *why = "an entry of its submission ring names a slot out of range";
+                        return -EBADMSG;
+                }
+                if (o == CMWQ_SHM_OP_CREDITS && slot >= CMWQ_SHM_CREDIT_QUEUES) {
+                        *why = "an entry of its submission ring names a credits entry out of range";
                         return -EBADMSG;
                 }
                 if (op((enum cmwq_shm_op) o, slot, userdata) < 0) {
@@ -255,6 +259,33 @@ void callback_shm_records(struct callback_shm *s, unsigned slot, uint64_t *start
         *finished = __atomic_load_n(&s->shm->slots[slot].finished, __ATOMIC_RELAXED);
 }
 
+bool callback_shm_credits_read(struct callback_shm *s, unsigned entry, char name[static CMWQ_SHM_CREDIT_NAME],
+                               uint32_t *want, uint32_t *returned) {
+        struct cmwq_shm_credits *cr = &s->shm->credits[entry];
+
+        if (name) {
+                memcpy(name, cr->name, CMWQ_SHM_CREDIT_NAME);
+                if (!memchr(name, 0, CMWQ_SHM_CREDIT_NAME))
+                        return false;
+        }
+        *want = __atomic_load_n(&cr->want, __ATOMIC_ACQUIRE);
+        *returned = __atomic_load_n(&cr->returned, __ATOMIC_ACQUIRE);
+        return true;
+}
+
+void callback_shm_credits_write(struct callback_shm *s, unsigned entry, uint32_t granted, uint32_t limit,
+                                bool refused) {
+        struct cmwq_shm_credits *cr = &s->shm->credits[entry];
+        bool woke = __atomic_load_n(&cr->granted, __ATOMIC_RELAXED) != granted ||
+                    __atomic_load_n(&cr->refused, __ATOMIC_RELAXED) != (uint32_t) refused;
+
+        __atomic_store_n(&cr->limit, limit, __ATOMIC_RELEASE);
+        __atomic_store_n(&cr->refused, refused, __ATOMIC_RELEASE);
+        __atomic_store_n(&cr->granted, granted, __ATOMIC_RELEASE);
+        if (woke)
+                futex_wake(&cr->granted);
+}
+
 uint64_t callback_shm_run_cpu_ns(struct callback_shm *s, unsigned slot) {
         return __atomic_load_n(&s->shm->slots[slot].run_cpu_ns, __ATOMIC_RELAXED);
 }
@@ -285,7 +316,7 @@ int callback_shm_new(struct event_base *base, struct sleepwatch *sw, pid_t pid, 
         shm->version = CMWQ_SHM_VERSION;
         shm->nr_slots = CMWQ_SHM_SLOTS;
         shm->ring_size = CMWQ_SHM_RING;
-        shm->features = CMWQ_SHM_FEATURE_LINGER;
+        shm->features = CMWQ_SHM_FEATURE_LINGER | CMWQ_SHM_FEATURE_CREDITS;
         shm->need_wakeup = 1;
 
         s = calloc(1, sizeof(*s));

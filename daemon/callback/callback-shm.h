@@ -18,6 +18,7 @@
  */
 
 #include <event2/event.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -75,6 +76,15 @@ void callback_shm_yield(struct callback_shm *s, unsigned slot, uint32_t seq);
 /* The client's completion records of @slot, as it wrote them: for display
  * and for telling progress from a stall, never for a decision about others. */
 void callback_shm_records(struct callback_shm *s, unsigned slot, uint64_t *started, uint64_t *finished);
+/* An unbound queue's credits entry (proto/shm.h, struct cmwq_shm_credits),
+ * as the client wrote it: its name (copied when @name is not NULL; false if
+ * it is not NUL-terminated), what it wants and how many it gave back. */
+bool callback_shm_credits_read(struct callback_shm *s, unsigned entry, char name[static CMWQ_SHM_CREDIT_NAME],
+                               uint32_t *want, uint32_t *returned);
+/* Writes cmwqd's side of a credits entry, and wakes the client's thread
+ * waiting on it when it got more (or was refused). */
+void callback_shm_credits_write(struct callback_shm *s, unsigned entry, uint32_t granted, uint32_t limit,
+                                bool refused);
 /* The CPU time (ns) the thread had used under its grant when its current
  * callback started, as the client wrote it; 0 if it wrote none.  Believed
  * only within what the thread's CPU time itself bounds (cm/pool.c). */

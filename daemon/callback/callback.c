@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "callback/callback-credits.h"
 #include "callback/callback-shm.h"
 #include "callback/callback.h"
 #include "util.h"
@@ -38,6 +39,7 @@ struct callback_client {
         int pidfd;                      /* the process that connected; -1: none */
         const struct core_caller *caller;
         struct callback_shm *shm;
+        struct callback_credits *credits;       /* of unbound queues; NULL once let go */
         callback_freeze_fn freeze;
         callback_broken_fn broken;
         void *userdata;
@@ -532,6 +534,8 @@ static void callback_client_let_go(struct callback_client *c) {
                         workqueue_callback_hold_free(list_first_entry(&c->holds, struct callback_hold, owner_entry));
                 core_check_freezers(c->registry->core);
         }
+        /* Its part of unbound queues' max_active goes to others. */
+        c->credits = callback_credits_free(c->credits);
 }
 
 static void callback_shm_broken(const char *why, void *userdata) {
@@ -573,6 +577,12 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
         c->freeze = freeze;
         c->broken = broken;
         c->userdata = userdata;
+        c->credits = callback_credits_new(r->core, caller, c->shm);
+        if (!c->credits) {
+                callback_shm_free(c->shm);
+                free(c);
+                return core_error_set(e, -ENOMEM, "out of memory");
+        }
         list_init(&c->workers);
         list_init(&c->holds);
         list_add_tail(&c->entry, &r->clients);
@@ -847,6 +857,8 @@ static int callback_shm_op(enum cmwq_shm_op op, unsigned arg, void *userdata) {
                 callback_client_freeze_answered(c, arg);
                 return 0;
         }
+        if (op == CMWQ_SHM_OP_CREDITS)
+                return c->credits ? callback_credits_changed(c->credits, arg) : 0;
         w = c->slots[arg];
         if (!w)
                 return -ENOENT;
@@ -861,6 +873,7 @@ static int callback_shm_op(enum cmwq_shm_op op, unsigned arg, void *userdata) {
                 callback_worker_release(w);
                 break;
         case CMWQ_SHM_OP_FREEZE_ACK:
+        case CMWQ_SHM_OP_CREDITS:
                 break;
         }
         return 0;

@@ -196,6 +196,8 @@ struct workqueue {
         struct work_key *keys;          /* singly linked, small */
         struct exec_rescuer *rescuer;   /* MEM_RECLAIM: a process made ahead */
         struct list_head callback_holds;        /* while frozen: struct callback_hold */
+        struct list_head claims;        /* unbound: struct core_claim, callback work's credits (core/claim.c) */
+        struct list_head claim_waiters; /* the claims that wait for credits, in order */
         struct workqueue_stats stats;
 };
 
@@ -245,6 +247,14 @@ void core_item_unhash(struct core *c, struct item *i);
 void workqueue_item_activate(struct item *i);
 /* An active item left its pwq (ran, or was cancelled while pending). */
 void workqueue_item_finished(struct item *i);
+/* The share @uid's items count against on @pwq (its own on a built-in
+ * queue); NULL: out of memory. */
+struct pwq_share *workqueue_share_of(struct pwq *pwq, uid_t uid);
+void workqueue_share_activate(struct pwq *pwq, struct pwq_share *share);
+/* core/claim.c */
+void workqueue_claims_changed(struct pwq *pwq, struct pwq_share *share);
+void workqueue_claims_changed_all(struct workqueue *wq);
+void workqueue_claims_detach(struct workqueue *wq);
 /* An inactive item leaves its pwq (cancelled, or the daemon stops). */
 void workqueue_item_unqueue(struct item *i);
 /* After the built-in queues were made: each of their pwqs gets its slot

@@ -189,6 +189,28 @@ void core_set_callback_hooks(struct core *c, const struct core_callback_hooks *h
 /* Before core_for_each_pool() for a view: its display-only counts as of now. */
 void core_refresh_pool_counts(struct core *c);
 
+/* Callback work's part of an unbound queue's max_active (core/claim.c): a
+ * client process's credits, counted with the queue's exec items, so that
+ * max_active holds across every client.  @changed is called (from any core
+ * call) when the claim's credits or limit changed, or its queue went. */
+#define CORE_CLAIMS_MAX 256u    /* clients with callbacks of one queue */
+struct core_claim;
+typedef void (*core_claim_changed_fn)(struct core_claim *cl, void *userdata);
+/* A claim of @caller's on the unbound queue it calls @name, holding
+ * nothing: -ENOENT, -EINVAL (not unbound), -EUSERS (too many). */
+int core_claim_open(struct core *c, const struct core_caller *caller, const char *name, core_claim_changed_fn changed,
+                    void *userdata, struct core_claim **ret, struct core_error *e);
+/* Gives back all it holds. */
+void core_claim_close(struct core_claim *cl);
+/* The client gave @returned credits back and could use @want now: it gets
+ * what it may of that at once, and waits in line for the rest. */
+void core_claim_update(struct core_claim *cl, unsigned want, unsigned returned);
+unsigned core_claim_held(const struct core_claim *cl);
+/* What it may keep: max_active, or its fair part while others wait; 0 once gone. */
+unsigned core_claim_limit(const struct core_claim *cl);
+/* Its queue was destroyed: it holds nothing and gets nothing. */
+bool core_claim_gone(const struct core_claim *cl);
+
 bool caller_is_privileged(const struct core_caller *caller);
 
 /* A front end's connection of @caller: refused with -EDQUOT past the

@@ -252,6 +252,8 @@ static int workqueue_create(struct core *c, const struct core_caller *caller, co
         list_init(&wq->flushers);
         list_init(&wq->drainers);
         list_init(&wq->callback_holds);
+        list_init(&wq->claims);
+        list_init(&wq->claim_waiters);
         list_init(&wq->owner_entry);
         if (owner) {
                 wq->connection_owned = true;
@@ -375,6 +377,7 @@ void workqueue_free(struct workqueue *wq) {
         }
         waiters_complete(&wq->flushers, -ENOENT);
         waiters_complete(&wq->drainers, -ENOENT);
+        workqueue_claims_detach(wq);
         while (!list_empty(&wq->callback_holds))
                 workqueue_callback_hold_free(list_first_entry(&wq->callback_holds, struct callback_hold, wq_entry));
         list_del_init(&wq->owner_entry);
@@ -410,29 +413,35 @@ void core_number_builtin_pwqs(struct core *c) {
  * queue, the queue's otherwise.  Should the uid's shares not fit in
  * memory, the item shares the queue's (the kernel's rule) rather than
  * wait. */
-static struct pwq_share *item_pwq_share(struct item *i) {
-        struct core *c = i->core;
-        struct pwq *pwq = i->pwq;
+struct pwq_share *workqueue_share_of(struct pwq *pwq, uid_t uid) {
+        struct core *c = pwq->wq->core;
         struct user_usage *u;
 
         if (!pwq->wq->builtin || c->nr_builtin_pwqs == 0)
                 return &pwq->shared;
-        u = user_usage_get(&c->users, i->uid);  /* exists: the item is charged to it */
+        u = user_usage_get(&c->users, uid);
         if (!u)
-                return &pwq->shared;
+                return NULL;
         if (!u->builtin_shares) {
                 u->builtin_shares = calloc(c->nr_builtin_pwqs, sizeof(struct pwq_share));
-                if (!u->builtin_shares) {
-                        log_item(LOG_WARNING, i,
-                                 "Out of memory for uid %u's shares of the built-in queues; its item %" PRIu64
-                                 " counts against %s's max_active with everybody's",
-                                 (unsigned) i->uid, i->id, pwq->wq->name);
-                        return &pwq->shared;
-                }
+                if (!u->builtin_shares)
+                        return NULL;
                 for (size_t k = 0; k < c->nr_builtin_pwqs; k++)
                         list_init(&u->builtin_shares[k].inactive);
         }
         return &u->builtin_shares[pwq->share_index];
+}
+
+static struct pwq_share *item_pwq_share(struct item *i) {
+        struct pwq_share *share = workqueue_share_of(i->pwq, i->uid);   /* the uid exists: the item is charged to it */
+
+        if (share)
+                return share;
+        log_item(LOG_WARNING, i,
+                 "Out of memory for uid %u's shares of the built-in queues; its item %" PRIu64
+                 " counts against %s's max_active with everybody's",
+                 (unsigned) i->uid, i->id, i->pwq->wq->name);
+        return &i->pwq->shared;
 }
 
 static bool pwq_share_may_activate(const struct pwq *pwq, const struct pwq_share *share) {
@@ -454,7 +463,7 @@ void workqueue_item_unqueue(struct item *i) {
 }
 
 /* Starts what waits on @share, in order, as far as max_active allows. */
-static void pwq_share_activate_inactive(struct pwq *pwq, struct pwq_share *share) {
+void workqueue_share_activate(struct pwq *pwq, struct pwq_share *share) {
         while (pwq_share_may_activate(pwq, share) && !list_empty(&share->inactive)) {
                 struct item *i = list_first_entry(&share->inactive, struct item, share_entry);
 
@@ -479,6 +488,7 @@ static void pwq_activate_inactive(struct pwq *pwq) {
                 list_del_init(&i->share_entry);
                 pwq_activate(pwq, i);
         }
+        workqueue_claims_changed_all(pwq->wq);
 }
 
 /* Puts a queued item on its pwq: active if max_active and the freezer allow
@@ -494,6 +504,8 @@ void workqueue_item_activate(struct item *i) {
                 list_add_tail(&i->work.entry, &pwq->inactive);
                 list_add_tail(&i->share_entry, &i->share->inactive);
                 core_watchdog_kick(pwq->wq->core, pwq->pool);
+                /* Claims of the share may have to make room for it. */
+                workqueue_claims_changed(pwq, i->share);
         }
 }
 
@@ -504,7 +516,8 @@ void workqueue_item_finished(struct item *i) {
         pwq->nr_active--;
         share->nr_active--;
         i->share = NULL;
-        pwq_share_activate_inactive(pwq, share);
+        workqueue_share_activate(pwq, share);
+        workqueue_claims_changed(pwq, share);
 }
 
 uint64_t workqueue_nr_running(const struct workqueue *wq) {

@@ -230,6 +230,14 @@ static void client_map_region(int memfd) {
         if (shm == MAP_FAILED)
                 abort();
         run.shm = shm;
+        /* Credits entries of slots 0-2 name queues, as the library names
+         * them before their first CREDITS: an unbound one (a claim), a
+         * bound one (refused), a freezable unbound one. */
+        strcpy(shm->credits[0].name, "system_unbound");
+        strcpy(shm->credits[1].name, "system");
+        strcpy(shm->credits[2].name, "system_freezable_unbound");
+        shm->credits[0].want = 3;
+        shm->credits[2].want = 600;
 }
 
 static void check_pools_idle(struct core *core) {

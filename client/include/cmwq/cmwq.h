@@ -122,6 +122,14 @@ enum {
  * Create the workqueue @name (1..CMWQ_NAME_MAX bytes of [A-Za-z0-9_.:@-],
  * unique in the daemon) owned by the caller's uid.  @max_active limits its
  * items executing at once per CPU (bound) or in total (CMWQ_WQ_UNBOUND).
+ * For an unbound queue the total holds across every process that uses it
+ * (cmwq_open_workqueue(), the system queues) and its exec items: the
+ * library asks cmwqd for its part before it starts a callback, and gives it
+ * back when the callback returns and nothing of the queue waits, so a
+ * process's first callback after a quiet spell waits for one round trip to
+ * the daemon.  While several processes want more than max_active, each gets
+ * a fair part.  (A process can name 64 unbound queues this way; callbacks of
+ * more are limited per process.)
  *
  * The queue lives as long as the connection @c, as the kernel's lives as
  * long as its module: when the connection ends (cmwq_disconnect(), the
