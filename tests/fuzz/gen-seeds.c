@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -380,6 +381,29 @@ static void shm_seeds(struct stream *s) {
         SHM0(s, SHM_OP_TURN);
         SHM0(s, SHM_OP_TURN);
         shm_emit("race", s);
+
+        /* Credits of unbound queues (entries 0-2 are named by the target):
+         * a claim, one bounded by max_active, a bound queue refused, credits
+         * given back across a freeze, an unknown queue, then more given back
+         * than held, which breaks the region. */
+#define SHM_AT(off) (uint8_t) ((off) & 0xff), (uint8_t) ((off) >> 8 & 0xff), (uint8_t) ((off) >> 16 & 0xff)
+        memset(s, 0, sizeof(*s));
+        shm_push(s, 0, CMWQ_SHM_OP_CREDITS);
+        shm_push(s, 2, CMWQ_SHM_OP_CREDITS);
+        shm_push(s, 1, CMWQ_SHM_OP_CREDITS);
+        SHM0(s, SHM_OP_DOORBELL);
+        SHM(s, SHM_OP_FREEZE, 0);
+        SHM(s, SHM_OP_WRITE, SHM_AT(offsetof(struct cmwq_shm, credits[0].returned)), 4, 2, 0, 0, 0);
+        shm_push(s, 0, CMWQ_SHM_OP_CREDITS);
+        SHM(s, SHM_OP_FREEZE, 1);
+        SHM0(s, SHM_OP_DOORBELL);
+        SHM(s, SHM_OP_WRITE, SHM_AT(offsetof(struct cmwq_shm, credits[3].name)), 4, 'x', 'y', 'z', 0);
+        shm_push(s, 3, CMWQ_SHM_OP_CREDITS);
+        SHM(s, SHM_OP_WRITE, SHM_AT(offsetof(struct cmwq_shm, credits[0].returned)), 4, 50, 0, 0, 0);
+        shm_push(s, 0, CMWQ_SHM_OP_CREDITS);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_emit("credits", s);
+#undef SHM_AT
 }
 
 int main(int argc, char **argv) {
