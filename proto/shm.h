@@ -101,8 +101,12 @@ enum cmwq_shm_op {
  * waking the word.  While others want more than is left, cmwqd lowers
  * limit to this client's fair part, and the client gives back what it holds
  * beyond max(limit, its running callbacks) as they return.  cmwqd believes
- * want and returned only as this client's own: lying, a client loses credits
- * or keeps its own, never takes more than its part of others'. */
+ * want and returned only as this client's own: credits come out of its own
+ * uid's share on a built-in queue, and a client that does not give back
+ * keeps what it took, holding back only its uid's other clients.  The
+ * region has these entries only when the client asked for them
+ * (CallbackAttach.credits); it is offsetof(struct cmwq_shm, credits) long
+ * otherwise. */
 struct cmwq_shm_credits {
         /* Written by the client; name before the entry's first CREDITS, never changed after. */
         char name[CMWQ_SHM_CREDIT_NAME];

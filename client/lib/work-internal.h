@@ -41,6 +41,10 @@
  * $CMWQ_LINGER overrides it, in seconds, 0 for never. */
 #define WORK_LINGER_USEC (10 * USEC_PER_MSEC)
 
+/* How soon an idle unbound thread looks again at credits it gave back
+ * while cmwqd had yet to read that. */
+#define WORK_CREDITS_RECHECK_USEC (2 * USEC_PER_MSEC)
+
 enum thread_state {
         THREAD_STARTING,                /* created for a demand, registering */
         THREAD_IDLE,
@@ -72,6 +76,8 @@ struct work_thread {
          * grant, and the entry's granted word when it began; -1: none. */
         int credits_wait;
         uint32_t credits_seen;
+        /* Unbound, idle: look at the pool's credits again soon (work-pool.c). */
+        bool credits_recheck;
         enum thread_state state;        /* work lock */
         struct cmwq_work scheduled;     /* sentinel: parked behind current */
         struct cmwq_work *current;
@@ -104,6 +110,7 @@ struct work_credits {
         struct cmwq_workqueue *wq;      /* the handle it counts for; NULL: free, for a handle of its name */
         uint32_t returned;              /* ours: given back so far */
         uint32_t want;                  /* as last written */
+        uint32_t told_tail;             /* our ring's tail after its last CREDITS */
         struct work_thread *waiter;     /* waits for granted to move; NULL: none */
 };
 

@@ -162,14 +162,23 @@ static void work_credits_settle(struct client_work *cw, struct work_pool *p, str
 }
 
 /* Every credits entry of @p's queues, settled: a thread of @p found
- * nothing to run. */
-static void work_credits_settle_pool(struct client_work *cw, struct work_pool *p) {
+ * nothing to run.  Returns whether cmwqd has yet to read what one of them
+ * said last: a grant made on what it said before may cross it, and nobody
+ * would give that back, so the caller looks again a little later. */
+static bool work_credits_settle_pool(struct client_work *cw, struct work_pool *p) {
+        uint32_t head = __atomic_load_n(&cw->shm->sq_head, __ATOMIC_ACQUIRE);
+        bool unread = false;
+
         for (unsigned e = 0; e < CMWQ_SHM_CREDIT_QUEUES; e++) {
                 struct cmwq_workqueue *wq = cw->credits[e].wq;
 
-                if (wq && &cw->pools[cw->nr_cpus * 2 + !!(wq->flags & CMWQ_WQ_HIGHPRI)] == p)
-                        work_credits_settle(cw, p, wq, (int) e);
+                if (!wq || &cw->pools[cw->nr_cpus * 2 + !!(wq->flags & CMWQ_WQ_HIGHPRI)] != p)
+                        continue;
+                work_credits_settle(cw, p, wq, (int) e);
+                if ((int32_t) (cw->credits[e].told_tail - head) > 0)
+                        unread = true;
         }
+        return unread;
 }
 
 /* How many callbacks of unbound @wq may run at once in this process: its
@@ -195,6 +204,12 @@ static unsigned work_unbound_allowed(struct client_work *cw, struct work_pool *p
         if (!cw->credits[e].waiter)
                 cw->credits_short |= UINT64_C(1) << e;
         return held;
+}
+
+static bool work_unbound_may_start(struct client_work *cw, struct work_pool *p, struct cmwq_workqueue *wq) {
+        unsigned max = wq->max_active ? wq->max_active : CMWQ_DFL_ACTIVE;
+
+        return wq->cb_active < work_unbound_allowed(cw, p, wq, max);
 }
 
 /* The next item @p may start, FIFO, honouring max_active: per queue for
@@ -256,10 +271,11 @@ static void work_credits_wait(struct client_work *cw, struct work_pool *p) {
                 t->state = THREAD_DEMANDING;
                 p->nr_idle--;
                 pthread_mutex_lock(&t->lock);
-                /* Granted since it was found short: it wakes at once. */
-                t->credits_seen = cr->wq->cb_active < work_credits_held(cw, (int) e)
-                                          ? work_credits_granted(cw, (int) e) - 1
-                                          : work_credits_granted(cw, (int) e);
+                /* Granted since it was found short: it wakes at once.  One
+                 * read: a grant between two would be slept through. */
+                uint32_t granted = work_credits_granted(cw, (int) e);
+
+                t->credits_seen = cr->wq->cb_active < granted - cr->returned ? granted - 1 : granted;
                 t->credits_wait = (int) e;
                 pthread_cond_signal(&t->cond);
                 pthread_mutex_unlock(&t->lock);
@@ -437,6 +453,7 @@ enum thread_wait {
         THREAD_WAIT_GRANTED,
         THREAD_WAIT_STOPPED,
         THREAD_WAIT_TIMED_OUT,          /* idle for the idle timeout */
+        THREAD_WAIT_RECHECK,            /* unbound: time to look at its pool's credits again */
 };
 
 /* Waits for the daemon's next grant in the thread's slot (bound), or to be
@@ -448,6 +465,10 @@ enum thread_wait {
 static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_thread *t) {
         bool timed = t->state == THREAD_IDLE && t->pool->nr_threads > POOL_POLICY_IDLE_KEEP;
         uint64_t deadline = timed ? mono_usec() + cw->idle_timeout_usec : 0;
+        /* Its pool gave credits back or asked, and cmwqd has not read it:
+         * a grant may cross it (work_credits_settle_pool()). */
+        bool recheck = t->state == THREAD_IDLE && t->credits_recheck, idle_timed = timed;
+        uint64_t recheck_at = recheck ? mono_usec() + WORK_CREDITS_RECHECK_USEC : 0;
         enum thread_wait r = THREAD_WAIT_GRANTED;
 
         pthread_mutex_unlock(&cw->lock);
@@ -479,8 +500,13 @@ static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_th
                         work_futex_wait(word, g, &left);
                 }
         } else {
-                struct timespec until = timespec_from_usec(deadline);
+                struct timespec until = timespec_from_usec(recheck && (!timed || recheck_at < deadline) ? recheck_at
+                                                                                                   : deadline);
 
+                if (recheck) {
+                        timed = true;
+                        t->credits_recheck = false;
+                }
                 pthread_mutex_lock(&t->lock);
                 while (!t->grant && !t->stop && r != THREAD_WAIT_TIMED_OUT)
                         if (t->credits_wait >= 0) {
@@ -488,10 +514,14 @@ static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_th
                                 const struct cmwq_shm_credits *cr = &cw->shm->credits[t->credits_wait];
                                 uint32_t seen = t->credits_seen;
 
+                                /* A tick, not forever: a stop or a forgotten
+                                 * queue wakes it without moving the word. */
+                                const struct timespec tick = { 0, 100 * 1000 * 1000 };
+
                                 pthread_mutex_unlock(&t->lock);
                                 if (__atomic_load_n(&cr->granted, __ATOMIC_ACQUIRE) == seen &&
                                     !__atomic_load_n(&cr->refused, __ATOMIC_ACQUIRE))
-                                        work_futex_wait((uint32_t *) &cr->granted, seen, NULL);
+                                        work_futex_wait((uint32_t *) &cr->granted, seen, &tick);
                                 pthread_mutex_lock(&t->lock);
                                 if (__atomic_load_n(&cr->granted, __ATOMIC_ACQUIRE) != seen ||
                                     __atomic_load_n(&cr->refused, __ATOMIC_ACQUIRE))
@@ -503,7 +533,8 @@ static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_th
                 if (t->grant) {
                         t->grant = false;
                         r = THREAD_WAIT_GRANTED;
-                }
+                } else if (r == THREAD_WAIT_TIMED_OUT && recheck && (!idle_timed || mono_usec() < deadline))
+                        r = THREAD_WAIT_RECHECK;
                 pthread_mutex_unlock(&t->lock);
         }
         if (thread_stopped(t))
@@ -689,6 +720,11 @@ static void *work_thread_main(void *userdata) {
 
                 if (waited == THREAD_WAIT_STOPPED || cw->stopping)
                         break;
+                if (waited == THREAD_WAIT_RECHECK) {
+                        if (t->state == THREAD_IDLE)
+                                t->credits_recheck = work_credits_settle_pool(cw, p);
+                        continue;
+                }
                 if (waited == THREAD_WAIT_TIMED_OUT) {
                         if (t->state == THREAD_IDLE && work_pool_too_many_idle(p)) {
                                 thread_reap(cw, t);
@@ -725,7 +761,13 @@ static void *work_thread_main(void *userdata) {
                                  * that the next counts again, from its own
                                  * start, under a new grant. */
                                 thread_unpark(t, true);
-                        else if (!wlist_empty(&t->scheduled)) {
+                        else if (!bound && !wlist_empty(&t->scheduled) &&
+                                 !work_unbound_may_start(cw, p, t->scheduled._next->_wq)) {
+                                /* Over its queue's credits: it waits in the
+                                 * pool as any item, and is counted there. */
+                                thread_unpark(t, true);
+                                w = thread_take(t);
+                        } else if (!wlist_empty(&t->scheduled)) {
                                 /* Parked behind our last item: ours to run. */
                                 w = t->scheduled._next;
                                 wlist_del(w);
@@ -768,7 +810,7 @@ static void *work_thread_main(void *userdata) {
                         p->nr_idle++;
                         /* Credits nothing here can use go back. */
                         if (cw->has_credits)
-                                work_credits_settle_pool(cw, p);
+                                t->credits_recheck = work_credits_settle_pool(cw, p);
                 }
                 work_pool_kick(cw, p);
         }

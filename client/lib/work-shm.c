@@ -128,8 +128,12 @@ int work_credits_entry(struct client_work *cw, struct cmwq_workqueue *wq) {
         for (unsigned k = 0; k < CMWQ_SHM_CREDIT_QUEUES; k++) {
                 const char *name = cw->shm->credits[k].name;
 
+                /* Its own, given back by a handle before, unless refused
+                 * (the queue went, or was not unbound): then it is spent. */
                 if (!cw->credits[k].wq && strcmp(name, wq->name) == 0) {
-                        free_at = (int) k;      /* its own, given back by a handle before */
+                        if (__atomic_load_n(&cw->shm->credits[k].refused, __ATOMIC_ACQUIRE))
+                                continue;
+                        free_at = (int) k;
                         break;
                 }
                 if (free_at < 0 && name[0] == 0)
@@ -194,6 +198,7 @@ void work_credits_tell(struct client_work *cw, int e, unsigned want, unsigned ba
         /* An entry for every change: cmwqd may have read the words of an
          * earlier one already. */
         work_ring_push(cw, CMWQ_SHM_OP_CREDITS, (unsigned) e, NULL);
+        cr->told_tail = cw->sq_tail;
 }
 
 /* The thread's CPU clock is read at most once per this much wall time. */
@@ -293,6 +298,8 @@ int work_attach(struct client_work *cw) {
         int fds[2], n, r;
 
         attach.layout_version = CMWQ_SHM_VERSION;
+        attach.has_credits = true;
+        attach.credits = true;
         req.body_case = CMWQ__REQUEST__BODY_CALLBACK_ATTACH;
         req.callback_attach = &attach;
         r = client_call(cw->c, &req, &resp);

@@ -20,14 +20,22 @@ struct callback_credits {
         struct core *core;
         const struct core_caller *caller;
         struct callback_shm *shm;
+        callback_credits_broken_fn broken;
+        void *userdata;
+        struct event *settle;           /* reads the marked entries, once a turn */
+        uint64_t marked;                /* entries with a CREDITS not read yet */
+        bool is_broken;
         struct credits_entry entries[CMWQ_SHM_CREDIT_QUEUES];
 };
+
+_Static_assert(CMWQ_SHM_CREDIT_QUEUES <= 64, "one bit of marked per entry");
 
 static unsigned entry_index(const struct credits_entry *en) {
         return (unsigned) (en - en->cc->entries);
 }
 
-/* What the claim holds, as the client counts it (granted - returned). */
+/* Writes what the claim holds (as the client counts it: granted -
+ * returned) and may keep into the entry. */
 static void entry_publish(struct credits_entry *en) {
         uint32_t held = en->granted - en->returned;
         unsigned now = en->claim ? core_claim_held(en->claim) : 0;
@@ -48,15 +56,110 @@ static void entry_claim_changed(struct core_claim *cl, void *userdata) {
         entry_publish(en);
 }
 
+static unsigned entry_want_now(struct core_claim *cl, void *userdata) {
+        struct credits_entry *en = userdata;
+        uint32_t want, returned;
+
+        (void) cl;
+        if (!callback_shm_credits_read(en->cc->shm, entry_index(en), NULL, &want, &returned))
+                return 0;
+        return want;    /* bounded by the core */
+}
+
+static void entry_refuse(struct credits_entry *en, const char *name, const char *why) {
+        /* Its callbacks of that queue are counted by itself alone, as before
+         * credits: nothing of others' is at stake in a queue it cannot see. */
+        log_debug("callback: PID %d cannot have credits of workqueue '%s': %s", (int) en->cc->caller->pid, name,
+                  why);
+        if (en->claim) {
+                core_claim_close(en->claim);
+                en->claim = NULL;
+        }
+        en->refused = true;
+        entry_publish(en);
+}
+
+/* Reads entry @en as the client wrote it and acts on it: 0, or -EBADMSG
+ * with *@why when it broke the protocol. */
+static int entry_read(struct credits_entry *en, const char **why) {
+        struct callback_credits *cc = en->cc;
+        char name[CMWQ_SHM_CREDIT_NAME];
+        uint32_t want, returned, back;
+        struct core_error e = {};
+        int r;
+
+        if (en->refused)
+                return 0;
+        if (!callback_shm_credits_read(cc->shm, entry_index(en), en->claim ? NULL : name, &want, &returned)) {
+                *why = "a credits entry of its region names a queue without ending the name";
+                return -EBADMSG;
+        }
+        back = returned - en->returned;
+        if (back > en->granted - en->returned) {
+                *why = "a credits entry of its region gave back more credits than it was granted";
+                return -EBADMSG;
+        }
+        en->returned = returned;
+
+        if (!en->claim) {
+                r = core_claim_open(cc->core, cc->caller, name, entry_claim_changed, entry_want_now, en, &en->claim,
+                                    &e);
+                if (r < 0) {
+                        en->claim = NULL;
+                        entry_refuse(en, name, e.message);
+                        return 0;
+                }
+                /* One claim per queue and client: twice, it would have two
+                 * fair parts and two places in line. */
+                for (unsigned k = 0; k < CMWQ_SHM_CREDIT_QUEUES; k++)
+                        if (&cc->entries[k] != en && cc->entries[k].claim &&
+                            core_claim_same_queue(cc->entries[k].claim, en->claim)) {
+                                entry_refuse(en, name, "it has credits of that queue in another entry");
+                                return 0;
+                        }
+        }
+        core_claim_update(en->claim, want, back);
+        entry_publish(en);
+        return 0;
+}
+
+static void credits_settle(evutil_socket_t fd, short what, void *userdata) {
+        struct callback_credits *cc = userdata;
+        const char *why = NULL;
+
+        (void) fd;
+        (void) what;
+        while (cc->marked && !cc->is_broken) {
+                unsigned k = (unsigned) __builtin_ctzll(cc->marked);
+
+                cc->marked &= cc->marked - 1;
+                if (entry_read(&cc->entries[k], &why) < 0) {
+                        cc->is_broken = true;
+                        cc->marked = 0;
+                        /* The owner frees us: nothing here is touched after. */
+                        cc->broken(why, cc->userdata);
+                        return;
+                }
+        }
+}
+
 struct callback_credits *callback_credits_new(struct core *core, const struct core_caller *caller,
-                                              struct callback_shm *shm) {
+                                              struct callback_shm *shm, callback_credits_broken_fn broken,
+                                              void *userdata) {
         struct callback_credits *cc = calloc(1, sizeof(*cc));
 
         if (!cc)
                 return NULL;
+        cc->settle = event_new(core_event_base(core), -1, 0, credits_settle, cc);
+        if (!cc->settle) {
+                free(cc);
+                return NULL;
+        }
         cc->core = core;
         cc->caller = caller;
         cc->shm = shm;
+        cc->broken = broken;
+        cc->userdata = userdata;
         for (unsigned k = 0; k < CMWQ_SHM_CREDIT_QUEUES; k++)
                 cc->entries[k].cc = cc;
         return cc;
@@ -65,6 +168,7 @@ struct callback_credits *callback_credits_new(struct core *core, const struct co
 struct callback_credits *callback_credits_free(struct callback_credits *cc) {
         if (!cc)
                 return NULL;
+        event_free(cc->settle);
         for (unsigned k = 0; k < CMWQ_SHM_CREDIT_QUEUES; k++)
                 if (cc->entries[k].claim) {
                         core_claim_close(cc->entries[k].claim);
@@ -74,37 +178,10 @@ struct callback_credits *callback_credits_free(struct callback_credits *cc) {
         return NULL;
 }
 
-int callback_credits_changed(struct callback_credits *cc, unsigned entry) {
-        struct credits_entry *en = &cc->entries[entry];
-        char name[CMWQ_SHM_CREDIT_NAME];
-        uint32_t want, returned, back;
-        struct core_error e = {};
-        int r;
-
-        if (en->refused)
-                return 0;
-        if (!callback_shm_credits_read(cc->shm, entry, en->claim ? NULL : name, &want, &returned))
-                return -EBADMSG;
-        back = returned - en->returned;
-        if (back > en->granted - en->returned)
-                return -EBADMSG;        /* more than it held */
-        en->returned = returned;
-
-        if (!en->claim) {
-                r = core_claim_open(cc->core, cc->caller, name, entry_claim_changed, en, &en->claim, &e);
-                if (r < 0) {
-                        /* Its callbacks of that queue are counted by itself
-                         * alone, as before credits: nothing of others' is at
-                         * stake in a queue it cannot see. */
-                        log_debug("callback: PID %d cannot have credits of workqueue '%s': %s",
-                                  (int) cc->caller->pid, name, e.message);
-                        en->refused = true;
-                        en->claim = NULL;
-                        entry_publish(en);
-                        return 0;
-                }
-        }
-        core_claim_update(en->claim, want, back);
-        entry_publish(en);
-        return 0;
+void callback_credits_changed(struct callback_credits *cc, unsigned entry) {
+        if (cc->is_broken || entry >= CMWQ_SHM_CREDIT_QUEUES)
+                return;
+        if (!cc->marked)
+                event_active(cc->settle, EV_TIMEOUT, 0);
+        cc->marked |= UINT64_C(1) << entry;
 }

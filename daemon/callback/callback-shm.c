@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/time.h>
@@ -39,6 +40,7 @@
 
 struct callback_shm {
         struct cmwq_shm *shm;           /* mapped, shared with the client */
+        size_t size;                    /* without the credits entries for an older client */
         int eventfd;
         struct event *doorbell;         /* not listened to while out of budget */
         struct event *resume;           /* out of budget: read again when there is some */
@@ -58,7 +60,7 @@ struct callback_shm {
  * each and passes it to @op, and publishes the new head.  Returns the number
  * consumed, or -EBADMSG with *@why set when the ring or an entry is broken
  * (or the op function's error). */
-static int callback_shm_consume(struct cmwq_shm *shm, uint32_t *head, unsigned max, callback_shm_op_fn op,
+static int callback_shm_consume(struct cmwq_shm *shm, bool credits, uint32_t *head, unsigned max, callback_shm_op_fn op,
                                 void *userdata, const char **why) {
         uint32_t tail = __atomic_load_n(&shm->sq_tail, __ATOMIC_ACQUIRE);
         uint32_t n = tail - *head;
@@ -81,8 +83,8 @@ static int callback_shm_consume(struct cmwq_shm *shm, uint32_t *head, unsigned m
                         *why = "an entry of its submission ring names a slot out of range";
                         return -EBADMSG;
                 }
-                if (o == CMWQ_SHM_OP_CREDITS && slot >= CMWQ_SHM_CREDIT_QUEUES) {
-                        *why = "an entry of its submission ring names a credits entry out of range";
+                if (o == CMWQ_SHM_OP_CREDITS && (!credits || slot >= CMWQ_SHM_CREDIT_QUEUES)) {
+                        *why = "an entry of its submission ring names a credits entry out of range, or one its region has not";
                         return -EBADMSG;
                 }
                 if (op((enum cmwq_shm_op) o, slot, userdata) < 0) {
@@ -98,7 +100,7 @@ static int callback_shm_consume(struct cmwq_shm *shm, uint32_t *head, unsigned m
         return (int) done;
 }
 
-static void callback_shm_break(struct callback_shm *s, const char *why) {
+void callback_shm_break(struct callback_shm *s, const char *why) {
         if (s->is_broken)
                 return;
         s->is_broken = true;
@@ -147,7 +149,8 @@ int callback_shm_drain(struct callback_shm *s) {
                 return 0;
         callback_shm_refill(s);
         for (;;) {
-                r = callback_shm_consume(s->shm, &s->head, s->tokens, s->op, s->userdata, &why);
+                r = callback_shm_consume(s->shm, s->size == sizeof(*s->shm), &s->head, s->tokens, s->op, s->userdata,
+                                         &why);
                 if (r < 0) {
                         callback_shm_break(s, why);
                         return r;
@@ -262,8 +265,8 @@ void callback_shm_records(struct callback_shm *s, unsigned slot, uint64_t *start
         *finished = __atomic_load_n(&s->shm->slots[slot].finished, __ATOMIC_RELAXED);
 }
 
-bool callback_shm_credits_read(struct callback_shm *s, unsigned entry, char name[static CMWQ_SHM_CREDIT_NAME],
-                               uint32_t *want, uint32_t *returned) {
+bool callback_shm_credits_read(struct callback_shm *s, unsigned entry, char *name, uint32_t *want,
+                               uint32_t *returned) {
         struct cmwq_shm_credits *cr = &s->shm->credits[entry];
 
         if (name) {
@@ -293,10 +296,12 @@ uint64_t callback_shm_run_cpu_ns(struct callback_shm *s, unsigned slot) {
         return __atomic_load_n(&s->shm->slots[slot].run_cpu_ns, __ATOMIC_RELAXED);
 }
 
-int callback_shm_new(struct event_base *base, struct sleepwatch *sw, pid_t pid, callback_shm_op_fn op, callback_shm_broken_fn broken,
+int callback_shm_new(struct event_base *base, struct sleepwatch *sw, pid_t pid, bool credits, callback_shm_op_fn op,
+                     callback_shm_broken_fn broken,
                      void *userdata, struct callback_shm **ret, int *ret_memfd, int *ret_eventfd,
                      struct core_error *e) {
         _cleanup_(closep) int memfd = -1, efd = -1;
+        size_t size = credits ? sizeof(struct cmwq_shm) : offsetof(struct cmwq_shm, credits);
         struct callback_shm *s;
         struct cmwq_shm *shm;
 
@@ -305,29 +310,30 @@ int callback_shm_new(struct event_base *base, struct sleepwatch *sw, pid_t pid, 
                 return core_error_set(e, -errno, "cannot make the shared memory: %s", strerror(errno));
         /* The client cannot resize it under our mapping (SIGBUS), nor
          * unseal it. */
-        if (ftruncate(memfd, sizeof(*shm)) < 0 ||
+        if (ftruncate(memfd, size) < 0 ||
             fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
                 return core_error_set(e, -errno, "cannot size the shared memory: %s", strerror(errno));
         /* Not a semaphore: one read empties it whatever the client writes. */
         efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (efd < 0)
                 return core_error_set(e, -errno, "cannot make the doorbell: %s", strerror(errno));
-        shm = mmap(NULL, sizeof(*shm), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+        shm = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
         if (shm == MAP_FAILED)
                 return core_error_set(e, -errno, "cannot map the shared memory: %s", strerror(errno));
         shm->magic = CMWQ_SHM_MAGIC;
         shm->version = CMWQ_SHM_VERSION;
         shm->nr_slots = CMWQ_SHM_SLOTS;
         shm->ring_size = CMWQ_SHM_RING;
-        shm->features = CMWQ_SHM_FEATURE_LINGER | CMWQ_SHM_FEATURE_CREDITS;
+        shm->features = CMWQ_SHM_FEATURE_LINGER | (credits ? CMWQ_SHM_FEATURE_CREDITS : 0);
         shm->need_wakeup = 1;
 
         s = calloc(1, sizeof(*s));
         if (!s) {
-                munmap(shm, sizeof(*shm));
+                munmap(shm, size);
                 return core_error_set(e, -ENOMEM, "out of memory");
         }
         s->shm = shm;
+        s->size = size;
         s->sleepwatch = sw;
         s->op = op;
         s->broken = broken;
@@ -342,7 +348,7 @@ int callback_shm_new(struct event_base *base, struct sleepwatch *sw, pid_t pid, 
                         event_free(s->doorbell);
                 if (s->resume)
                         event_free(s->resume);
-                munmap(shm, sizeof(*shm));
+                munmap(shm, size);
                 free(s);
                 return core_error_set(e, -ENOMEM, "out of memory");
         }
@@ -359,7 +365,7 @@ struct callback_shm *callback_shm_free(struct callback_shm *s) {
         event_free(s->doorbell);
         event_free(s->resume);
         close(s->eventfd);
-        munmap(s->shm, sizeof(*s->shm));
+        munmap(s->shm, s->size);
         free(s);
         return NULL;
 }

@@ -43,8 +43,10 @@ typedef void (*callback_shm_broken_fn)(const char *why, void *userdata);
  * them rather than take the client's: a file descriptor a client passes
  * could be anything, and closing one (a lingering socket, a file on the
  * client's FUSE mount) can block the event loop.  Before it acts on a
- * doorbell, @sw (NULL: none) is brought up to date (sleepwatch_catch_up()). */
-int callback_shm_new(struct event_base *base, struct sleepwatch *sw, pid_t pid, callback_shm_op_fn op,
+ * doorbell, @sw (NULL: none) is brought up to date (sleepwatch_catch_up()).
+ * Without @credits the region ends before its credits entries, as an older
+ * client maps it, and a CREDITS entry breaks it. */
+int callback_shm_new(struct event_base *base, struct sleepwatch *sw, pid_t pid, bool credits, callback_shm_op_fn op,
                      callback_shm_broken_fn broken, void *userdata, struct callback_shm **ret, int *ret_memfd, int *ret_eventfd,
                      struct core_error *e);
 struct callback_shm *callback_shm_free(struct callback_shm *s);
@@ -55,6 +57,9 @@ struct callback_shm *callback_shm_free(struct callback_shm *s);
  * ring is broken (and reports it). */
 int callback_shm_drain(struct callback_shm *s);
 
+/* The client broke its region in a way only the caller could tell (@why):
+ * as for a broken ring, once, through the broken function. */
+void callback_shm_break(struct callback_shm *s, const char *why);
 /* Grants the thread in @slot its CPU for the @seq-th time and wakes it. */
 void callback_shm_grant(struct callback_shm *s, unsigned slot, uint32_t seq);
 /* A thread is registered in @slot, which another may have used before:
@@ -79,8 +84,8 @@ void callback_shm_records(struct callback_shm *s, unsigned slot, uint64_t *start
 /* An unbound queue's credits entry (proto/shm.h, struct cmwq_shm_credits),
  * as the client wrote it: its name (copied when @name is not NULL; false if
  * it is not NUL-terminated), what it wants and how many it gave back. */
-bool callback_shm_credits_read(struct callback_shm *s, unsigned entry, char name[static CMWQ_SHM_CREDIT_NAME],
-                               uint32_t *want, uint32_t *returned);
+bool callback_shm_credits_read(struct callback_shm *s, unsigned entry, char *name, uint32_t *want,
+                               uint32_t *returned);
 /* Writes cmwqd's side of a credits entry, and wakes the client's thread
  * waiting on it when it got more (or was refused). */
 void callback_shm_credits_write(struct callback_shm *s, unsigned entry, uint32_t granted, uint32_t limit,

@@ -551,7 +551,13 @@ static void callback_shm_broken(const char *why, void *userdata) {
         c->broken(why, c->userdata);
 }
 
-int callback_client_new(struct callback_registry *r, const struct core_caller *caller, int pidfd,
+static void callback_credits_broken(const char *why, void *userdata) {
+        struct callback_client *c = userdata;
+
+        callback_shm_break(c->shm, why);
+}
+
+int callback_client_new(struct callback_registry *r, const struct core_caller *caller, int pidfd, bool credits,
                         callback_freeze_fn freeze, callback_broken_fn broken, void *userdata,
                         struct callback_client **ret, int *ret_memfd, int *ret_eventfd, struct core_error *e) {
         _cleanup_(closep) int owned_pidfd = pidfd;
@@ -564,8 +570,8 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
         c = calloc(1, sizeof(*c));
         if (!c)
                 return core_error_set(e, -ENOMEM, "out of memory");
-        k = callback_shm_new(core_event_base(r->core), core_sleepwatch(r->core), pid, callback_shm_op, callback_shm_broken, c, &c->shm, ret_memfd,
-                             ret_eventfd, e);
+        k = callback_shm_new(core_event_base(r->core), core_sleepwatch(r->core), pid, credits, callback_shm_op,
+                             callback_shm_broken, c, &c->shm, ret_memfd, ret_eventfd, e);
         if (k < 0) {
                 free(c);
                 return k;
@@ -577,7 +583,7 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
         c->freeze = freeze;
         c->broken = broken;
         c->userdata = userdata;
-        c->credits = callback_credits_new(r->core, caller, c->shm);
+        c->credits = callback_credits_new(r->core, caller, c->shm, callback_credits_broken, c);
         if (!c->credits) {
                 callback_shm_free(c->shm);
                 free(c);
@@ -857,8 +863,11 @@ static int callback_shm_op(enum cmwq_shm_op op, unsigned arg, void *userdata) {
                 callback_client_freeze_answered(c, arg);
                 return 0;
         }
-        if (op == CMWQ_SHM_OP_CREDITS)
-                return c->credits ? callback_credits_changed(c->credits, arg) : 0;
+        if (op == CMWQ_SHM_OP_CREDITS) {
+                if (c->credits)
+                        callback_credits_changed(c->credits, arg);
+                return 0;
+        }
         w = c->slots[arg];
         if (!w)
                 return -ENOENT;

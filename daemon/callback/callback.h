@@ -62,8 +62,10 @@ struct callback_registry *callback_registry_free(struct callback_registry *r);
  * connected (-1: the kernel has none; the client owns it from here on, even
  * on failure): a thread is registered only while that process lives, so
  * never one of a process that got its pid after it died.  The queues frozen
- * now are told at once, before the caller's reply. */
-int callback_client_new(struct callback_registry *r, const struct core_caller *caller, int pidfd,
+ * now are told at once, before the caller's reply.  @credits: the client
+ * maps the region with its credits entries (proto/shm.h); an older client
+ * gets the region it knows. */
+int callback_client_new(struct callback_registry *r, const struct core_caller *caller, int pidfd, bool credits,
                         callback_freeze_fn freeze, callback_broken_fn broken, void *userdata,
                         struct callback_client **ret, int *ret_memfd, int *ret_eventfd, struct core_error *e);
 struct callback_client *callback_client_free(struct callback_client *c);

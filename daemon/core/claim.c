@@ -8,23 +8,24 @@
  * the queue holds a claim on the same share, with credits: each one is room
  * for one callback at once, counted in the share's nr_active as an active
  * exec item is.  The process asks for what it could use (want) and runs at
- * most what it holds; credits freed go first to the exec items waiting on
- * the share, in order, then to the claims waiting, in the order they began
- * to wait.
+ * most what it holds.
  *
  * When the share's claimants (the claims, and the exec items counted as one)
- * want more than max_active, each claim gets a limit, its fair part (water
+ * want more than max_active, each gets a limit, its fair part (water
  * filling: nobody is given more than it wants, the rest is split evenly),
- * and gives back what it holds beyond it as its callbacks return.  A limit
- * of 0 (more claimants than max_active, e.g. an ordered queue) means that
- * a claim gives back every credit as soon as its callback returns, and
- * queues up again: the credit goes round, one claimant after another.
+ * and a claim gives back what it holds beyond it as its callbacks return.
+ * Freed room goes to the exec items waiting, in order, while they are below
+ * their fair part, and to the claims waiting, in the order they began to
+ * wait.  A limit of 0 (more claimants than max_active, e.g. an ordered
+ * queue) means that a claim gives back every credit as soon as its callback
+ * returns, and queues up again: the credit goes round.
  *
  * A claim is its client's word, and believed only as far as it concerns
  * that client: a client that says it wants more than it uses holds credits
- * others could use, but never beyond its fair part once others ask; one that
- * runs more callbacks than it holds uses threads of its own, as it could
- * without cmwq.
+ * others of its uid could use (on a built-in queue each uid has a share of
+ * its own), up to max_active while nobody else asks, and keeps what it took
+ * if it does not give back; one that runs more callbacks than it holds
+ * uses threads of its own, as it could without cmwq.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -40,11 +41,17 @@ struct core_claim {
         unsigned want;
         unsigned held;
         unsigned limit;
+        /* As last told (changed()): it is told again when either moves. */
+        unsigned told_held;
+        unsigned told_limit;
         core_claim_changed_fn changed;
+        core_claim_want_fn want_now;
         void *userdata;
 };
 
 static struct pwq_share *claim_share(const struct core_claim *cl) {
+        /* Not NULL: it was made when the claim was opened, and the uid's
+         * usage lives as long as its connection, which outlives the claim. */
         return workqueue_share_of(&cl->wq->pwqs[0], cl->uid);
 }
 
@@ -56,10 +63,10 @@ static unsigned claim_target(const struct core_claim *cl) {
         return t == 0 && cl->want > 0 ? 1 : t;
 }
 
-/* The active exec items of @share, and how many more of them wait: all the
- * exec items want, counted up to max_active. */
-static unsigned share_exec_want(const struct workqueue *wq, const struct pwq_share *share, unsigned claims_held) {
-        unsigned want = share->nr_active > claims_held ? share->nr_active - claims_held : 0;
+/* All the exec items of @share want: those active and those waiting,
+ * counted up to max_active. */
+static unsigned share_exec_want(const struct workqueue *wq, const struct pwq_share *share) {
+        unsigned want = share->nr_active - share->claims_held;
         const struct list_head *pos;
 
         for (pos = share->inactive.next; pos != &share->inactive && want < wq->max_active; pos = pos->next)
@@ -67,17 +74,22 @@ static unsigned share_exec_want(const struct workqueue *wq, const struct pwq_sha
         return want;
 }
 
-/* Sets the limit of every claim on @share: max_active while the claimants
- * want no more than it, their fair parts otherwise. */
+static int cmp_unsigned(const void *a, const void *b) {
+        unsigned x = *(const unsigned *) a, y = *(const unsigned *) b;
+
+        return x < y ? -1 : x > y;
+}
+
+/* Sets the limit of every claim on @share, and its exec items' part: all of
+ * max_active while the claimants want no more than it, their fair parts
+ * otherwise (the remainder of the even split to the first claims that
+ * want more, so that no credit is left unused). */
 static void claims_rebalance(struct workqueue *wq, struct pwq_share *share) {
-        unsigned max = wq->max_active, held = 0, total, left, n = 0;
+        unsigned max = wq->max_active, total, left, level, extra, n = 0, k;
         unsigned wants[CORE_CLAIMS_MAX + 1];
         struct core_claim *cl;
 
-        list_for_each_entry(cl, &wq->claims, wq_entry)
-                if (claim_share(cl) == share)
-                        held += cl->held;
-        wants[n] = share_exec_want(wq, share, held);
+        wants[n] = share_exec_want(wq, share);
         total = wants[n++];
         list_for_each_entry(cl, &wq->claims, wq_entry)
                 if (claim_share(cl) == share && n < CORE_CLAIMS_MAX + 1) {
@@ -88,30 +100,28 @@ static void claims_rebalance(struct workqueue *wq, struct pwq_share *share) {
                 list_for_each_entry(cl, &wq->claims, wq_entry)
                         if (claim_share(cl) == share)
                                 cl->limit = max;
+                share->exec_limit = 0;
                 return;
         }
 
         /* Water filling: the smallest wants are met whole while they are
          * below an even split of what is left; the rest share it evenly. */
+        qsort(wants, n, sizeof(wants[0]), cmp_unsigned);
         left = max;
-        for (unsigned k = 0; k < n; k++) {
-                unsigned min_at = k;
-
-                for (unsigned j = k + 1; j < n; j++)
-                        if (wants[j] < wants[min_at])
-                                min_at = j;
-                unsigned w = wants[min_at];
-                wants[min_at] = wants[k];
-                wants[k] = w;
-                if (w > left / (n - k)) {
-                        left /= n - k;
-                        break;
-                }
-                left -= w;
-        }
+        for (k = 0; k < n && wants[k] <= left / (n - k); k++)
+                left -= wants[k];
+        level = left / (n - k);
+        extra = left % (n - k);
         list_for_each_entry(cl, &wq->claims, wq_entry)
-                if (claim_share(cl) == share)
-                        cl->limit = left;
+                if (claim_share(cl) == share) {
+                        cl->limit = level;
+                        if (cl->want > level && extra > 0) {
+                                cl->limit++;
+                                extra--;
+                        }
+                }
+        /* 0 would mean "no limit" (struct pwq_share). */
+        share->exec_limit = level > 0 ? level : 1;
 }
 
 static unsigned share_room(const struct workqueue *wq, const struct pwq_share *share) {
@@ -123,20 +133,18 @@ static unsigned share_room(const struct workqueue *wq, const struct pwq_share *s
 static void claim_take(struct core_claim *cl, struct pwq_share *share, unsigned n) {
         cl->held += n;
         share->nr_active += n;
+        share->claims_held += n;
         cl->wq->pwqs[0].nr_active += n;
 }
 
-/* Whether another claim of @share waits before @cl: it goes first. */
-static bool claim_waits_behind(const struct core_claim *cl, struct pwq_share *share) {
-        const struct core_claim *w;
-
-        list_for_each_entry(w, &cl->wq->claim_waiters, wait_entry) {
-                if (w == cl)
-                        return false;
-                if (claim_share(w) == share)
-                        return true;
-        }
-        return false;
+/* Gives @n of @cl's credits back (no more than it holds). */
+static void claim_put(struct core_claim *cl, struct pwq_share *share, unsigned n) {
+        if (n > cl->held)
+                n = cl->held;
+        cl->held -= n;
+        share->nr_active -= n;
+        share->claims_held -= n;
+        cl->wq->pwqs[0].nr_active -= n;
 }
 
 static void claim_wait(struct core_claim *cl) {
@@ -144,52 +152,81 @@ static void claim_wait(struct core_claim *cl) {
                 list_add_tail(&cl->wait_entry, &cl->wq->claim_waiters);
 }
 
-/* Hands the room @share has to the claims waiting on it, in order, once
- * its exec items have had theirs; tells every claim of @share whose credits
- * or limit changed.  @also: a claim to tell even if nothing of it changed
- * here (NULL: none). */
-static void claims_settle(struct workqueue *wq, struct pwq_share *share, struct core_claim *also) {
+/* Rebalances @share, hands its room to the exec items and the claims
+ * waiting on it, and tells every claim of @share whose credits or limit
+ * moved since it was last told. */
+static void claims_settle_once(struct workqueue *wq, struct pwq_share *share) {
         struct core_claim *cl, *n;
-        unsigned before_held[CORE_CLAIMS_MAX], before_limit[CORE_CLAIMS_MAX], k = 0;
+        bool waiting = false;
 
-        list_for_each_entry(cl, &wq->claims, wq_entry)
-                if (k < CORE_CLAIMS_MAX) {
-                        before_held[k] = cl->held;
-                        before_limit[k++] = cl->limit;
+        /* What the waiting want now: a client may have wanted less since
+         * its last word was read. */
+        list_for_each_entry(cl, &wq->claim_waiters, wait_entry)
+                if (cl->want_now && claim_share(cl) == share) {
+                        unsigned w = cl->want_now(cl, cl->userdata);
+
+                        cl->want = w < wq->max_active ? w : wq->max_active;
                 }
-
         claims_rebalance(wq, share);
         /* A raised limit: those below it wait for more, after those waiting already. */
         list_for_each_entry(cl, &wq->claims, wq_entry)
                 if (claim_share(cl) == share && cl->held < claim_target(cl))
                         claim_wait(cl);
-        if (list_empty(&share->inactive))
-                list_for_each_entry_safe(cl, n, &wq->claim_waiters, wait_entry) {
-                        unsigned room = share_room(wq, share), target = claim_target(cl);
+        /* The exec items below their part first, then the claims. */
+        workqueue_share_activate(&wq->pwqs[0], share);
+        list_for_each_entry_safe(cl, n, &wq->claim_waiters, wait_entry) {
+                unsigned room = share_room(wq, share), target = claim_target(cl);
 
-                        if (claim_share(cl) != share)
-                                continue;
-                        if (room == 0)
-                                break;
-                        if (cl->held < target)
-                                claim_take(cl, share, target - cl->held < room ? target - cl->held : room);
-                        if (cl->held >= target)
-                                list_del_init(&cl->wait_entry);
-                }
-
-        k = 0;
-        list_for_each_entry_safe(cl, n, &wq->claims, wq_entry) {
-                bool moved = k >= CORE_CLAIMS_MAX || before_held[k] != cl->held || before_limit[k] != cl->limit;
-
-                k++;
-                if ((moved || cl == also) && cl->changed)
-                        cl->changed(cl, cl->userdata);
+                if (claim_share(cl) != share)
+                        continue;
+                if (cl->held < target && room > 0)
+                        claim_take(cl, share, target - cl->held < room ? target - cl->held : room);
+                if (cl->held >= target)
+                        list_del_init(&cl->wait_entry);
+                else
+                        waiting = true;
         }
+        /* With no claim left waiting, the exec items have no part to keep to. */
+        if (!waiting && share->exec_limit) {
+                share->exec_limit = 0;
+                workqueue_share_activate(&wq->pwqs[0], share);
+        }
+
+        list_for_each_entry_safe(cl, n, &wq->claims, wq_entry)
+                if (claim_share(cl) == share && (cl->held != cl->told_held || cl->limit != cl->told_limit)) {
+                        cl->told_held = cl->held;
+                        cl->told_limit = cl->limit;
+                        if (cl->changed)
+                                cl->changed(cl, cl->userdata);
+                }
 }
 
-int core_claim_open(struct core *c, const struct core_caller *caller, const char *name, core_claim_changed_fn changed,
-                    void *userdata, struct core_claim **ret, struct core_error *e) {
+/* Starting an exec item may end one at once (a process that cannot be
+ * made), which settles again: that call only asks for another round, so
+ * that no list is changed under a walk. */
+static void claims_settle(struct workqueue *wq, struct pwq_share *share) {
+        if (wq->claims_settling) {
+                wq->claims_resettle = true;
+                return;
+        }
+        wq->claims_settling = true;
+        claims_settle_once(wq, share);
+        while (wq->claims_resettle) {
+                struct core_claim *cl;
+
+                /* The nested call may have been about another uid's share. */
+                wq->claims_resettle = false;
+                list_for_each_entry(cl, &wq->claims, wq_entry)
+                        claims_settle_once(wq, claim_share(cl));
+        }
+        wq->claims_settling = false;
+}
+
+int core_claim_open(struct core *c, const struct core_caller *caller, const char *name,
+                    core_claim_changed_fn changed, core_claim_want_fn want_now, void *userdata,
+                    struct core_claim **ret, struct core_error *e) {
         struct workqueue *wq = NULL;
+        struct pwq_share *share;
         struct core_claim *cl;
         unsigned n = 0;
         int r;
@@ -199,20 +236,24 @@ int core_claim_open(struct core *c, const struct core_caller *caller, const char
                 return r;
         if (!(wq->flags & WQ_UNBOUND))
                 return core_error_set(e, -EINVAL, "workqueue '%s' is not unbound", name);
-        list_for_each_entry(cl, &wq->claims, wq_entry)
-                n++;
-        if (n >= CORE_CLAIMS_MAX)
-                return core_error_set(e, -EUSERS, "workqueue '%s' has %u clients running callbacks already", name,
-                                      n);
-        if (!workqueue_share_of(&wq->pwqs[0], caller->uid))
+        share = workqueue_share_of(&wq->pwqs[0], caller->uid);
+        if (!share)
                 return core_error_set(e, -ENOMEM, "out of memory");
+        /* Per share: one uid's clients never crowd out another's. */
+        list_for_each_entry(cl, &wq->claims, wq_entry)
+                if (claim_share(cl) == share)
+                        n++;
+        if (n >= CORE_CLAIMS_MAX)
+                return core_error_set(e, -EUSERS, "workqueue '%s' has %u clients of uid %u running callbacks already",
+                                      name, n, (unsigned) caller->uid);
         cl = calloc(1, sizeof(*cl));
         if (!cl)
                 return core_error_set(e, -ENOMEM, "out of memory");
         cl->wq = wq;
         cl->uid = caller->uid;
-        cl->limit = wq->max_active;
+        cl->limit = cl->told_limit = wq->max_active;
         cl->changed = changed;
+        cl->want_now = want_now;
         cl->userdata = userdata;
         list_init(&cl->wait_entry);
         list_add_tail(&cl->wq_entry, &wq->claims);
@@ -220,37 +261,21 @@ int core_claim_open(struct core *c, const struct core_caller *caller, const char
         return 0;
 }
 
-/* Gives @n of @cl's credits back (no more than it holds). */
-static void claim_put(struct core_claim *cl, struct pwq_share *share, unsigned n) {
-        if (n > cl->held)
-                n = cl->held;
-        cl->held -= n;
-        share->nr_active -= n;
-        cl->wq->pwqs[0].nr_active -= n;
-        if (n > 0)
-                workqueue_share_activate(&cl->wq->pwqs[0], share);
-}
-
 void core_claim_update(struct core_claim *cl, unsigned want, unsigned returned) {
         struct workqueue *wq = cl->wq;
         struct pwq_share *share;
-        unsigned target, room;
 
         if (!wq)
                 return;
         share = claim_share(cl);
         claim_put(cl, share, returned);
         cl->want = want < wq->max_active ? want : wq->max_active;
-        claims_rebalance(wq, share);
-        target = claim_target(cl);
-        room = list_empty(&share->inactive) ? share_room(wq, share) : 0;
-        if (cl->held < target && !claim_waits_behind(cl, share))
-                claim_take(cl, share, target - cl->held < room ? target - cl->held : room);
-        if (cl->held < target)
+        /* It asks again: behind those waiting already. */
+        if (cl->held < cl->want)
                 claim_wait(cl);
         else
                 list_del_init(&cl->wait_entry);
-        claims_settle(wq, share, cl);
+        claims_settle(wq, share);
 }
 
 unsigned core_claim_held(const struct core_claim *cl) {
@@ -265,6 +290,10 @@ bool core_claim_gone(const struct core_claim *cl) {
         return !cl->wq;
 }
 
+bool core_claim_same_queue(const struct core_claim *a, const struct core_claim *b) {
+        return a->wq && a->wq == b->wq;
+}
+
 void core_claim_close(struct core_claim *cl) {
         struct workqueue *wq;
         struct pwq_share *share;
@@ -276,19 +305,18 @@ void core_claim_close(struct core_claim *cl) {
                 share = claim_share(cl);
                 list_del_init(&cl->wait_entry);
                 list_del_init(&cl->wq_entry);
-                cl->want = 0;
                 claim_put(cl, share, cl->held);
-                claims_settle(wq, share, NULL);
+                claims_settle(wq, share);
         }
         free(cl);
 }
 
 /* Room came back on @share (an item finished, the queue was thawed or its
  * max_active raised), or exec items began to wait on it: the claims hear
- * of it once the exec items have taken theirs.  Cheap without claims. */
+ * of it.  Cheap without claims. */
 void workqueue_claims_changed(struct pwq *pwq, struct pwq_share *share) {
         if (!list_empty(&pwq->wq->claims))
-                claims_settle(pwq->wq, share, NULL);
+                claims_settle(pwq->wq, share);
 }
 
 void workqueue_claims_changed_all(struct workqueue *wq) {
@@ -296,7 +324,7 @@ void workqueue_claims_changed_all(struct workqueue *wq) {
 
         /* Each share once would do; a share settled twice changes nothing the second time. */
         list_for_each_entry(cl, &wq->claims, wq_entry)
-                claims_settle(wq, claim_share(cl), NULL);
+                claims_settle(wq, claim_share(cl));
 }
 
 /* The queue goes: its claims stay with their clients, empty, gone. */

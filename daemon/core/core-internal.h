@@ -152,8 +152,13 @@ static inline bool item_has_exit(const struct item *i) {
  * the queue's max_active as if the queue were its own: one user's items,
  * however many and however long they sleep, never hold another's back. */
 struct pwq_share {
-        unsigned nr_active;             /* pending on the pool or running */
+        unsigned nr_active;             /* pending on the pool or running, and claims' credits */
         struct list_head inactive;      /* struct item, share_entry: waiting, in order */
+        /* Unbound: the credits callback clients hold on it (core/claim.c),
+         * counted in nr_active; and, while claims wait for room, what its
+         * exec items may keep active (their fair part), 0 otherwise. */
+        unsigned claims_held;
+        unsigned exec_limit;
 };
 
 /* A workqueue's slot in one pool: the kernel's pool_workqueue. */
@@ -198,6 +203,8 @@ struct workqueue {
         struct list_head callback_holds;        /* while frozen: struct callback_hold */
         struct list_head claims;        /* unbound: struct core_claim, callback work's credits (core/claim.c) */
         struct list_head claim_waiters; /* the claims that wait for credits, in order */
+        bool claims_settling;           /* in claims_settle(): a nested call only asks for another round */
+        bool claims_resettle;
         struct workqueue_stats stats;
 };
 

@@ -193,13 +193,19 @@ void core_refresh_pool_counts(struct core *c);
  * client process's credits, counted with the queue's exec items, so that
  * max_active holds across every client.  @changed is called (from any core
  * call) when the claim's credits or limit changed, or its queue went. */
-#define CORE_CLAIMS_MAX 256u    /* clients with callbacks of one queue */
+#define CORE_CLAIMS_MAX 256u    /* clients of one uid with callbacks of one queue */
 struct core_claim;
 typedef void (*core_claim_changed_fn)(struct core_claim *cl, void *userdata);
+/* What the client wants now, as it says (bounded by the core), read before
+ * room is handed to a waiting claim. */
+typedef unsigned (*core_claim_want_fn)(struct core_claim *cl, void *userdata);
 /* A claim of @caller's on the unbound queue it calls @name, holding
- * nothing: -ENOENT, -EINVAL (not unbound), -EUSERS (too many). */
-int core_claim_open(struct core *c, const struct core_caller *caller, const char *name, core_claim_changed_fn changed,
-                    void *userdata, struct core_claim **ret, struct core_error *e);
+ * nothing: -ENOENT, -EINVAL (not unbound), -EUSERS (too many of its uid). */
+int core_claim_open(struct core *c, const struct core_caller *caller, const char *name,
+                    core_claim_changed_fn changed, core_claim_want_fn want_now, void *userdata,
+                    struct core_claim **ret, struct core_error *e);
+/* Both claim credits of the same queue (neither gone). */
+bool core_claim_same_queue(const struct core_claim *a, const struct core_claim *b);
 /* Gives back all it holds. */
 void core_claim_close(struct core_claim *cl);
 /* The client gave @returned credits back and could use @want now: it gets

@@ -445,6 +445,10 @@ static struct pwq_share *item_pwq_share(struct item *i) {
 }
 
 static bool pwq_share_may_activate(const struct pwq *pwq, const struct pwq_share *share) {
+        /* Claims wait for room and its exec items have their fair part:
+         * the room goes to the claims (core/claim.c). */
+        if (share->exec_limit && share->nr_active - share->claims_held >= share->exec_limit)
+                return false;
         return !pwq->wq->frozen && share->nr_active < pwq->wq->max_active;
 }
 

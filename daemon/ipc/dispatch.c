@@ -741,7 +741,9 @@ static void dispatch_callback_attach(struct ipc_client *c, const Cmwq__Request *
                 core_error_set(&e, r, "cannot tell the process that connected: %s", strerror(-r));
         else
                 /* Without pidfds (-EOPNOTSUPP) the pid is believed, as before. */
-                r = callback_client_new(registry, &c->caller, r < 0 ? -1 : pidfd, send_callback_freeze,
+                r = callback_client_new(registry, &c->caller, r < 0 ? -1 : pidfd,
+                                        req->callback_attach->has_credits && req->callback_attach->credits,
+                                        send_callback_freeze,
                                         callback_broken, c, &c->callback, &memfd, &eventfd, &e);
         if (r < 0) {
                 send_core_error_as(c, req->id, &e, true);

@@ -50,6 +50,13 @@ struct shared {
         int b1_started_before_kill;     /* B's first item started while A was alive */
         int b2_started;
 
+        /* test_a_second_process_gets_its_part_while_the_first_has_a_backlog */
+        int fair_b_started;             /* B's first callback runs */
+        int fair_b_done;                /* B's callbacks run */
+        int fair_a_started;             /* A's first callback started */
+        int fair_b_done_at_a_start;     /* fair_b_done when it did (-1 before) */
+        int fair_a_done;                /* A's callbacks run */
+
         char err[MAX_KIDS][256];        /* why a child gave up */
 };
 
@@ -529,6 +536,146 @@ START_TEST(test_a_client_that_dies_holding_its_share_gives_it_back) {
 }
 END_TEST
 
+/* ---- a second process while the first has a backlog ---------------------- */
+
+#define FAIR_QUEUE "shared-fair"
+#define FAIR_MAX_ACTIVE 4
+#define FAIR_B_ITEMS 400
+#define FAIR_A_ITEMS 5
+
+/* One callback of the queue starts, in whichever process: counted in
+ * sh->running and sh->max_running, as counted_fn() does. */
+static void fair_enter(void) {
+        int now = __atomic_add_fetch(&sh->running, 1, __ATOMIC_SEQ_CST);
+        int max = load(&sh->max_running);
+
+        while (now > max && !__atomic_compare_exchange_n(&sh->max_running, &max, now, false, __ATOMIC_SEQ_CST,
+                                                         __ATOMIC_SEQ_CST))
+                ;
+}
+
+static void fair_b_fn(struct cmwq_work *w) {
+        (void) w;
+        fair_enter();
+        store(&sh->fair_b_started, 1);
+        usleep(5000);
+        __atomic_sub_fetch(&sh->running, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&sh->fair_b_done, 1, __ATOMIC_SEQ_CST);
+}
+
+static void fair_a_fn(struct cmwq_work *w) {
+        (void) w;
+        fair_enter();
+        if (!__atomic_exchange_n(&sh->fair_a_started, 1, __ATOMIC_SEQ_CST))
+                store(&sh->fair_b_done_at_a_start, load(&sh->fair_b_done));
+        usleep(5000);
+        __atomic_sub_fetch(&sh->running, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&sh->fair_a_done, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Queues @n items of @fn on @wq, flushes the queue, and checks that all
+ * @n ran (*@done); returns what the child exits with. */
+static int fair_queue_and_flush(int who, struct cmwq_workqueue *wq, struct cmwq_work *works, int n,
+                                void (*fn)(struct cmwq_work *), const int *done) {
+        int r;
+
+        for (int i = 0; i < n; i++) {
+                CMWQ_WORK_INIT(&works[i], fn);
+                if (!cmwq_queue_work(wq, &works[i])) {
+                        child_error(who, "cmwq_queue_work of item %d returned false: %s", i, cmwq_last_error());
+                        return 4;
+                }
+        }
+        r = cmwq_flush_workqueue(wq);
+        if (r < 0) {
+                child_error(who, "cmwq_flush_workqueue: %s (%s)", strerror(-r), cmwq_last_error());
+                return 5;
+        }
+        if (load(done) != n) {
+                child_error(who, "%d of its %d items had run when cmwq_flush_workqueue() returned", load(done), n);
+                return 6;
+        }
+        return 0;
+}
+
+/* B: a backlog of FAIR_B_ITEMS items, queued at once. */
+static int fair_b_child(int who) {
+        static struct cmwq_work works[FAIR_B_ITEMS];
+        struct cmwq_workqueue *wq;
+        struct cmwq *c;
+        int r;
+
+        wq = child_open(who, FAIR_QUEUE, &c);
+        if (!wq)
+                return 2;
+        r = fair_queue_and_flush(who, wq, works, FAIR_B_ITEMS, fair_b_fn, &sh->fair_b_done);
+        if (r == 0)
+                cmwq_disconnect(c);
+        return r;
+}
+
+/* A: opens the queue once B's first callback ran (B holds every credit and
+ * wants more), and queues a few items. */
+static int fair_a_child(int who) {
+        struct cmwq_work works[FAIR_A_ITEMS];
+        struct cmwq_workqueue *wq;
+        struct cmwq *c;
+        int r;
+
+        if (!child_wait(&sh->fair_b_started, 1)) {
+                child_error(who, "the first client's first callback did not run within 60 s");
+                return 3;
+        }
+        wq = child_open(who, FAIR_QUEUE, &c);
+        if (!wq)
+                return 2;
+        r = fair_queue_and_flush(who, wq, works, FAIR_A_ITEMS, fair_a_fn, &sh->fair_a_done);
+        if (r == 0)
+                cmwq_disconnect(c);
+        return r;
+}
+
+START_TEST(test_a_second_process_gets_its_part_while_the_first_has_a_backlog) {
+        struct cmwq_workqueue *wq;
+        struct cmwq *c;
+        int max, at_start;
+
+        store(&sh->fair_b_done_at_a_start, -1);
+        fork_kid(0, fair_b_child);
+        fork_kid(1, fair_a_child);
+
+        /* The queue is the parent's: it lives as long as this connection. */
+        c = connect_ok(&d);
+        wq = cmwq_alloc_workqueue(c, FAIR_QUEUE, CMWQ_WQ_UNBOUND, FAIR_MAX_ACTIVE);
+        if (!wq) {
+                kill_kids();
+                ck_abort_msg("alloc %s: %s", FAIR_QUEUE, cmwq_last_error());
+        }
+        store(&sh->queue_ready, 1);
+
+        /* 400 items of 5 ms, 4 at a time: 0.5 s when all goes well. */
+        if (!wait_kids(120, true))
+                ck_abort_msg("the clients did not finish within 120 s (the first ran %d of its %d items, the "
+                             "second %d of its %d, at most %d at once): killed", load(&sh->fair_b_done),
+                             FAIR_B_ITEMS, load(&sh->fair_a_done), FAIR_A_ITEMS, load(&sh->max_running));
+        assert_kids_exited_0();
+        ck_assert_int_eq(load(&sh->fair_a_done), FAIR_A_ITEMS);
+        ck_assert_int_eq(load(&sh->fair_b_done), FAIR_B_ITEMS);
+        max = load(&sh->max_running);
+        ck_assert_msg(max <= FAIR_MAX_ACTIVE,
+                      "at most %d callbacks of the queue may run at once across processes, saw %d",
+                      FAIR_MAX_ACTIVE, max);
+        at_start = load(&sh->fair_b_done_at_a_start);
+        ck_assert_int_ge(at_start, 0);
+        ck_assert_msg(at_start < 300,
+                      "a second process waited for the first one's backlog: its first callback started only after "
+                      "%d of the first's %d (max_active %d must be shared while both want more)",
+                      at_start, FAIR_B_ITEMS, FAIR_MAX_ACTIVE);
+        ck_assert_int_eq(cmwq_destroy_workqueue(wq), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("unbound-shared");
         TCase *tc = tcase_create("unbound-shared");
@@ -541,6 +688,7 @@ int main(void) {
         tcase_add_test(tc, test_unbound_max_active_holds_across_processes);
         tcase_add_test(tc, test_ordered_queue_runs_one_at_a_time_across_processes);
         tcase_add_test(tc, test_a_client_that_dies_holding_its_share_gives_it_back);
+        tcase_add_test(tc, test_a_second_process_gets_its_part_while_the_first_has_a_backlog);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
