@@ -15,11 +15,15 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -28,6 +32,7 @@
 #include "cmwq.pb-c.h"
 #include "frame.h"
 #include "harness.h"
+#include "shm.h"
 
 #define REPLY_TIMEOUT_MS 30000
 
@@ -1116,6 +1121,148 @@ START_TEST(test_clients_that_vanish) {
 }
 END_TEST
 
+/* ---- The memory shared for callback work (proto/shm.h). */
+
+/* A region passed with a CallbackAttached reply. */
+struct attached_region {
+        int memfd, doorbell;
+        size_t size;
+        struct cmwq_shm *shm;
+};
+
+/* Sends CallbackAttach (credits set as @credits, or unset when @credits is
+ * negative) and takes the reply with its two fds, which come on the reply
+ * frame's first byte, and maps the region. */
+static void attach_region(int fd, int credits, struct attached_region *r) {
+        Cmwq__Request req = CMWQ__REQUEST__INIT;
+        Cmwq__CallbackAttach attach = CMWQ__CALLBACK_ATTACH__INIT;
+        union {
+                struct cmsghdr h;
+                char buf[CMSG_SPACE(2 * sizeof(int))];
+        } control = {};
+        uint8_t hdr[CMWQ_FRAME_HEADER_SIZE], *payload;
+        struct iovec iov = { .iov_base = hdr, .iov_len = 1 };
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &control,
+                              .msg_controllen = sizeof(control) };
+        struct pollfd pfd = { .fd = fd, .events = POLLIN };
+        Cmwq__Response *resp;
+        struct cmsghdr *h;
+        struct stat st;
+        uint32_t len;
+        ssize_t n;
+
+        attach.layout_version = CMWQ_SHM_VERSION;
+        if (credits >= 0) {
+                attach.has_credits = true;
+                attach.credits = credits > 0;
+        }
+        req.id = next_id++;
+        req.body_case = CMWQ__REQUEST__BODY_CALLBACK_ATTACH;
+        req.callback_attach = &attach;
+        ck_assert(send_request(fd, &req));
+
+        ck_assert_msg(poll(&pfd, 1, REPLY_TIMEOUT_MS) == 1, "no reply to CallbackAttach within %d ms",
+                      REPLY_TIMEOUT_MS);
+        do
+                n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+        while (n < 0 && errno == EINTR);
+        ck_assert_msg(n == 1, "recvmsg of the reply's first byte: %zd (%s)", n, n < 0 ? strerror(errno) : "EOF");
+        ck_assert_msg(!(msg.msg_flags & MSG_CTRUNC), "the reply's ancillary data was truncated");
+        r->memfd = r->doorbell = -1;
+        for (h = CMSG_FIRSTHDR(&msg); h; h = CMSG_NXTHDR(&msg, h))
+                if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
+                        int fds[2];
+
+                        ck_assert_uint_eq(h->cmsg_len, CMSG_LEN(2 * sizeof(int)));
+                        memcpy(fds, CMSG_DATA(h), sizeof(fds));
+                        r->memfd = fds[0];
+                        r->doorbell = fds[1];
+                }
+        ck_assert_msg(r->memfd >= 0 && r->doorbell >= 0, "CallbackAttached came without its two fds");
+
+        /* The rest of the frame. */
+        ck_assert_msg(read_exact(fd, hdr + 1, sizeof(hdr) - 1, REPLY_TIMEOUT_MS) == 1, "truncated reply header");
+        len = (uint32_t) hdr[0] | (uint32_t) hdr[1] << 8 | (uint32_t) hdr[2] << 16 | (uint32_t) hdr[3] << 24;
+        ck_assert_uint_le(len, CMWQ_FRAME_MAX_PAYLOAD);
+        payload = malloc(len ? len : 1);
+        ck_assert_ptr_nonnull(payload);
+        ck_assert_msg(read_exact(fd, payload, len, REPLY_TIMEOUT_MS) == 1, "truncated reply frame");
+        resp = cmwq__response__unpack(NULL, len, payload);
+        free(payload);
+        ck_assert_msg(resp, "cmwqd sent a malformed response");
+        ck_assert_uint_eq(resp->id, req.id);
+        ck_assert_msg(resp->error == CMWQ__ERROR__OK, "CallbackAttach refused: %s",
+                      resp->message ? resp->message : "");
+        ck_assert_int_eq(resp->body_case, CMWQ__RESPONSE__BODY_CALLBACK_ATTACHED);
+        ck_assert_uint_eq(resp->callback_attached->layout_version, CMWQ_SHM_VERSION);
+        cmwq__response__free_unpacked(resp, NULL);
+
+        ck_assert_int_eq(fstat(r->memfd, &st), 0);
+        ck_assert_int_ge(st.st_size, 0);
+        r->size = (size_t) st.st_size;
+        r->shm = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, r->memfd, 0);
+        ck_assert_msg(r->shm != MAP_FAILED, "mmap of %zu bytes: %s", r->size, strerror(errno));
+        ck_assert_uint_eq(r->shm->magic, CMWQ_SHM_MAGIC);
+        ck_assert_uint_eq(r->shm->version, CMWQ_SHM_VERSION);
+}
+
+static void release_region(struct attached_region *r) {
+        munmap(r->shm, r->size);
+        close(r->memfd);
+        close(r->doorbell);
+}
+
+/* A client that does not ask for credits (one older than them) gets the
+ * region it knows, without the credits entries; pushing a CREDITS entry
+ * anyway breaks its region, and only its connection ends.  One that asks
+ * gets them. */
+START_TEST(test_an_older_client_gets_the_region_it_knows) {
+        struct attached_region old, cur;
+        Cmwq__Response *resp;
+        bool broken = false;
+        uint32_t tail;
+        int fd;
+
+        fd = greeted_connect();
+        attach_region(fd, -1, &old);
+        ck_assert_uint_eq(old.size, offsetof(struct cmwq_shm, credits));
+        ck_assert_msg((old.shm->features & CMWQ_SHM_FEATURE_CREDITS) == 0, "features 0x%x",
+                      (unsigned) old.shm->features);
+        ck_assert_msg((old.shm->features & CMWQ_SHM_FEATURE_LINGER) != 0, "features 0x%x",
+                      (unsigned) old.shm->features);
+
+        /* A CREDITS entry it has no credits entries for, pushed as the
+         * library pushes (work_ring_push). */
+        tail = __atomic_load_n(&old.shm->sq_tail, __ATOMIC_RELAXED);
+        __atomic_store_n(&old.shm->sq[tail & (CMWQ_SHM_RING - 1)], CMWQ_SHM_ENTRY(CMWQ_SHM_OP_CREDITS, 0),
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(&old.shm->sq_tail, tail + 1, __ATOMIC_RELEASE);
+        ck_assert_int_eq(eventfd_write(old.doorbell, 1), 0);
+        /* An error about the broken region, then the end. */
+        while ((resp = recv_response(fd))) {
+                if (resp->error != CMWQ__ERROR__OK && resp->message &&
+                    strstr(resp->message, "the shared memory is broken"))
+                        broken = true;
+                cmwq__response__free_unpacked(resp, NULL);
+        }
+        ck_assert_msg(broken, "cmwqd closed the connection without saying the shared memory is broken");
+        close(fd);
+        release_region(&old);
+        assert_serving("a CREDITS entry in a region without credits");
+
+        fd = greeted_connect();
+        attach_region(fd, 1, &cur);
+        ck_assert_uint_eq(cur.size, sizeof(struct cmwq_shm));
+        ck_assert_msg((cur.shm->features & CMWQ_SHM_FEATURE_CREDITS) != 0, "features 0x%x",
+                      (unsigned) cur.shm->features);
+        ck_assert_msg((cur.shm->features & CMWQ_SHM_FEATURE_LINGER) != 0, "features 0x%x",
+                      (unsigned) cur.shm->features);
+        assert_usable(fd, "an attach with credits");
+        close(fd);
+        release_region(&cur);
+}
+END_TEST
+
 /* ---- cmwqctl's own bad command lines: exit 2, one line, no daemon call. */
 
 static void assert_usage_error(const char *const *args, const char *says) {
@@ -1546,6 +1693,7 @@ int main(void) {
         tcase_add_test(tc, test_too_many_waiting_requests);
         tcase_add_test(tc, test_clients_that_vanish);
         tcase_add_test(tc, test_cmwqctl_bad_command_lines);
+        tcase_add_test(tc, test_an_older_client_gets_the_region_it_knows);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("connections");
