@@ -36,6 +36,8 @@
  *   threads    the sum over the processes of their peak "Threads:" of
  *              /proc/self/status, sampled every 10 ms by each process's
  *              main thread while its items run (main thread included)
+ *   atonce     the most threads alive at once across the processes: the
+ *              sum of each process's last sample, at each sample
  *   ran        the sum of the threads that ran items
  *   maxrun     the most items running at once across all processes
  *              (between an item's start and end, sleep included)
@@ -145,6 +147,9 @@ struct proc_result {
 
 struct shared {
         atomic_int running_now, running_max;
+        /* The processes' threads as each last sampled them, summed, and the
+         * most that sum reached: threads alive at once, machine-wide. */
+        atomic_int threads_now, threads_at_once;
         struct proc_result proc[];
 };
 
@@ -192,11 +197,18 @@ static int threads_now(void) {
         return n;
 }
 
+static int sampled_threads;     /* this process's part of sh->threads_now */
+
 static void sample_threads(void) {
-        int n = threads_now();
+        int n = threads_now(), sum, m;
 
         if (n > peak_threads)
                 peak_threads = n;
+        sum = atomic_fetch_add(&sh->threads_now, n - sampled_threads) + n - sampled_threads;
+        sampled_threads = n;
+        m = atomic_load(&sh->threads_at_once);
+        while (sum > m && !atomic_compare_exchange_weak(&sh->threads_at_once, &m, sum))
+                ;
         last_sample_ns = now_ns();
 }
 
@@ -535,6 +547,9 @@ static int child_main(const struct runner *r, const char *socket, int proc, int 
         if (write(done_fd, "d", 1) != 1)
                 return 1;
         r->finish();
+        /* Its threads are gone. */
+        atomic_fetch_sub(&sh->threads_now, sampled_threads);
+        sampled_threads = 0;
         free(arrival);
         return 0;
 }
@@ -718,14 +733,14 @@ int main(int argc, char **argv) {
         double ideal = (double) total * (double) mix->compute_ns / 1e9 / (double) ncpu;
         double dcpu = daemon_pid > 0 ? (d_cpu1 - d_cpu0) / 1e9 : 0;
 
-        printf("  %-13s %8.3f %7d %5d %6d %8ld %8ld %7.3f %7.3f %7.3f %6ld %8.1f %8.1f %8.1f %8.1f\n", r->name,
-               makespan, threads, ran, atomic_load(&sh->running_max), vcsw, ivcsw, cpu / 1e9, item_cpu / 1e9, dcpu,
+        printf("  %-13s %8.3f %7d %6d %5d %6d %8ld %8ld %7.3f %7.3f %7.3f %6ld %8.1f %8.1f %8.1f %8.1f\n", r->name,
+               makespan, threads, atomic_load(&sh->threads_at_once), ran, atomic_load(&sh->running_max), vcsw, ivcsw, cpu / 1e9, item_cpu / 1e9, dcpu,
                daemon_pid > 0 ? d_v1 - d_v0 : 0, pct_us(qs, total, 50), pct_us(qs, total, 99),
                pct_us(qe, total, 50), pct_us(qe, total, 99));
-        printf("ROW rep=%d k=%d mix=%s runner=%s n=%zu ncpu=%ld makespan=%.4f ideal=%.4f threads=%d ran=%d "
+        printf("ROW rep=%d k=%d mix=%s runner=%s n=%zu ncpu=%ld makespan=%.4f ideal=%.4f threads=%d atonce=%d ran=%d "
                "maxrun=%d vcsw=%ld ivcsw=%ld cpu=%.4f item_cpu=%.4f dcpu=%.4f dwake=%ld qs50=%.1f qs99=%.1f "
                "qe50=%.1f qe99=%.1f\n",
-               rep, k, mix->name, r->name, n_items, ncpu, makespan, ideal, threads, ran,
+               rep, k, mix->name, r->name, n_items, ncpu, makespan, ideal, threads, atomic_load(&sh->threads_at_once), ran,
                atomic_load(&sh->running_max), vcsw, ivcsw, cpu / 1e9, item_cpu / 1e9, dcpu,
                daemon_pid > 0 ? d_v1 - d_v0 : 0, pct_us(qs, total, 50), pct_us(qs, total, 99),
                pct_us(qe, total, 50), pct_us(qe, total, 99));
