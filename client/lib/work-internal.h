@@ -230,6 +230,10 @@ static inline void timers_del(struct cmwq_delayed_work *dw) {
         dw->work._state &= ~WORK_TIMER;
 }
 
+static inline unsigned wq_max_active(const struct cmwq_workqueue *wq) {
+        return wq->max_active ? wq->max_active : CMWQ_DFL_ACTIVE;
+}
+
 static inline bool wq_frozen(const struct cmwq_workqueue *wq) {
         return __atomic_load_n(&wq->cb_frozen, __ATOMIC_ACQUIRE);
 }
@@ -275,5 +279,7 @@ void thread_free(struct work_thread *t);
 
 /* ---- client-work.c -------------------------------------------------------- */
 
+/* The pool that runs @wq's items queued for @cpu (ignored for an unbound queue). */
+struct work_pool *work_pool_for(struct client_work *cw, const struct cmwq_workqueue *wq, int cpu);
 /* The timer thread: the earliest deadline may have moved.  Work lock held. */
 void work_timer_wake_locked(struct client_work *cw);

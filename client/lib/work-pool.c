@@ -151,7 +151,7 @@ static unsigned work_pool_queued_of(const struct work_pool *p, const struct cmwq
  * that and beyond cmwqd's limit, but never what its running callbacks use.
  * Work lock held. */
 static void work_credits_settle(struct client_work *cw, struct work_pool *p, struct cmwq_workqueue *wq, int e) {
-        unsigned max = wq->max_active ? wq->max_active : CMWQ_DFL_ACTIVE;
+        unsigned max = wq_max_active(wq);
         unsigned active = wq->cb_active, held = work_credits_held(cw, e), limit = work_credits_limit(cw, e);
         unsigned want = active >= max ? active : active + work_pool_queued_of(p, wq, max - active);
         unsigned keep = want < limit ? want : limit;
@@ -172,7 +172,7 @@ static bool work_credits_settle_pool(struct client_work *cw, struct work_pool *p
         for (unsigned e = 0; e < CMWQ_SHM_CREDIT_QUEUES; e++) {
                 struct cmwq_workqueue *wq = cw->credits[e].wq;
 
-                if (!wq || &cw->pools[cw->nr_cpus * 2 + !!(wq->flags & CMWQ_WQ_HIGHPRI)] != p)
+                if (!wq || work_pool_for(cw, wq, -1) != p)
                         continue;
                 work_credits_settle(cw, p, wq, (int) e);
                 if ((int32_t) (cw->credits[e].told_tail - head) > 0)
@@ -207,9 +207,7 @@ static unsigned work_unbound_allowed(struct client_work *cw, struct work_pool *p
 }
 
 static bool work_unbound_may_start(struct client_work *cw, struct work_pool *p, struct cmwq_workqueue *wq) {
-        unsigned max = wq->max_active ? wq->max_active : CMWQ_DFL_ACTIVE;
-
-        return wq->cb_active < work_unbound_allowed(cw, p, wq, max);
+        return wq->cb_active < work_unbound_allowed(cw, p, wq, wq_max_active(wq));
 }
 
 /* The next item @p may start, FIFO, honouring max_active: per queue for
@@ -224,8 +222,7 @@ static bool work_unbound_may_start(struct client_work *cw, struct work_pool *p, 
 static struct cmwq_work *work_pool_next(struct client_work *cw, struct work_pool *p) {
         for (struct cmwq_work *w = p->pending._next; w != &p->pending; w = w->_next) {
                 struct cmwq_workqueue *wq = w->_wq;
-
-                unsigned max = wq->max_active ? wq->max_active : CMWQ_DFL_ACTIVE;
+                unsigned max = wq_max_active(wq);
 
                 if (wq_frozen(wq))
                         continue;
@@ -253,7 +250,7 @@ static void work_credits_wait(struct client_work *cw, struct work_pool *p) {
                         cw->credits_short &= ~(UINT64_C(1) << e);
                         continue;
                 }
-                if (&cw->pools[cw->nr_cpus * 2 + !!(cr->wq->flags & CMWQ_WQ_HIGHPRI)] != p)
+                if (work_pool_for(cw, cr->wq, -1) != p)
                         continue;
                 for (t = p->threads; t; t = t->next)
                         if (t->state == THREAD_IDLE)
