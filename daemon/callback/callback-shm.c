@@ -88,10 +88,7 @@ static int callback_shm_consume(struct cmwq_shm *shm, bool credits, uint32_t *he
                         return -EBADMSG;
                 }
                 if (op((enum cmwq_shm_op) o, slot, userdata) < 0) {
-                        *why = o == CMWQ_SHM_OP_CREDITS
-                                       ? "a credits entry of its region has a name without its end, or gave "
-                                         "back more than it was granted"
-                                       : "an entry of its submission ring names a slot with no registered thread";
+                        *why = "an entry of its submission ring names a slot with no registered thread";
                         return -EBADMSG;
                 }
         }
