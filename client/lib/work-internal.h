@@ -234,6 +234,10 @@ static inline unsigned wq_max_active(const struct cmwq_workqueue *wq) {
         return wq->max_active ? wq->max_active : CMWQ_DFL_ACTIVE;
 }
 
+static inline bool wq_unbound(const struct cmwq_workqueue *wq) {
+        return wq->flags & CMWQ_WQ_UNBOUND;
+}
+
 static inline bool wq_frozen(const struct cmwq_workqueue *wq) {
         return __atomic_load_n(&wq->cb_frozen, __ATOMIC_ACQUIRE);
 }

@@ -252,6 +252,12 @@ static void work_credits_wait(struct client_work *cw, struct work_pool *p) {
                 }
                 if (work_pool_for(cw, cr->wq, -1) != p)
                         continue;
+                if (!work_pool_queued_of(p, cr->wq, 1)) {
+                        /* Taken, cancelled or frozen since: a waiter would
+                         * sleep until a grant nobody asked for. */
+                        cw->credits_short &= ~(UINT64_C(1) << e);
+                        continue;
+                }
                 for (t = p->threads; t; t = t->next)
                         if (t->state == THREAD_IDLE)
                                 break;
@@ -379,8 +385,8 @@ static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_w
                 __atomic_add_fetch(&cw->shm->slots[t->slot].finished, 1, __ATOMIC_RELAXED);
         t->current = NULL;
         wq->cb_active--;
-        if (t->pool->cpu < 0 && wq->cb_credits > 0)
-                work_credits_settle(cw, t->pool, wq, wq->cb_credits - 1);
+        if (wq->cb_credits > 0)
+                work_credits_settle(cw, work_pool_for(cw, wq, -1), wq, wq->cb_credits - 1);
         if (wq_frozen(wq))
                 work_freeze_answer_locked(cw);
         w->_nr_finished++;
@@ -394,15 +400,23 @@ static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_w
                 pthread_cond_broadcast(&cw->done);
 }
 
-/* Items parked behind @t's last item go back to the head of its pool, in
- * order, when their queue is frozen (@all: every one): they wait there. */
-static void thread_unpark(struct work_thread *t, bool all) {
+/* Items parked behind @t's last item go back to the head of their own
+ * pools, in order, when their queue is frozen (@all: every one): they wait
+ * there.  Their own: an item of a bound queue parked behind an unbound
+ * thread, or the other way round, waits under its own queue's rules (an
+ * unbound pool asks credits for its queues; a bound one is its CPU's). */
+static void thread_unpark(struct client_work *cw, struct work_thread *t, bool all) {
         for (struct cmwq_work *w = t->scheduled._prev, *prev; w != &t->scheduled; w = prev) {
+                struct work_pool *own = work_pool_for(cw, w->_wq, w->_cpu);
+
                 prev = w->_prev;
                 if (!all && !wq_frozen(w->_wq))
                         continue;
                 wlist_del(w);
-                wlist_add_tail(w, t->pool->pending._next);
+                wlist_add_tail(w, own->pending._next);
+                /* @t's own pool is kicked when @t is done with it. */
+                if (own != t->pool)
+                        work_pool_kick(cw, own);
         }
 }
 
@@ -746,7 +760,7 @@ static void *work_thread_main(void *userdata) {
                 for (;;) {
                         if (cw->stopping)
                                 break;
-                        thread_unpark(t, false);
+                        thread_unpark(cw, t, false);
                         w = NULL;
                         if (bound && thread_yield_asked(cw, t))
                                 /* Other work waits for the CPU, or cmwqd
@@ -757,12 +771,13 @@ static void *work_thread_main(void *userdata) {
                                  * head of the pool, its twin has ended), so
                                  * that the next counts again, from its own
                                  * start, under a new grant. */
-                                thread_unpark(t, true);
-                        else if (!bound && !wlist_empty(&t->scheduled) &&
-                                 !work_unbound_may_start(cw, p, t->scheduled._next->_wq)) {
-                                /* Over its queue's credits: it waits in the
+                                thread_unpark(cw, t, true);
+                        else if (!wlist_empty(&t->scheduled) && wq_unbound(t->scheduled._next->_wq) &&
+                                 !work_unbound_may_start(cw, work_pool_for(cw, t->scheduled._next->_wq, -1),
+                                                         t->scheduled._next->_wq)) {
+                                /* Over its queue's credits: it waits in its
                                  * pool as any item, and is counted there. */
-                                thread_unpark(t, true);
+                                thread_unpark(cw, t, true);
                                 w = thread_take(t);
                         } else if (!wlist_empty(&t->scheduled)) {
                                 /* Parked behind our last item: ours to run. */
@@ -783,7 +798,7 @@ static void *work_thread_main(void *userdata) {
                                 work_ring_push(cw, CMWQ_SHM_OP_INTENSIVE, t->slot, NULL);
                                 run_one(cw, t, w);
                                 /* Parked behind it: first in line again. */
-                                thread_unpark(t, true);
+                                thread_unpark(cw, t, true);
                                 break;
                         }
                         run_one(cw, t, w);

@@ -123,7 +123,8 @@ int work_credits_entry(struct client_work *cw, struct cmwq_workqueue *wq) {
         if (wq->cb_credits != 0)
                 return wq->cb_credits > 0 ? wq->cb_credits - 1 : -1;
         wq->cb_credits = -1;            /* none, unless one is found below */
-        if (!cw->has_credits || strlen(wq->name) >= CMWQ_SHM_CREDIT_NAME)
+        /* A bound queue's callbacks are its CPUs' grants' (cmwqd refuses). */
+        if (!cw->has_credits || !wq_unbound(wq) || strlen(wq->name) >= CMWQ_SHM_CREDIT_NAME)
                 return -1;
         for (unsigned k = 0; k < CMWQ_SHM_CREDIT_QUEUES; k++) {
                 const char *name = cw->shm->credits[k].name;

@@ -269,6 +269,37 @@ START_TEST(test_never_runs_on_two_threads_at_once) {
 }
 END_TEST
 
+/* An item queued on a bound queue while it runs on an unbound one (and the
+ * other way round) waits behind the running instance, then runs under its
+ * own queue's rules.  It once waited, behind an unbound thread, for unbound
+ * credits of the bound queue that cmwqd refuses: a flush that never ended. */
+START_TEST(test_an_item_requeued_across_bound_and_unbound_while_it_runs_runs_again) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *queues[2] = {
+                cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND),
+                cmwq_system_workqueue(c, CMWQ_SYSTEM),
+        };
+
+        for (int first = 0; first < 2; first++) {
+                struct gated_work g;
+
+                gate_init(&g);
+                ck_assert(cmwq_queue_work_on(0, queues[first], &g.work));
+                wait_until(&g.started, 1);
+                ck_assert(cmwq_queue_work_on(0, queues[!first], &g.work));
+                /* Time for a thread of the other pool to take it and park it
+                 * behind the running instance. */
+                usleep(100 * 1000);
+                ck_assert_int_eq(atomic_load(&g.started), 1);
+                gate_open(&g);
+                wait_until(&g.finished, 2);
+                ck_assert_int_eq(cmwq_flush_work(&g.work), 0);
+                ck_assert_int_eq(atomic_load(&g.started), 2);
+        }
+        cmwq_disconnect(c);
+}
+END_TEST
+
 /* ---- flush ordering ------------------------------------------------------ */
 
 struct stamp_work {
@@ -2032,6 +2063,7 @@ int main(void) {
         tcase_add_test(tc, test_pending_is_a_noop_and_a_running_item_may_be_requeued);
         tcase_add_test(tc, test_a_work_item_requeues_itself);
         tcase_add_test(tc, test_never_runs_on_two_threads_at_once);
+        tcase_add_test(tc, test_an_item_requeued_across_bound_and_unbound_while_it_runs_runs_again);
         tcase_add_test(tc, test_flush_workqueue_waits_for_earlier_items_only);
         tcase_add_test(tc, test_cancel_work_sync_waits_for_a_running_item);
         tcase_add_test(tc, test_delayed_work_fires_not_before_its_time);
