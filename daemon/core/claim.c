@@ -38,7 +38,7 @@ struct core_claim {
         uid_t uid;
         struct list_head wq_entry;      /* wq->claims */
         struct list_head wait_entry;    /* wq->claim_waiters while held < its target */
-        unsigned want;
+        unsigned want;                  /* as the client said: bounded when used (claim_want()) */
         unsigned held;
         unsigned limit;
         /* As last told (changed()): it is told again when either moves. */
@@ -55,12 +55,19 @@ static struct pwq_share *claim_share(const struct core_claim *cl) {
         return workqueue_share_of(&cl->wq->pwqs[0], cl->uid);
 }
 
+/* What @cl wants, within its queue's max_active as it is now: a raised
+ * max_active lets a claim that wanted more than the old one have it
+ * without asking again. */
+static unsigned claim_want(const struct core_claim *cl) {
+        return cl->want < cl->wq->max_active ? cl->want : cl->wq->max_active;
+}
+
 /* What @cl should hold now: what it wants, up to its limit, and a credit
  * in turn even when its fair part rounds to none. */
 static unsigned claim_target(const struct core_claim *cl) {
-        unsigned t = cl->want < cl->limit ? cl->want : cl->limit;
+        unsigned want = claim_want(cl), t = want < cl->limit ? want : cl->limit;
 
-        return t == 0 && cl->want > 0 ? 1 : t;
+        return t == 0 && want > 0 ? 1 : t;
 }
 
 /* All the exec items of @share want: those active and those waiting,
@@ -93,8 +100,8 @@ static void claims_rebalance(struct workqueue *wq, struct pwq_share *share) {
         total = wants[n++];
         list_for_each_entry(cl, &wq->claims, wq_entry)
                 if (claim_share(cl) == share && n < CORE_CLAIMS_MAX + 1) {
-                        wants[n++] = cl->want;
-                        total += cl->want;
+                        wants[n++] = claim_want(cl);
+                        total += wants[n - 1];
                 }
         if (total <= max) {
                 list_for_each_entry(cl, &wq->claims, wq_entry)
@@ -115,7 +122,7 @@ static void claims_rebalance(struct workqueue *wq, struct pwq_share *share) {
         list_for_each_entry(cl, &wq->claims, wq_entry)
                 if (claim_share(cl) == share) {
                         cl->limit = level;
-                        if (cl->want > level && extra > 0) {
+                        if (claim_want(cl) > level && extra > 0) {
                                 cl->limit++;
                                 extra--;
                         }
@@ -163,9 +170,7 @@ static void claims_settle_once(struct workqueue *wq, struct pwq_share *share) {
          * its last word was read. */
         list_for_each_entry(cl, &wq->claim_waiters, wait_entry)
                 if (cl->want_now && claim_share(cl) == share) {
-                        unsigned w = cl->want_now(cl, cl->userdata);
-
-                        cl->want = w < wq->max_active ? w : wq->max_active;
+                        cl->want = cl->want_now(cl, cl->userdata);
                 }
         claims_rebalance(wq, share);
         /* A raised limit: those below it wait for more, after those waiting already. */
@@ -269,9 +274,9 @@ void core_claim_update(struct core_claim *cl, unsigned want, unsigned returned) 
                 return;
         share = claim_share(cl);
         claim_put(cl, share, returned);
-        cl->want = want < wq->max_active ? want : wq->max_active;
+        cl->want = want;
         /* It asks again: behind those waiting already. */
-        if (cl->held < cl->want)
+        if (cl->held < claim_want(cl))
                 claim_wait(cl);
         else
                 list_del_init(&cl->wait_entry);
