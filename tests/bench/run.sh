@@ -379,7 +379,7 @@ echo "   interleaved in each.  Times in s, latencies in us; see tests/bench/READ
 SVC_ROWS=$TMP/services.rows
 : >"$SVC_ROWS"
 svc_header() {
-        printf '  %-13s %8s %7s %6s %5s %6s %8s %8s %7s %7s %7s %6s %8s %8s %8s %8s\n' runner makespan threads atonce ran \
+        printf '  %-13s %8s %6s %7s %6s %5s %6s %8s %8s %7s %7s %7s %6s %8s %8s %8s %8s\n' runner makespan idle threads atonce ran \
                 maxrun vcsw ivcsw cpu itemcpu cmwqd dwake qs50 qs99 qe50 qe99
 }
 for rep in $(seq 1 "$SVC_REPS"); do

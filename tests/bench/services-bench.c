@@ -46,6 +46,10 @@
  *   cpu        user + system CPU of the processes over the same window
  *   item_cpu   the thread CPU time spent inside the items (sleep included)
  *   ideal      the items' compute over the CPUs: K x N x compute / nCPU
+ *   idle       CPU time the machine's CPUs spent idle from the start until
+ *              every process said it was done (/proc/stat idle + iowait, in
+ *              ticks of 10 ms): what a makespan above the ideal lost to
+ *              CPUs left idle, rather than to overhead
  *   dcpu/dwake cmwqd's CPU (sum of /proc/PID/task/X/schedstat) and its
  *              voluntary context switches (its wake-ups), from just before
  *              the start to the last item's end
@@ -594,6 +598,19 @@ static void daemon_sample(pid_t pid, int64_t *ret_cpu_ns, long *ret_vcsw) {
         closedir(dir);
 }
 
+/* Idle + iowait of every CPU, in s (/proc/stat's first line); -1 unknown. */
+static double cpus_idle_s(void) {
+        unsigned long long user, nice, sys, idle, iowait;
+        FILE *f = fopen("/proc/stat", "re");
+        int n;
+
+        if (!f)
+                return -1;
+        n = fscanf(f, "cpu %llu %llu %llu %llu %llu", &user, &nice, &sys, &idle, &iowait);
+        fclose(f);
+        return n == 5 ? (double) (idle + iowait) / (double) sysconf(_SC_CLK_TCK) : -1;
+}
+
 static int cmp_i64(const void *a, const void *b) {
         int64_t x = *(const int64_t *) a, y = *(const int64_t *) b;
 
@@ -683,6 +700,8 @@ int main(int argc, char **argv) {
         long d_v0, d_v1, vcsw = 0, ivcsw = 0;
         int threads = 0, ran = 0;
 
+        double idle0 = cpus_idle_s(), idle1;
+
         daemon_sample(daemon_pid, &d_cpu0, &d_v0);
         t0 = now_ns();
         close(start[1]);
@@ -692,6 +711,7 @@ int main(int argc, char **argv) {
                 if (read(done[0], &c, 1) != 1)
                         failed = 1;
         }
+        idle1 = cpus_idle_s();
         daemon_sample(daemon_pid, &d_cpu1, &d_v1);
         for (int p = 0; p < k; p++) {
                 int status;
@@ -732,15 +752,16 @@ int main(int argc, char **argv) {
         double makespan = (tend - t0) / 1e9;
         double ideal = (double) total * (double) mix->compute_ns / 1e9 / (double) ncpu;
         double dcpu = daemon_pid > 0 ? (d_cpu1 - d_cpu0) / 1e9 : 0;
+        double idle = idle0 >= 0 && idle1 >= idle0 ? idle1 - idle0 : -1;
 
-        printf("  %-13s %8.3f %7d %6d %5d %6d %8ld %8ld %7.3f %7.3f %7.3f %6ld %8.1f %8.1f %8.1f %8.1f\n", r->name,
-               makespan, threads, atomic_load(&sh->threads_at_once), ran, atomic_load(&sh->running_max), vcsw, ivcsw, cpu / 1e9, item_cpu / 1e9, dcpu,
+        printf("  %-13s %8.3f %6.2f %7d %6d %5d %6d %8ld %8ld %7.3f %7.3f %7.3f %6ld %8.1f %8.1f %8.1f %8.1f\n", r->name,
+               makespan, idle, threads, atomic_load(&sh->threads_at_once), ran, atomic_load(&sh->running_max), vcsw, ivcsw, cpu / 1e9, item_cpu / 1e9, dcpu,
                daemon_pid > 0 ? d_v1 - d_v0 : 0, pct_us(qs, total, 50), pct_us(qs, total, 99),
                pct_us(qe, total, 50), pct_us(qe, total, 99));
-        printf("ROW rep=%d k=%d mix=%s runner=%s n=%zu ncpu=%ld makespan=%.4f ideal=%.4f threads=%d atonce=%d ran=%d "
+        printf("ROW rep=%d k=%d mix=%s runner=%s n=%zu ncpu=%ld makespan=%.4f ideal=%.4f idle=%.2f threads=%d atonce=%d ran=%d "
                "maxrun=%d vcsw=%ld ivcsw=%ld cpu=%.4f item_cpu=%.4f dcpu=%.4f dwake=%ld qs50=%.1f qs99=%.1f "
                "qe50=%.1f qe99=%.1f\n",
-               rep, k, mix->name, r->name, n_items, ncpu, makespan, ideal, threads, atomic_load(&sh->threads_at_once), ran,
+               rep, k, mix->name, r->name, n_items, ncpu, makespan, ideal, idle, threads, atomic_load(&sh->threads_at_once), ran,
                atomic_load(&sh->running_max), vcsw, ivcsw, cpu / 1e9, item_cpu / 1e9, dcpu,
                daemon_pid > 0 ? d_v1 - d_v0 : 0, pct_us(qs, total, 50), pct_us(qs, total, 99),
                pct_us(qe, total, 50), pct_us(qe, total, 99));

@@ -57,7 +57,7 @@ function ratio(a, b) {
 }
 
 END {
-        split("makespan threads atonce ran maxrun vcsw ivcsw cpu item_cpu dcpu dwake qs50 qs99 qe50 qe99", fields, " ")
+        split("makespan idle threads atonce ran maxrun vcsw ivcsw cpu item_cpu dcpu dwake qs50 qs99 qe50 qe99", fields, " ")
         for (g = 1; g <= nshown; g++) {
                 group = groups[g]
                 split(group, km, SUBSEP)
@@ -65,8 +65,8 @@ END {
                 open = mix ~ /^open/
                 printf "\n  K=%s, mix %s: %d items, ideal makespan (items' compute / CPUs) %.3f s\n", k, mix,
                        items[k, mix], ideal[k, mix]
-                printf "  %-13s %8s %7s %6s %5s %6s %8s %8s %7s %7s %7s %6s %8s %8s %8s %8s  %s\n", "runner", "makespan",
-                       "threads", "atonce", "ran", "maxrun", "vcsw", "ivcsw", "cpu", "itemcpu", "cmwqd", "dwake", "qs50",
+                printf "  %-13s %8s %6s %7s %6s %5s %6s %8s %8s %7s %7s %7s %6s %8s %8s %8s %8s  %s\n", "runner", "makespan",
+                       "idle", "threads", "atonce", "ran", "maxrun", "vcsw", "ivcsw", "cpu", "itemcpu", "cmwqd", "dwake", "qs50",
                        "qs99", "qe50", "qe99", "reps (load avg)"
                 best = ""
                 for (m = 1; m <= ngroup[group]; m++) {
@@ -74,8 +74,8 @@ END {
                         key = k SUBSEP mix SUBSEP r
                         for (i = 1; i in fields; i++)
                                 med[r, fields[i]] = median(key, fields[i])
-                        printf "  %-13s %8.3f %7d %6d %5d %6d %8d %8d %7.3f %7.3f %7.3f %6d %8.1f %8.1f %8.1f %8.1f  %d (%s)\n",
-                               r, med[r, "makespan"], med[r, "threads"], med[r, "atonce"], med[r, "ran"], med[r, "maxrun"],
+                        printf "  %-13s %8.3f %6.2f %7d %6d %5d %6d %8d %8d %7.3f %7.3f %7.3f %6d %8.1f %8.1f %8.1f %8.1f  %d (%s)\n",
+                               r, med[r, "makespan"], med[r, "idle"], med[r, "threads"], med[r, "atonce"], med[r, "ran"], med[r, "maxrun"],
                                med[r, "vcsw"], med[r, "ivcsw"], med[r, "cpu"], med[r, "item_cpu"], med[r, "dcpu"],
                                med[r, "dwake"], med[r, "qs50"], med[r, "qs99"], med[r, "qe50"], med[r, "qe99"],
                                cnt[key], loads[key]
