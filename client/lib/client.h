@@ -61,6 +61,9 @@ struct cmwq_workqueue {
         /* Unbound: its credits entry + 1 (work-shm.c); 0: not named yet;
          * -1: none, its callbacks counted by this process alone. */
         int cb_credits;
+        /* The work_pool_next() scan that found it could start nothing
+         * (cw->next_scan then): its other items are passed over at once. */
+        uint64_t cb_blocked_scan;
 };
 
 #define CLIENT_NR_SYSTEM_QUEUES 6

@@ -131,6 +131,7 @@ struct client_work {
         struct work_thread *exited;     /* reaped, to be joined (their slots held till then) */
         uint64_t idle_timeout_usec;
         uint64_t linger_usec;           /* 0: threads give their grant back at once */
+        uint64_t next_scan;             /* work_pool_next()'s scans so far */
         bool has_credits;               /* cmwqd deals unbound queues' credits */
         struct work_credits credits[CMWQ_SHM_CREDIT_QUEUES];
         /* Entries an item waits for credits of, and no thread waits on yet. */

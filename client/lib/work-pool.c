@@ -220,16 +220,23 @@ static bool work_unbound_may_start(struct client_work *cw, struct work_pool *p, 
  * clients (the CPU's concurrency level) is the daemon's grants, which this
  * does not touch. */
 static struct cmwq_work *work_pool_next(struct client_work *cw, struct work_pool *p) {
+        /* What lets an item start is its queue's alone: a queue that can
+         * start nothing is asked once per scan, not once per item (a
+         * backlog of one queue short of credits made this quadratic). */
+        uint64_t scan = ++cw->next_scan;
+
         for (struct cmwq_work *w = p->pending._next; w != &p->pending; w = w->_next) {
                 struct cmwq_workqueue *wq = w->_wq;
                 unsigned max = wq_max_active(wq);
 
-                if (wq_frozen(wq))
+                if (wq->cb_blocked_scan == scan)
                         continue;
-                if (p->cpu < 0 && wq->cb_active >= work_unbound_allowed(cw, p, wq, max))
+                if (wq_frozen(wq) ||
+                    (p->cpu < 0 && wq->cb_active >= work_unbound_allowed(cw, p, wq, max)) ||
+                    (p->cpu >= 0 && work_pool_active_of(p, wq) >= max)) {
+                        wq->cb_blocked_scan = scan;
                         continue;
-                if (p->cpu >= 0 && work_pool_active_of(p, wq) >= max)
-                        continue;
+                }
                 return w;
         }
         return NULL;
