@@ -321,7 +321,7 @@ void client_work_stop(struct cmwq *c) {
 
 /* ---- the API -------------------------------------------------------------- */
 
-struct work_pool *work_pool_for(struct client_work *cw, const struct cmwq_workqueue *wq, int cpu) {
+struct work_pool *work_pool_for(const struct client_work *cw, const struct cmwq_workqueue *wq, int cpu) {
         unsigned highpri = (wq->flags & CMWQ_WQ_HIGHPRI) ? 1 : 0;
 
         if (wq->flags & CMWQ_WQ_UNBOUND)

@@ -285,6 +285,6 @@ void thread_free(struct work_thread *t);
 /* ---- client-work.c -------------------------------------------------------- */
 
 /* The pool that runs @wq's items queued for @cpu (ignored for an unbound queue). */
-struct work_pool *work_pool_for(struct client_work *cw, const struct cmwq_workqueue *wq, int cpu);
+struct work_pool *work_pool_for(const struct client_work *cw, const struct cmwq_workqueue *wq, int cpu);
 /* The timer thread: the earliest deadline may have moved.  Work lock held. */
 void work_timer_wake_locked(struct client_work *cw);

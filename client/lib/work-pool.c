@@ -181,6 +181,45 @@ static bool work_credits_settle_pool(struct client_work *cw, struct work_pool *p
         return unread;
 }
 
+/* Whether unbound @p has more threads than its queues' credits could run
+ * at once, with POOL_POLICY_IDLE_KEEP idle ones to spare, while other
+ * clients want the credits too (cmwqd limits each client to its fair part
+ * then): an idle thread beyond what it holds waits for nothing.  Kept for
+ * the idle timeout, each process's threads would stay at the most it ever
+ * ran, and across processes they would add up past the max_active that
+ * bounds what runs (issue 11).  Without contention the usual policy holds.
+ * Only where cmwqd deals credits, and not while an item of a queue without
+ * them (refused, or past the entries) waits: those are counted by this
+ * process alone.  Work lock held. */
+static bool work_unbound_too_many(const struct client_work *cw, const struct work_pool *p) {
+        unsigned usable = POOL_POLICY_IDLE_KEEP;
+        bool contended = false;
+
+        if (!cw->has_credits || p->nr_idle <= POOL_POLICY_IDLE_KEEP)
+                return false;
+        for (unsigned e = 0; e < CMWQ_SHM_CREDIT_QUEUES; e++) {
+                const struct cmwq_workqueue *wq = cw->credits[e].wq;
+                unsigned held, limit;
+
+                if (!wq || work_pool_for(cw, wq, -1) != p)
+                        continue;
+                limit = work_credits_limit(cw, (int) e);
+                if (limit > 0 && limit < wq_max_active(wq))     /* 0: not told yet */
+                        contended = true;
+                held = work_credits_held(cw, (int) e);
+                usable += held > wq->cb_active ? held : wq->cb_active;
+        }
+        if (!contended)
+                return false;
+        for (const struct work_thread *t = p->threads; t; t = t->next)
+                if (t->current && t->current->_wq->cb_credits <= 0)
+                        usable++;
+        for (const struct cmwq_work *w = p->pending._next; w != &p->pending; w = w->_next)
+                if (w->_wq->cb_credits <= 0)
+                        return false;
+        return p->nr_threads > usable;
+}
+
 /* How many callbacks of unbound @wq may run at once in this process: its
  * max_active, and no more than the credits it holds where cmwqd deals
  * them.  Short of credits, it asks for more, and a thread is to wait for
@@ -830,6 +869,15 @@ static void *work_thread_main(void *userdata) {
                         /* Credits nothing here can use go back. */
                         if (cw->has_credits)
                                 t->credits_recheck = work_credits_settle_pool(cw, p);
+                        if (work_unbound_too_many(cw, p)) {
+                                /* Unless the kick finds it work after all. */
+                                work_pool_kick(cw, p);
+                                if (t->state == THREAD_IDLE) {
+                                        thread_reap(cw, t);
+                                        return NULL;
+                                }
+                                continue;
+                        }
                 }
                 work_pool_kick(cw, p);
         }

@@ -57,6 +57,14 @@ struct shared {
         int fair_b_done_at_a_start;     /* fair_b_done when it did (-1 before) */
         int fair_a_done;                /* A's callbacks run */
 
+        /* test_a_process_lets_idle_threads_go_while_another_wants_its_credits */
+        int idle_a_running;             /* A's callbacks running now */
+        int idle_a_done;
+        int idle_b_done;
+        int idle_a_peak;                /* A's threads once it ran IDLE_MAX_ACTIVE at once */
+        int idle_a_least;               /* A's fewest threads after B came, while A still had a backlog */
+        int idle_go_b;
+
         char err[MAX_KIDS][256];        /* why a child gave up */
 };
 
@@ -676,6 +684,147 @@ START_TEST(test_a_second_process_gets_its_part_while_the_first_has_a_backlog) {
 }
 END_TEST
 
+/* ---- threads beyond a process's part ------------------------------------ */
+
+#define IDLE_QUEUE "shared-idle"
+#define IDLE_MAX_ACTIVE 16
+#define IDLE_ITEMS 160
+
+static int threads_of_self(void) {
+        char line[128];
+        int n = -1;
+        FILE *f = fopen("/proc/self/status", "re");
+
+        if (!f)
+                return -1;
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "Threads: %d", &n) == 1)
+                        break;
+        fclose(f);
+        return n;
+}
+
+static void idle_a_fn(struct cmwq_work *w) {
+        (void) w;
+        fair_enter();
+        __atomic_add_fetch(&sh->idle_a_running, 1, __ATOMIC_SEQ_CST);
+        usleep(20000);
+        __atomic_sub_fetch(&sh->idle_a_running, 1, __ATOMIC_SEQ_CST);
+        __atomic_sub_fetch(&sh->running, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&sh->idle_a_done, 1, __ATOMIC_SEQ_CST);
+}
+
+static void idle_b_fn(struct cmwq_work *w) {
+        (void) w;
+        fair_enter();
+        usleep(20000);
+        __atomic_sub_fetch(&sh->running, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&sh->idle_b_done, 1, __ATOMIC_SEQ_CST);
+}
+
+/* A: a backlog that alone fills max_active; once it runs that many at once
+ * it lets B come, and watches its own threads while it still has a
+ * backlog of its own. */
+static int idle_a_child(int who) {
+        static struct cmwq_work works[IDLE_ITEMS];
+        struct cmwq_workqueue *wq;
+        struct cmwq *c;
+        int r, least;
+
+        wq = child_open(who, IDLE_QUEUE, &c);
+        if (!wq)
+                return 2;
+        for (int i = 0; i < IDLE_ITEMS; i++) {
+                CMWQ_WORK_INIT(&works[i], idle_a_fn);
+                if (!cmwq_queue_work(wq, &works[i])) {
+                        child_error(who, "cmwq_queue_work of item %d returned false: %s", i, cmwq_last_error());
+                        return 4;
+                }
+        }
+        if (!child_wait(&sh->idle_a_running, IDLE_MAX_ACTIVE)) {
+                child_error(who, "never ran %d callbacks at once alone (%d done)", IDLE_MAX_ACTIVE,
+                            load(&sh->idle_a_done));
+                return 3;
+        }
+        store(&sh->idle_a_peak, threads_of_self());
+        store(&sh->idle_go_b, 1);
+        least = load(&sh->idle_a_peak);
+        /* While a quarter of A's backlog is left, both want more than their
+         * part: each is limited to half. */
+        while (load(&sh->idle_a_done) < IDLE_ITEMS * 3 / 4) {
+                int n = threads_of_self();
+
+                if (load(&sh->idle_b_done) > 0 && n > 0 && n < least)
+                        least = n;
+                usleep(2000);
+        }
+        store(&sh->idle_a_least, least);
+        r = cmwq_flush_workqueue(wq);
+        if (r < 0) {
+                child_error(who, "cmwq_flush_workqueue: %s (%s)", strerror(-r), cmwq_last_error());
+                return 5;
+        }
+        cmwq_disconnect(c);
+        return 0;
+}
+
+static int idle_b_child(int who) {
+        static struct cmwq_work works[IDLE_ITEMS];
+        struct cmwq_workqueue *wq;
+        struct cmwq *c;
+        int r;
+
+        if (!child_wait(&sh->idle_go_b, 1)) {
+                child_error(who, "the first client did not fill the queue within 60 s");
+                return 3;
+        }
+        wq = child_open(who, IDLE_QUEUE, &c);
+        if (!wq)
+                return 2;
+        r = fair_queue_and_flush(who, wq, works, IDLE_ITEMS, idle_b_fn, &sh->idle_b_done);
+        if (r == 0)
+                cmwq_disconnect(c);
+        return r;
+}
+
+/* A process that ran the whole of a queue's max_active alone, and then has
+ * to share it, ends the threads its part no longer lets run rather than
+ * keeping them for the idle timeout (5 minutes): across processes, the
+ * threads stay near what max_active lets run at once. */
+START_TEST(test_a_process_lets_idle_threads_go_while_another_wants_its_credits) {
+        struct cmwq_workqueue *wq;
+        struct cmwq *c;
+        int peak, least;
+
+        fork_kid(0, idle_a_child);
+        fork_kid(1, idle_b_child);
+        c = connect_ok(&d);
+        wq = cmwq_alloc_workqueue(c, IDLE_QUEUE, CMWQ_WQ_UNBOUND, IDLE_MAX_ACTIVE);
+        if (!wq) {
+                kill_kids();
+                ck_abort_msg("alloc %s: %s", IDLE_QUEUE, cmwq_last_error());
+        }
+        store(&sh->queue_ready, 1);
+        if (!wait_kids(120, true))
+                ck_abort_msg("the clients did not finish within 120 s (%d and %d of %d items each)",
+                             load(&sh->idle_a_done), load(&sh->idle_b_done), IDLE_ITEMS);
+        assert_kids_exited_0();
+        ck_assert_int_eq(load(&sh->idle_a_done), IDLE_ITEMS);
+        ck_assert_int_eq(load(&sh->idle_b_done), IDLE_ITEMS);
+        ck_assert_int_le(load(&sh->max_running), IDLE_MAX_ACTIVE);
+        peak = load(&sh->idle_a_peak);
+        least = load(&sh->idle_a_least);
+        ck_assert_int_gt(peak, IDLE_MAX_ACTIVE);
+        /* Half of 16 runs now: 8 threads are idle, of which 2 are kept. */
+        ck_assert_msg(peak - least >= 3,
+                      "the first process had %d threads running %d callbacks alone, and still %d while the "
+                      "second took its part of max_active %d",
+                      peak, IDLE_MAX_ACTIVE, least, IDLE_MAX_ACTIVE);
+        ck_assert_int_eq(cmwq_destroy_workqueue(wq), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("unbound-shared");
         TCase *tc = tcase_create("unbound-shared");
@@ -689,6 +838,7 @@ int main(void) {
         tcase_add_test(tc, test_ordered_queue_runs_one_at_a_time_across_processes);
         tcase_add_test(tc, test_a_client_that_dies_holding_its_share_gives_it_back);
         tcase_add_test(tc, test_a_second_process_gets_its_part_while_the_first_has_a_backlog);
+        tcase_add_test(tc, test_a_process_lets_idle_threads_go_while_another_wants_its_credits);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
