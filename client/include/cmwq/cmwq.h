@@ -239,7 +239,9 @@ typedef void (*cmwq_work_fn)(struct cmwq_work *work);
  * keeps the CPU a moment, asleep ($CMWQ_LINGER seconds, default 0.01), and
  * the next item for that CPU starts on it at once; the daemon takes the CPU
  * back before it starts anything else there.  Idle threads beyond a few end
- * after a while ($CMWQ_IDLE_TIMEOUT seconds, default 300).
+ * after a while ($CMWQ_IDLE_TIMEOUT seconds, default 300); an unbound
+ * queue's at once while other processes want its max_active and this one
+ * has more threads than its part lets run.
  *
  * Caller-owned and embedded in the caller's own structure (find it again
  * with cmwq_container_of()); initialize it with CMWQ_WORK_INIT() before
