@@ -711,6 +711,25 @@ void thread_stop(struct client_work *cw, struct work_thread *t) {
         }
 }
 
+/* Ends idle unbound @t if its pool has threads to spare under contention
+ * (work_unbound_too_many()).  Not while disconnecting (the stop joins
+ * every thread in the pools), nor while @t is to look at its credits again
+ * (cmwqd may yet grant on what it said before, and nobody else would give
+ * that back): it ends after that look.  Work lock held; returns true
+ * without it, and @t must then return. */
+static bool thread_spare_ended(struct client_work *cw, struct work_thread *t) {
+        struct work_pool *p = t->pool;
+
+        if (cw->stopping || t->credits_recheck || t->state != THREAD_IDLE || !work_unbound_too_many(cw, p))
+                return false;
+        /* Unless a kick finds it work after all: then it runs that. */
+        work_pool_kick(cw, p);
+        if (t->state != THREAD_IDLE)
+                return false;
+        thread_reap(cw, t);
+        return true;
+}
+
 static void *work_thread_main(void *userdata) {
         struct work_thread *t = userdata;
         struct client_work *cw = t->cw;
@@ -778,8 +797,11 @@ static void *work_thread_main(void *userdata) {
                 if (waited == THREAD_WAIT_STOPPED || cw->stopping)
                         break;
                 if (waited == THREAD_WAIT_RECHECK) {
-                        if (t->state == THREAD_IDLE)
+                        if (t->state == THREAD_IDLE) {
                                 t->credits_recheck = work_credits_settle_pool(cw, p);
+                                if (thread_spare_ended(cw, t))
+                                        return NULL;
+                        }
                         continue;
                 }
                 if (waited == THREAD_WAIT_TIMED_OUT) {
@@ -869,15 +891,10 @@ static void *work_thread_main(void *userdata) {
                         /* Credits nothing here can use go back. */
                         if (cw->has_credits)
                                 t->credits_recheck = work_credits_settle_pool(cw, p);
-                        if (work_unbound_too_many(cw, p)) {
-                                /* Unless the kick finds it work after all. */
-                                work_pool_kick(cw, p);
-                                if (t->state == THREAD_IDLE) {
-                                        thread_reap(cw, t);
-                                        return NULL;
-                                }
-                                continue;
-                        }
+                        if (thread_spare_ended(cw, t))
+                                return NULL;
+                        if (t->state != THREAD_IDLE)
+                                continue;       /* its kick found it work */
                 }
                 work_pool_kick(cw, p);
         }
