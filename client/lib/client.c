@@ -384,8 +384,11 @@ static struct cmwq *client_new(void) {
                 c->system[i].builtin = true;
                 list_init(&c->system[i].entry);
                 client_workqueue_init(&c->system[i]);
-                if (i == CMWQ_SYSTEM_UNBOUND || i == CMWQ_SYSTEM_FREEZABLE_UNBOUND)
+                if (i == CMWQ_SYSTEM_UNBOUND || i == CMWQ_SYSTEM_FREEZABLE_UNBOUND) {
                         c->system[i].flags = CMWQ_WQ_UNBOUND;
+                        /* The kernel's system_unbound_wq, and cmwqd's. */
+                        c->system[i].max_active = CMWQ_MAX_ACTIVE;
+                }
                 if (i == CMWQ_SYSTEM_HIGHPRI)
                         c->system[i].flags = CMWQ_WQ_HIGHPRI;
         }

@@ -300,6 +300,47 @@ START_TEST(test_an_item_requeued_across_bound_and_unbound_while_it_runs_runs_aga
 }
 END_TEST
 
+/* system_unbound's max_active is the kernel's system_unbound_wq's, 512, as
+ * cmwqd's: more than the default of 256 callbacks run at once.  The library
+ * once counted it at 256. */
+static struct {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        bool open;
+        atomic_int started, finished;
+} wide = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0, 0 };
+
+static void wide_fn(struct cmwq_work *w) {
+        (void) w;
+        atomic_fetch_add(&wide.started, 1);
+        pthread_mutex_lock(&wide.lock);
+        while (!wide.open)
+                pthread_cond_wait(&wide.cond, &wide.lock);
+        pthread_mutex_unlock(&wide.lock);
+        atomic_fetch_add(&wide.finished, 1);
+}
+
+START_TEST(test_system_unbound_runs_more_than_the_default_at_once) {
+        enum { N = CMWQ_DFL_ACTIVE + 44 };
+        static struct cmwq_work works[N];
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND);
+
+        for (int i = 0; i < N; i++) {
+                CMWQ_WORK_INIT(&works[i], wide_fn);
+                ck_assert(cmwq_queue_work(wq, &works[i]));
+        }
+        wait_until(&wide.started, N);
+        pthread_mutex_lock(&wide.lock);
+        wide.open = true;
+        pthread_cond_broadcast(&wide.cond);
+        pthread_mutex_unlock(&wide.lock);
+        wait_until(&wide.finished, N);
+        ck_assert_int_eq(cmwq_flush_workqueue(wq), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 /* ---- flush ordering ------------------------------------------------------ */
 
 struct stamp_work {
@@ -2064,6 +2105,7 @@ int main(void) {
         tcase_add_test(tc, test_a_work_item_requeues_itself);
         tcase_add_test(tc, test_never_runs_on_two_threads_at_once);
         tcase_add_test(tc, test_an_item_requeued_across_bound_and_unbound_while_it_runs_runs_again);
+        tcase_add_test(tc, test_system_unbound_runs_more_than_the_default_at_once);
         tcase_add_test(tc, test_flush_workqueue_waits_for_earlier_items_only);
         tcase_add_test(tc, test_cancel_work_sync_waits_for_a_running_item);
         tcase_add_test(tc, test_delayed_work_fires_not_before_its_time);

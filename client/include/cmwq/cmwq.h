@@ -169,7 +169,7 @@ enum cmwq_system_queue {
         CMWQ_SYSTEM,                    /* "system": bound, general purpose */
         CMWQ_SYSTEM_HIGHPRI,            /* "system_highpri" */
         CMWQ_SYSTEM_LONG,               /* "system_long": for items that run long */
-        CMWQ_SYSTEM_UNBOUND,            /* "system_unbound" */
+        CMWQ_SYSTEM_UNBOUND,            /* "system_unbound": max_active 512, the others 256 */
         CMWQ_SYSTEM_FREEZABLE,          /* "system_freezable" */
         CMWQ_SYSTEM_FREEZABLE_UNBOUND,  /* "system_freezable_unbound" */
 };
