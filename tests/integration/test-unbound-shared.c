@@ -562,13 +562,18 @@ static void fair_enter(void) {
                 ;
 }
 
+/* It returns: no longer running, one more of *@done. */
+static void fair_leave(int *done) {
+        __atomic_sub_fetch(&sh->running, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(done, 1, __ATOMIC_SEQ_CST);
+}
+
 static void fair_b_fn(struct cmwq_work *w) {
         (void) w;
         fair_enter();
         store(&sh->fair_b_started, 1);
         usleep(5000);
-        __atomic_sub_fetch(&sh->running, 1, __ATOMIC_SEQ_CST);
-        __atomic_add_fetch(&sh->fair_b_done, 1, __ATOMIC_SEQ_CST);
+        fair_leave(&sh->fair_b_done);
 }
 
 static void fair_a_fn(struct cmwq_work *w) {
@@ -577,16 +582,12 @@ static void fair_a_fn(struct cmwq_work *w) {
         if (!__atomic_exchange_n(&sh->fair_a_started, 1, __ATOMIC_SEQ_CST))
                 store(&sh->fair_b_done_at_a_start, load(&sh->fair_b_done));
         usleep(5000);
-        __atomic_sub_fetch(&sh->running, 1, __ATOMIC_SEQ_CST);
-        __atomic_add_fetch(&sh->fair_a_done, 1, __ATOMIC_SEQ_CST);
+        fair_leave(&sh->fair_a_done);
 }
 
-/* Queues @n items of @fn on @wq, flushes the queue, and checks that all
- * @n ran (*@done); returns what the child exits with. */
-static int fair_queue_and_flush(int who, struct cmwq_workqueue *wq, struct cmwq_work *works, int n,
-                                void (*fn)(struct cmwq_work *), const int *done) {
-        int r;
-
+/* Queues @n items of @fn on @wq: 0, or what the child exits with. */
+static int queue_all(int who, struct cmwq_workqueue *wq, struct cmwq_work *works, int n,
+                     void (*fn)(struct cmwq_work *)) {
         for (int i = 0; i < n; i++) {
                 CMWQ_WORK_INIT(&works[i], fn);
                 if (!cmwq_queue_work(wq, &works[i])) {
@@ -594,53 +595,63 @@ static int fair_queue_and_flush(int who, struct cmwq_workqueue *wq, struct cmwq_
                         return 4;
                 }
         }
-        r = cmwq_flush_workqueue(wq);
+        return 0;
+}
+
+/* Flushes @wq: 0, or what the child exits with. */
+static int flush_all(int who, struct cmwq_workqueue *wq) {
+        int r = cmwq_flush_workqueue(wq);
+
         if (r < 0) {
                 child_error(who, "cmwq_flush_workqueue: %s (%s)", strerror(-r), cmwq_last_error());
                 return 5;
         }
-        if (load(done) != n) {
-                child_error(who, "%d of its %d items had run when cmwq_flush_workqueue() returned", load(done), n);
-                return 6;
-        }
         return 0;
+}
+
+/* Once *@after is set (NULL: at once; @late says what did not happen
+ * otherwise), opens @queue, queues @n items of @fn, flushes the queue,
+ * checks that all @n ran (*@done) and disconnects; returns what the child
+ * exits with. */
+static int child_run_items(int who, const int *after, const char *late, const char *queue,
+                           struct cmwq_work *works, int n, void (*fn)(struct cmwq_work *), const int *done) {
+        struct cmwq_workqueue *wq;
+        struct cmwq *c;
+        int r;
+
+        if (after && !child_wait(after, 1)) {
+                child_error(who, "%s within 60 s", late);
+                return 3;
+        }
+        wq = child_open(who, queue, &c);
+        if (!wq)
+                return 2;
+        r = queue_all(who, wq, works, n, fn);
+        if (r == 0)
+                r = flush_all(who, wq);
+        if (r == 0 && load(done) != n) {
+                child_error(who, "%d of its %d items had run when cmwq_flush_workqueue() returned", load(done), n);
+                r = 6;
+        }
+        if (r == 0)
+                cmwq_disconnect(c);
+        return r;
 }
 
 /* B: a backlog of FAIR_B_ITEMS items, queued at once. */
 static int fair_b_child(int who) {
         static struct cmwq_work works[FAIR_B_ITEMS];
-        struct cmwq_workqueue *wq;
-        struct cmwq *c;
-        int r;
 
-        wq = child_open(who, FAIR_QUEUE, &c);
-        if (!wq)
-                return 2;
-        r = fair_queue_and_flush(who, wq, works, FAIR_B_ITEMS, fair_b_fn, &sh->fair_b_done);
-        if (r == 0)
-                cmwq_disconnect(c);
-        return r;
+        return child_run_items(who, NULL, NULL, FAIR_QUEUE, works, FAIR_B_ITEMS, fair_b_fn, &sh->fair_b_done);
 }
 
 /* A: opens the queue once B's first callback ran (B holds every credit and
  * wants more), and queues a few items. */
 static int fair_a_child(int who) {
         struct cmwq_work works[FAIR_A_ITEMS];
-        struct cmwq_workqueue *wq;
-        struct cmwq *c;
-        int r;
 
-        if (!child_wait(&sh->fair_b_started, 1)) {
-                child_error(who, "the first client's first callback did not run within 60 s");
-                return 3;
-        }
-        wq = child_open(who, FAIR_QUEUE, &c);
-        if (!wq)
-                return 2;
-        r = fair_queue_and_flush(who, wq, works, FAIR_A_ITEMS, fair_a_fn, &sh->fair_a_done);
-        if (r == 0)
-                cmwq_disconnect(c);
-        return r;
+        return child_run_items(who, &sh->fair_b_started, "the first client's first callback did not run",
+                               FAIR_QUEUE, works, FAIR_A_ITEMS, fair_a_fn, &sh->fair_a_done);
 }
 
 START_TEST(test_a_second_process_gets_its_part_while_the_first_has_a_backlog) {
@@ -710,16 +721,14 @@ static void idle_a_fn(struct cmwq_work *w) {
         __atomic_add_fetch(&sh->idle_a_running, 1, __ATOMIC_SEQ_CST);
         usleep(20000);
         __atomic_sub_fetch(&sh->idle_a_running, 1, __ATOMIC_SEQ_CST);
-        __atomic_sub_fetch(&sh->running, 1, __ATOMIC_SEQ_CST);
-        __atomic_add_fetch(&sh->idle_a_done, 1, __ATOMIC_SEQ_CST);
+        fair_leave(&sh->idle_a_done);
 }
 
 static void idle_b_fn(struct cmwq_work *w) {
         (void) w;
         fair_enter();
         usleep(20000);
-        __atomic_sub_fetch(&sh->running, 1, __ATOMIC_SEQ_CST);
-        __atomic_add_fetch(&sh->idle_b_done, 1, __ATOMIC_SEQ_CST);
+        fair_leave(&sh->idle_b_done);
 }
 
 /* A: a backlog that alone fills max_active; once it runs that many at once
@@ -734,13 +743,9 @@ static int idle_a_child(int who) {
         wq = child_open(who, IDLE_QUEUE, &c);
         if (!wq)
                 return 2;
-        for (int i = 0; i < IDLE_ITEMS; i++) {
-                CMWQ_WORK_INIT(&works[i], idle_a_fn);
-                if (!cmwq_queue_work(wq, &works[i])) {
-                        child_error(who, "cmwq_queue_work of item %d returned false: %s", i, cmwq_last_error());
-                        return 4;
-                }
-        }
+        r = queue_all(who, wq, works, IDLE_ITEMS, idle_a_fn);
+        if (r != 0)
+                return r;
         if (!child_wait(&sh->idle_a_running, IDLE_MAX_ACTIVE)) {
                 child_error(who, "never ran %d callbacks at once alone (%d done)", IDLE_MAX_ACTIVE,
                             load(&sh->idle_a_done));
@@ -759,32 +764,17 @@ static int idle_a_child(int who) {
                 usleep(2000);
         }
         store(&sh->idle_a_least, least);
-        r = cmwq_flush_workqueue(wq);
-        if (r < 0) {
-                child_error(who, "cmwq_flush_workqueue: %s (%s)", strerror(-r), cmwq_last_error());
-                return 5;
-        }
-        cmwq_disconnect(c);
-        return 0;
+        r = flush_all(who, wq);
+        if (r == 0)
+                cmwq_disconnect(c);
+        return r;
 }
 
 static int idle_b_child(int who) {
         static struct cmwq_work works[IDLE_ITEMS];
-        struct cmwq_workqueue *wq;
-        struct cmwq *c;
-        int r;
 
-        if (!child_wait(&sh->idle_go_b, 1)) {
-                child_error(who, "the first client did not fill the queue within 60 s");
-                return 3;
-        }
-        wq = child_open(who, IDLE_QUEUE, &c);
-        if (!wq)
-                return 2;
-        r = fair_queue_and_flush(who, wq, works, IDLE_ITEMS, idle_b_fn, &sh->idle_b_done);
-        if (r == 0)
-                cmwq_disconnect(c);
-        return r;
+        return child_run_items(who, &sh->idle_go_b, "the first client did not fill the queue", IDLE_QUEUE, works,
+                               IDLE_ITEMS, idle_b_fn, &sh->idle_b_done);
 }
 
 /* A process that ran the whole of a queue's max_active alone, and then has
