@@ -711,6 +711,17 @@ void thread_stop(struct client_work *cw, struct work_thread *t) {
         }
 }
 
+/* Whether the item parked first behind @t is of an unbound queue whose
+ * credits do not let it start now (whichever kind of thread @t is). */
+static bool thread_parked_over_credits(struct client_work *cw, const struct work_thread *t) {
+        struct cmwq_workqueue *wq;
+
+        if (wlist_empty(&t->scheduled))
+                return false;
+        wq = t->scheduled._next->_wq;
+        return wq_unbound(wq) && !work_unbound_may_start(cw, work_pool_for(cw, wq, -1), wq);
+}
+
 /* Ends idle unbound @t if its pool has threads to spare under contention
  * (work_unbound_too_many()).  Not while disconnecting (the stop joins
  * every thread in the pools), nor while @t is to look at its credits again
@@ -840,9 +851,7 @@ static void *work_thread_main(void *userdata) {
                                  * that the next counts again, from its own
                                  * start, under a new grant. */
                                 thread_unpark(cw, t, true);
-                        else if (!wlist_empty(&t->scheduled) && wq_unbound(t->scheduled._next->_wq) &&
-                                 !work_unbound_may_start(cw, work_pool_for(cw, t->scheduled._next->_wq, -1),
-                                                         t->scheduled._next->_wq)) {
+                        else if (thread_parked_over_credits(cw, t)) {
                                 /* Over its queue's credits: it waits in its
                                  * pool as any item, and is counted there. */
                                 thread_unpark(cw, t, true);
