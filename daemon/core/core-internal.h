@@ -10,6 +10,7 @@
  */
 
 #include "core/core.h"
+#include "core/item-env.h"
 #include "exec/exec.h"
 #include "store/store.h"
 
@@ -77,9 +78,10 @@ struct item {
          * or the claim is given back (item.c, "Claims"). */
         uint64_t start_seq;
 
-        /* What to run: argv is the one allocation that also holds envp, cwd
-         * and program (item_args_pack(); item_envp(), item_cwd(),
-         * item_program() find them in it). */
+        /* What to run: argv is the one allocation that also holds cwd,
+         * program and a reference to the environment, shared with the
+         * items that carry the same one (item_args_pack(); item_envp(),
+         * item_cwd(), item_program() find them in it). */
         char **argv;
         void *payload;
         uint64_t timeout_usec;
@@ -123,8 +125,8 @@ static inline struct exec_proc *item_proc(const struct item *i) {
         return i->run ? i->run->proc : NULL;
 }
 
-/* In argv's block: the environment (empty once finished), the working
- * directory, the resolved plugin path or NULL (argv[0] is run). */
+/* Through argv's block: the environment (empty once finished), the
+ * working directory, the resolved plugin path or NULL (argv[0] is run). */
 char **item_envp(const struct item *i);
 const char *item_cwd(const struct item *i);
 const char *item_program(const struct item *i);
@@ -221,6 +223,7 @@ struct core {
         struct item **item_hash;
         size_t item_hash_size;
         size_t nr_items;
+        struct item_env_table envs;     /* the environments the items share */
         struct list_head history;       /* finished, oldest first */
         unsigned nr_history;
         struct user_table users;        /* what each uid holds (core/user-limits.h) */
@@ -288,8 +291,9 @@ void core_watchdog_done(struct core *c);
 /* Work was queued on @p (its worklist, or behind max_active): arms the watchdog. */
 void core_watchdog_kick(struct core *c, struct pool *p);
 struct item *item_alloc(struct core *c, struct workqueue *wq);
-/* Sets @i's argv, envp, cwd and program (NULL when it is argv[0]) to copies
- * in one allocation, freed with argv; @program may be NULL. */
+/* Sets @i's argv, cwd and program (NULL when it is argv[0]) to copies in
+ * one allocation, freed with argv, and its environment to the core's
+ * shared one equal to @envp; @program may be NULL.  @i->core is set. */
 int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *envp, size_t envc, const char *cwd,
                    const char *program);
 int item_attach_key(struct item *i, const char *key);

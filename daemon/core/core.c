@@ -248,6 +248,7 @@ int core_new(struct event_base *base, struct sleepwatch *sw, const struct core_c
                 for (unsigned cpu = 0; cpu < c->nr_cpus && cpu < CPU_SETSIZE; cpu++)
                         CPU_SET(cpu, &c->cpus_allowed);
         c->cpu_pools = calloc((size_t) c->nr_cpus * 2, sizeof(struct pool));
+        item_env_table_init(&c->envs);
         c->item_hash_size = 1024;
         c->item_hash = calloc(c->item_hash_size, sizeof(struct item *));
         if (!c->cpu_pools || !c->item_hash || core_watchdog_init(c) < 0) {
@@ -317,6 +318,7 @@ struct core *core_free(struct core *c) {
         if (c->freeze_timer)
                 event_free(c->freeze_timer);
         user_table_done(&c->users);
+        item_env_table_done(&c->envs);
         core_watchdog_done(c);
         free(c->cpu_pools);
         free(c->item_hash);

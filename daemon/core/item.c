@@ -145,6 +145,8 @@ static void work_key_release(struct workqueue *wq, struct work_key *k, struct it
 
 const struct item_run item_run_none;
 
+static void item_args_free(struct item *i);
+
 struct item_run *item_run_get(struct item *i) {
         if (!i->run)
                 i->run = calloc(1, sizeof(*i->run));
@@ -156,7 +158,7 @@ struct item *item_free(struct item *i) {
                 return NULL;
         if (i->timer)
                 event_free(i->timer);
-        free(i->argv);          /* envp, cwd and program with it */
+        item_args_free(i);
         free(i->payload);
         if (i->wq_name_owned)
                 free((char *) i->wq_name);
@@ -170,18 +172,37 @@ struct item *item_free(struct item *i) {
         return NULL;
 }
 
-/* argv's block: argv's pointers and NULL, envp's and NULL, then cwd, the
- * program (has_program), argv's strings and envp's.  Only argv points into
- * it; the rest is found by counting (rarely: to run it, to show it, to
- * write it to the log). */
+/* argv's block: the environment's reference, argv's pointers and NULL,
+ * then cwd, the program (has_program) and argv's strings.  Only argv
+ * points into it; cwd and program are found by counting (rarely: to run
+ * it, to show it, to write it to the log). */
+struct item_args {
+        struct item_env *env;
+        char *argv[];
+};
+
+static struct item_args *item_args_of(const struct item *i) {
+        return i->argv ? container_of(i->argv, struct item_args, argv[0]) : NULL;
+}
+
+static void item_args_free(struct item *i) {
+        struct item_args *a = item_args_of(i);
+
+        if (!a)
+                return;
+        item_env_put(&i->core->envs, a->env);
+        free(a);
+        i->argv = NULL;
+}
+
 char **item_envp(const struct item *i) {
-        return i->argv + strv_length(i->argv) + 1;
+        struct item_args *a = item_args_of(i);
+
+        return item_env_strv(a ? a->env : NULL);
 }
 
 const char *item_cwd(const struct item *i) {
-        char **envp = item_envp(i);
-
-        return (const char *) (envp + strv_length(envp) + 1);
+        return (const char *) (i->argv + strv_length(i->argv) + 1);
 }
 
 const char *item_program(const struct item *i) {
@@ -190,10 +211,14 @@ const char *item_program(const struct item *i) {
         return i->has_program ? cwd + strlen(cwd) + 1 : NULL;
 }
 
+/* Packs what @i runs into argv's block, the environment shared through the
+ * core's table. */
 int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *envp, size_t envc, const char *cwd,
                    const char *program) {
-        size_t ptrs = argc + 1 + envc + 1, bytes = strlen(cwd) + 1;
-        char **block, *p;
+        size_t bytes = strlen(cwd) + 1;
+        struct item_args *a;
+        char *p;
+        int r;
 
         if (program && strcmp(program, argv[0]) == 0)
                 program = NULL;
@@ -201,41 +226,35 @@ int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *
                 bytes += strlen(program) + 1;
         for (size_t k = 0; k < argc; k++)
                 bytes += strlen(argv[k]) + 1;
-        for (size_t k = 0; k < envc; k++)
-                bytes += strlen(envp[k]) + 1;
-        block = malloc(ptrs * sizeof(char *) + bytes);
-        if (!block)
+        a = malloc(sizeof(*a) + (argc + 1) * sizeof(char *) + bytes);
+        if (!a)
                 return -ENOMEM;
-        p = (char *) (block + ptrs);
+        r = item_env_get(&i->core->envs, envp, envc, &a->env);
+        if (r < 0) {
+                free(a);
+                return r;
+        }
+        p = (char *) (a->argv + argc + 1);
         p = stpcpy(p, cwd) + 1;
         if (program)
                 p = stpcpy(p, program) + 1;
         for (size_t k = 0; k < argc; k++)
-                p = stpcpy(block[k] = p, argv[k]) + 1;
-        block[argc] = NULL;
-        for (size_t k = 0; k < envc; k++)
-                p = stpcpy(block[argc + 1 + k] = p, envp[k]) + 1;
-        block[argc + 1 + envc] = NULL;
-        free(i->argv);
-        i->argv = block;
+                p = stpcpy(a->argv[k] = p, argv[k]) + 1;
+        a->argv[argc] = NULL;
+        item_args_free(i);
+        i->argv = a->argv;
         i->has_program = program != NULL;
         return 0;
 }
 
-/* A finished item keeps what it ran, not its environment: argv, cwd and
- * program are packed again without it.  When that cannot be had, the old
- * block stays, envp with it, and the history counts it. */
+/* A finished item keeps what it ran, not its environment. */
 static void item_args_shed_env(struct item *i) {
-        struct item tmp = {};
+        struct item_args *a = item_args_of(i);
 
-        if (!item_envp(i)[0])
+        if (!a)
                 return;
-        if (item_args_pack(&tmp, i->argv, strv_length(i->argv), NULL, 0, item_cwd(i),
-                           item_program(i) ? item_program(i) : i->argv[0]) < 0)
-                return;
-        free(i->argv);
-        i->argv = tmp.argv;
-        i->has_program = tmp.has_program;
+        item_env_put(&i->core->envs, a->env);
+        a->env = NULL;
 }
 
 /* @w is called back once @i has ended; its item_id says which item. */

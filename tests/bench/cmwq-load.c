@@ -16,6 +16,9 @@
  *       (pipelined, on one connection), so that they all stay pending;
  *       prints cmwqd's RSS and peak RSS and the bytes per pending item.
  *       The items are left pending: stop the daemon afterwards.
+ *       Each item carries one environment entry (PATH); with
+ *       CMWQ_LOAD_ENV=self, this process's whole environment instead, as
+ *       `cmwqctl submit` sends it.
  *       Run by another user than root (who may not freeze), the items are
  *       delayed by an hour on "system" instead, and a refusal over a
  *       per-user limit ends the flood: printed with the figures.
@@ -585,8 +588,12 @@ static void request_ok(struct conn *c, Cmwq__Request *req, const char *what) {
 }
 
 static int cmd_pending(int argc, char **argv) {
-        static char *env[] = { (char *) "PATH=/usr/bin:/bin", NULL };
+        static char *path_env[] = { (char *) "PATH=/usr/bin:/bin", NULL };
         static char *true_argv[] = { (char *) "/bin/true", NULL };
+        const char *env_choice = getenv("CMWQ_LOAD_ENV");
+        bool env_self = env_choice && strcmp(env_choice, "self") == 0;
+        char **env = env_self ? environ : path_env;
+        size_t n_env = 0, env_bytes = 0;
         const size_t chunk = 4096;
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN), rss0, hwm0, rss1, hwm1;
         size_t n, sent = 0, replied = 0, rlen = 0, rcap = 1 << 20;
@@ -610,6 +617,10 @@ static int cmd_pending(int argc, char **argv) {
         if (!c)
                 return 2;
         fd = conn_fd(c);
+        for (; env[n_env]; n_env++)
+                env_bytes += strlen(env[n_env]) + 1;
+        printf("cmwq-load: each item carries %zu environment entries, %zu bytes (%s)\n", n_env, env_bytes,
+               env_self ? "this process's environment" : "PATH only");
 
         if (root) {
                 Cmwq__Request req = CMWQ__REQUEST__INIT;
@@ -642,7 +653,7 @@ static int cmd_pending(int argc, char **argv) {
                                 }
                                 s.n_argv = 1;
                                 s.argv = true_argv;
-                                s.n_env = 1;
+                                s.n_env = n_env;
                                 s.env = env;
                                 s.cwd = (char *) "/";
                                 s.has_cpu = true;

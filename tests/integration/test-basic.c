@@ -122,6 +122,36 @@ START_TEST(test_stdin_payload_and_environment) {
 }
 END_TEST
 
+/* Items pending at the same time, some with the same environment and some
+ * not (cmwqd keeps one copy of each environment): each runs with the
+ * environment it was submitted with. */
+START_TEST(test_items_pending_together_run_with_their_own_environments) {
+        static const char *const markers[] = { "one", "one", "two", NULL, "one" };
+        char *ids[5];
+
+        for (size_t k = 0; k < 5; k++) {
+                if (markers[k])
+                        setenv("CMWQ_TEST_MARKER", markers[k], 1);
+                else
+                        unsetenv("CMWQ_TEST_MARKER");
+                ids[k] = CTL_OK(&d, "submit", "system", "--delay", "1", "--", "/bin/sh", "-c",
+                                "echo \"[$CMWQ_TEST_MARKER]\"");
+        }
+        unsetenv("CMWQ_TEST_MARKER");
+        for (size_t k = 0; k < 5; k++) {
+                char want[32];
+                struct ctl_result r;
+
+                snprintf(want, sizeof(want), "[%s]\n", markers[k] ? markers[k] : "");
+                CTL(&d, &r, "wait", ids[k]);
+                ck_assert_msg(r.status == 0, "wait %s: status %d, stderr %s", ids[k], r.status, r.err);
+                ck_assert_msg(strcmp(r.out, want) == 0, "item %zu printed '%s', not '%s'", k, r.out, want);
+                ctl_result_free(&r);
+                free(ids[k]);
+        }
+}
+END_TEST
+
 START_TEST(test_cwd_is_the_submitters) {
         char *out;
 
@@ -223,6 +253,7 @@ int main(void) {
         tcase_add_test(tc, test_unknown_queue_is_one_clear_line);
         tcase_add_test(tc, test_pools_and_stats);
         tcase_add_test(tc, test_stdin_payload_and_environment);
+        tcase_add_test(tc, test_items_pending_together_run_with_their_own_environments);
         tcase_add_test(tc, test_cwd_is_the_submitters);
         tcase_add_test(tc, test_exec_failure_reported);
         tcase_add_test(tc, test_idle_daemon_never_wakes_up);
