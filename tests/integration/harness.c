@@ -99,8 +99,7 @@ void cmwqd_launch(struct cmwqd *d, const char *const *extra_args) {
                 argv[n++] = *extra_args;
         argv[n] = NULL;
 
-        d->pid = fork();
-        ck_assert_int_ge(d->pid, 0);
+        d->pid = test_fork();
         if (d->pid == 0) {
                 /* A relaunch adds to the log of the daemons before it. */
                 fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -195,8 +194,7 @@ int ctl_run(const struct cmwqd *d, uid_t uid, struct ctl_result *r, const char *
 
         ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
         ck_assert_int_eq(pipe2(err, O_CLOEXEC), 0);
-        pid = fork();
-        ck_assert_int_ge(pid, 0);
+        pid = test_fork();
         if (pid == 0) {
                 dup2(out[1], STDOUT_FILENO);
                 dup2(err[1], STDERR_FILENO);
@@ -302,6 +300,14 @@ long json_sum(const char *json, const char *key) {
         for (const char *p = strstr(json, pat); p; p = strstr(p + 1, pat))
                 sum += strtol(p + strlen(pat), NULL, 10);
         return sum;
+}
+
+pid_t test_fork(void) {
+        pid_t pid = fork();
+
+        if (pid < 0)
+                ck_abort_msg("fork: %s", strerror(errno));
+        return pid;
 }
 
 void test_path(const struct cmwqd *d, const char *name, char *buf, size_t size) {
@@ -411,8 +417,7 @@ void ctl_start(const struct cmwqd *d, struct ctl_async *a, const char *const *ar
         snprintf(a->err_path, sizeof(a->err_path), "%s/ctl-async-%d-%u.err", d->dir, (int) getpid(), counter);
 
         a->started_ns = mono_ns();
-        a->pid = fork();
-        ck_assert_int_ge(a->pid, 0);
+        a->pid = test_fork();
         if (a->pid == 0) {
                 int out = open(a->out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
                 int err = open(a->err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

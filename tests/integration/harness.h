@@ -64,6 +64,11 @@ char *read_file(const char *path);
 int count_fds(pid_t pid);
 /* The sum of every "KEY": N in cmwqctl's --json output. */
 long json_sum(const char *json, const char *key);
+/* fork(), failing the test in the parent if it fails.  Nothing of Check
+ * runs in either process when it works: a passing assertion writes a
+ * record to Check's message file, and the child's could interleave with
+ * the parent's. */
+pid_t test_fork(void);
 /* A fresh file name in the daemon's directory, world-writable directory. */
 void test_path(const struct cmwqd *d, const char *name, char *buf, size_t size);
 

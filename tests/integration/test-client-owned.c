@@ -162,8 +162,7 @@ static pid_t start_owner(const char *name, const char *marks, int n, const char 
         pid_t p;
 
         ck_assert_int_eq(pipe(pipefd), 0);
-        p = fork();
-        ck_assert_int_ge(p, 0);
+        p = test_fork();
         if (p == 0) {
                 struct cmwq *c = cmwq_connect(d.socket);
                 struct cmwq_workqueue *wq;

@@ -291,8 +291,7 @@ static void scribbler_start_full(struct scribbler *sc, enum scribble how, enum c
         ck_assert_int_eq(pipe(report), 0);
         if (wait_for_go)
                 ck_assert_int_eq(pipe(go), 0);
-        sc->pid = fork();
-        ck_assert_int_ge(sc->pid, 0);
+        sc->pid = test_fork();
         if (sc->pid == 0) {
                 close(report[0]);
                 if (go[1] >= 0)
@@ -701,8 +700,7 @@ START_TEST(test_a_client_flooding_its_ring_only_slows_itself) {
         ck_assert_ptr_ne(f, MAP_FAILED);
         callbacks_still_run(c);
         ck_assert_int_eq(pipe(report), 0);
-        p = fork();
-        ck_assert_int_ge(p, 0);
+        p = test_fork();
         if (p == 0) {
                 close(report[0]);
                 _exit(flooder_main(f, report[1]));

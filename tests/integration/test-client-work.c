@@ -668,8 +668,7 @@ START_TEST(test_two_clients_share_a_cpu) {
         free(CTL_OK(&d, "freeze", TURNS_QUEUE));
 
         for (int who = 0; who < 2; who++) {
-                kids[who] = fork();
-                ck_assert_int_ge(kids[who], 0);
+                kids[who] = test_fork();
                 if (kids[who] == 0)
                         _exit(turns_child(&d, who));
         }
@@ -800,8 +799,7 @@ START_TEST(test_a_preempted_callback_keeps_its_cpu) {
         memset(preempted, 0, sizeof(*preempted));
         ck_assert_int_eq(sem_init(&preempted->b_ran, 1, 0), 0);
 
-        pid_t a = fork();
-        ck_assert_int_ge(a, 0);
+        pid_t a = test_fork();
         if (a == 0) {
                 struct cmwq *c = cmwq_connect(d.socket);
                 struct cmwq_work w;
@@ -889,8 +887,7 @@ static void kill_a_busy_client(void) {
         char ch;
 
         ck_assert_int_eq(pipe(pipefd), 0);
-        pid_t p = fork();
-        ck_assert_int_ge(p, 0);
+        pid_t p = test_fork();
         if (p == 0) {
                 struct cmwq *c = cmwq_connect(d.socket);
                 struct cmwq_work w[8];

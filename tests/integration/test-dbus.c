@@ -149,8 +149,7 @@ static void bus_spawn(void) {
 
         snprintf(conf, sizeof(conf), "%s/bus.conf", bus_dir);
         snprintf(sock, sizeof(sock), "%s/bus", bus_dir);
-        bus_pid = fork();
-        ck_assert_int_ge(bus_pid, 0);
+        bus_pid = test_fork();
         if (bus_pid == 0) {
                 int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
 
@@ -441,8 +440,7 @@ static int run(uid_t uid, char **out, const char *const *argv) {
         pid_t pid;
 
         ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-        pid = fork();
-        ck_assert_int_ge(pid, 0);
+        pid = test_fork();
         if (pid == 0) {
                 dup2(p[1], STDOUT_FILENO);
                 dup2(p[1], STDERR_FILENO);
@@ -726,8 +724,7 @@ static void watcher_start(struct watcher *w, uid_t uid, const char *name) {
         test_path(&d, name, w->log, sizeof(w->log));
         ck_assert_int_eq(pipe2(cmd, O_CLOEXEC), 0);
         ck_assert_int_eq(pipe2(reply, O_CLOEXEC), 0);
-        w->pid = fork();
-        ck_assert_int_ge(w->pid, 0);
+        w->pid = test_fork();
         if (w->pid == 0) {
                 close(cmd[1]);
                 close(reply[0]);
@@ -1653,8 +1650,7 @@ START_TEST(test_item_gets_no_group_of_a_program_the_caller_execd) {
 
         snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/bus", bus_dir);
         ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-        connector = fork();
-        ck_assert_int_ge(connector, 0);
+        connector = test_fork();
         if (connector == 0) {
                 pid_t keeper;
 

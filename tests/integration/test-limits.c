@@ -287,8 +287,7 @@ START_TEST(test_callback_threads_per_user) {
 
         ck_assert_int_eq(pipe2(done, O_CLOEXEC | O_NONBLOCK), 0);
         ck_assert_int_eq(pipe2(go, O_CLOEXEC), 0);
-        pid = fork();
-        ck_assert_int_ge(pid, 0);
+        pid = test_fork();
         if (pid == 0) {
                 close(done[0]);
                 close(go[1]);
@@ -435,8 +434,7 @@ START_TEST(test_connection_flood_from_one_user) {
         lines_before = count_lines(d.log);
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (int k = 0; k < FLOODERS; k++) {
-                pids[k] = fork();
-                ck_assert_int_ge(pids[k], 0);
+                pids[k] = test_fork();
                 if (pids[k] == 0)
                         flooder(d.socket, f, USER_UID);
         }
@@ -520,8 +518,7 @@ START_TEST(test_connection_flood_from_many_users_leaves_room_for_root) {
         ck_assert_ptr_ne(f, MAP_FAILED);
         memset(f, 0, sizeof(*f));
         for (int k = 0; k < FLOODERS; k++) {
-                pids[k] = fork();
-                ck_assert_int_ge(pids[k], 0);
+                pids[k] = test_fork();
                 if (pids[k] == 0)
                         flooder(d.socket, f, (uid_t) (USER_UID - 2 - k));
         }
@@ -563,8 +560,7 @@ static int run_cmwqd(const char *const *args, char **ret_err) {
                 argv[n++] = *args;
         argv[n] = NULL;
         ck_assert_int_eq(pipe2(pipefd, O_CLOEXEC), 0);
-        pid = fork();
-        ck_assert_int_ge(pid, 0);
+        pid = test_fork();
         if (pid == 0) {
                 dup2(pipefd[1], STDERR_FILENO);
                 dup2(pipefd[1], STDOUT_FILENO);

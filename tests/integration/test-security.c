@@ -217,8 +217,7 @@ static char *ctl_with_groups(uid_t uid, gid_t gid, const gid_t *groups, size_t n
         argv[n] = NULL;
 
         ck_assert_int_eq(pipe2(pipefd, O_CLOEXEC), 0);
-        pid = fork();
-        ck_assert_int_ge(pid, 0);
+        pid = test_fork();
         if (pid == 0) {
                 dup2(pipefd[1], STDOUT_FILENO);
                 if (setgroups(n_groups, groups) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0 ||
@@ -576,8 +575,7 @@ static void exec_as_in(uid_t uid, const char *dir, const char *const *argv, stru
 
         ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
         ck_assert_int_eq(pipe2(err, O_CLOEXEC), 0);
-        pid = fork();
-        ck_assert_int_ge(pid, 0);
+        pid = test_fork();
         if (pid == 0) {
                 dup2(out[1], STDOUT_FILENO);
                 dup2(err[1], STDERR_FILENO);
@@ -885,8 +883,7 @@ START_TEST(test_item_gets_no_daemon_rlimit_or_keyring) {
                 pid_t pid;
 
                 ck_assert_int_eq(pipe2(pipefd, O_CLOEXEC), 0);
-                pid = fork();
-                ck_assert_int_ge(pid, 0);
+                pid = test_fork();
                 if (pid == 0) {
                         dup2(pipefd[1], STDOUT_FILENO);
                         if (setgroups(0, NULL) < 0 || setresgid(USER_UID, USER_UID, USER_UID) < 0 ||

@@ -63,9 +63,7 @@ static void write_text(const char *path, const char *text) {
 
 /* Starts @argv with stdout and stderr to @log. */
 static pid_t spawn_logged(const char *const *argv, const char *log) {
-        pid_t pid = fork();
-
-        ck_assert_int_ge(pid, 0);
+        pid_t pid = test_fork();
         if (pid == 0) {
                 int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 
@@ -564,8 +562,7 @@ static void run_hook(const char *phase, const char *socket, struct hook_result *
         ck_assert_msg(hook && hook[0] && ctl && ctl[0],
                       "$CMWQ_SLEEP_HOOK or $CMWQCTL is not set: run the tests through 'make check'");
         snprintf(err_path, sizeof(err_path), "%s/hook-%s.err", bus.dir, phase);
-        pid = fork();
-        ck_assert_int_ge(pid, 0);
+        pid = test_fork();
         if (pid == 0) {
                 int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 
@@ -606,8 +603,7 @@ START_TEST(test_sleep_hook_freezes_and_thaws) {
         p = submit("fz", ITEM_LINE, "P", log, NULL);
 
         /* The hook waits for R: open the gate a moment after it started. */
-        writer = fork();
-        ck_assert_int_ge(writer, 0);
+        writer = test_fork();
         if (writer == 0) {
                 sleep_ms(500);
                 write_text(gate, "");

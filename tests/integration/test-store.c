@@ -383,8 +383,7 @@ START_TEST(test_crash_during_submission_stream) {
                  "id=$(%s --socket %s submit $q -- /bin/sh -c 'echo $0 >> %s' $k 2>/dev/null) && "
                  "echo \"$k $id\" >> %s; done",
                  d.ctl, d.socket, runs, acked);
-        submitter = fork();
-        ck_assert_int_ge(submitter, 0);
+        submitter = test_fork();
         if (submitter == 0) {
                 execl("/bin/sh", "sh", "-c", script, (char *) NULL);
                 _exit(127);
@@ -541,8 +540,7 @@ START_TEST(test_crash_while_items_start) {
                  "id=$(ctl submit starts -- /bin/sh -c 'echo $0 >> %s' $k) && echo \"$k $id\" >> %s; done; "
                  "ctl thaw starts >/dev/null; done",
                  d.ctl, d.socket, (int) BURST, runs, acked);
-        submitter = fork();
-        ck_assert_int_ge(submitter, 0);
+        submitter = test_fork();
         if (submitter == 0) {
                 execl("/bin/sh", "sh", "-c", script, (char *) NULL);
                 _exit(127);

@@ -135,8 +135,7 @@ static void fork_kid(int who, int (*fn)(int who)) {
         pid_t pid;
 
         ck_assert_int_lt(who, MAX_KIDS);
-        pid = fork();
-        ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
+        pid = test_fork();
         if (pid == 0) {
                 if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
                         _exit(100);
