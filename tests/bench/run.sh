@@ -29,6 +29,7 @@
 #   CMWQ_BENCH_SERVICES_N=     services: items per process for every mix (default: block 1000,
 #                              compute 100, open 150, times 8/K)
 #   CMWQ_BENCH_SERVICES_KEEP=FILE  services: keep the raw ROW lines there
+#   CMWQ_BENCH_MAX_ACTIVE=N    services: cmwq-bound/-local on a queue of each process's own, max_active N
 #   CMWQ_BENCH_DAEMON_ARGS=    options added to every cmwqd started here (e.g. --no-store)
 set -eu
 

@@ -13,7 +13,9 @@
  * (uv_queue_work, UV_THREADPOOL_SIZE or its default 4), cmwq-bound (the
  * `system` queue, item i on CPU i mod nCPU), cmwq-local (`system`, plain
  * cmwq_queue_work(): the CPU the submitter runs on), cmwq-unbound
- * (`system_unbound`).
+ * (`system_unbound`).  With CMWQ_BENCH_MAX_ACTIVE=N, cmwq-bound and
+ * cmwq-local use a queue of each process's own with max_active N (per
+ * CPU) instead of `system`.
  *
  * MIX, what one item does:
  *   block     sleep 1 ms (nanosleep), then compute 100 us
@@ -320,7 +322,20 @@ static int cmwq_setup_common(const char *socket, enum cmwq_system_queue which, i
                 fprintf(stderr, "services-bench: %s\n", cmwq_last_error());
                 return -1;
         }
-        cmwq_wq = cmwq_system_workqueue(cmwq_conn, which);
+        if (which == CMWQ_SYSTEM && getenv("CMWQ_BENCH_MAX_ACTIVE")) {
+                /* A queue of the process's own, its items at most this many
+                 * at once per CPU, rather than `system`. */
+                char name[32];
+
+                snprintf(name, sizeof(name), "svc-%d", (int) getpid());
+                cmwq_wq = cmwq_alloc_workqueue(cmwq_conn, name, 0,
+                                               (unsigned) strtoul(getenv("CMWQ_BENCH_MAX_ACTIVE"), NULL, 10));
+        } else
+                cmwq_wq = cmwq_system_workqueue(cmwq_conn, which);
+        if (!cmwq_wq) {
+                fprintf(stderr, "services-bench: cannot have the workqueue: %s\n", cmwq_last_error());
+                return -1;
+        }
         cmwq_spread = spread;
         cmwq_items = calloc(n_items, sizeof(*cmwq_items));
         if (!cmwq_items)
