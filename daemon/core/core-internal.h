@@ -128,6 +128,8 @@ static inline struct exec_proc *item_proc(const struct item *i) {
 /* Through argv's block: the environment (empty once finished), the
  * working directory, the resolved plugin path or NULL (argv[0] is run). */
 char **item_envp(const struct item *i);
+/* The shared environment behind item_envp(); NULL: empty. */
+struct item_env *item_env(const struct item *i);
 const char *item_cwd(const struct item *i);
 const char *item_program(const struct item *i);
 
@@ -224,6 +226,10 @@ struct core {
         size_t item_hash_size;
         size_t nr_items;
         struct item_env_table envs;     /* the environments the items share */
+        /* While the log is read back: its Environment records by id
+         * (core/store-recovery.c), each holding a reference. */
+        struct restore_env *restore_envs;
+        size_t restore_envs_size, nr_restore_envs;
         struct list_head history;       /* finished, oldest first */
         unsigned nr_history;
         struct user_table users;        /* what each uid holds (core/user-limits.h) */
@@ -243,6 +249,10 @@ struct core {
         bool restoring;                 /* replaying the log: record nothing */
         struct list_head starting;      /* items whose start record is not on disk yet */
 };
+
+/* The log's environments, kept by id while it is read back, let go
+ * (core/store-recovery.c). */
+void core_store_restore_envs_done(struct core *c);
 
 /* Internal between core/core.c, core/workqueue.c and core/item.c. */
 void core_notify_workqueue_added(struct workqueue *wq);
@@ -296,6 +306,9 @@ struct item *item_alloc(struct core *c, struct workqueue *wq);
  * shared one equal to @envp; @program may be NULL.  @i->core is set. */
 int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *envp, size_t envc, const char *cwd,
                    const char *program);
+/* The same with @env, an environment of the core's table, for its strings. */
+int item_args_pack_shared(struct item *i, char *const *argv, size_t argc, struct item_env *env, const char *cwd,
+                          const char *program);
 int item_attach_key(struct item *i, const char *key);
 /* The pending instance of @uid's work @key on @wq, or NULL. */
 struct item *item_key_pending(struct workqueue *wq, uid_t uid, const char *key);

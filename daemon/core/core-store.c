@@ -8,10 +8,11 @@
  * gone; an item when it is queued (all it needs to run again), when its
  * start is claimed ahead and when it starts (ItemStarted; core/item.c,
  * "Claims"), when a claim is given back (ItemReleased), when it is requeued
- * after exiting 75, and its result when it ends for good.  A snapshot is
- * the same records for the live state: a Header, every queue, the history
- * (ItemHistory), every unfinished item in queue order (and ItemStarted for
- * those that run or are claimed).
+ * after exiting 75, and its result when it ends for good; before the first
+ * item that names a shared environment, that environment.  A snapshot is
+ * the same records for the live state: a Header, every queue, every shared
+ * environment, the history (ItemHistory), every unfinished item in queue
+ * order (and ItemStarted for those that run or are claimed).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -85,7 +86,36 @@ void core_store_workqueue_destroyed(struct workqueue *wq) {
         (void) core_store_append(wq->core, &rec);
 }
 
-static void item_queued_fill(CmwqStore__ItemQueued *q, const struct item *i) {
+static void environment_record_fill(CmwqStore__Environment *r, struct item_env *e) {
+        cmwq_store__environment__init(r);
+        r->id = item_env_id(e);
+        r->env = item_env_strv(e);
+        r->n_env = strv_length(r->env);
+}
+
+/* Appends @e's Environment record unless it was: whether items may name
+ * it by its id in the log.  A private one (item_env_in_table()) is not in
+ * the snapshot, so it is never named. */
+static bool core_store_environment(struct core *c, struct item_env *e) {
+        CmwqStore__Record rec = CMWQ_STORE__RECORD__INIT;
+        CmwqStore__Environment r;
+
+        if (!e || !item_env_in_table(e))
+                return false;
+        if (item_env_logged(e))
+                return true;
+        environment_record_fill(&r, e);
+        rec.body_case = CMWQ_STORE__RECORD__BODY_ENVIRONMENT;
+        rec.environment = &r;
+        if (core_store_append(c, &rec) < 0)
+                return false;
+        item_env_set_logged(e);
+        return true;
+}
+
+/* @env_named: its environment is named by id (an Environment record comes
+ * before this one in the log), rather than written out. */
+static void item_queued_fill(CmwqStore__ItemQueued *q, const struct item *i, bool env_named) {
         cmwq_store__item_queued__init(q);
         q->id = i->id;
         q->workqueue = (char *) i->wq_name;
@@ -95,8 +125,13 @@ static void item_queued_fill(CmwqStore__ItemQueued *q, const struct item *i) {
         }
         q->n_argv = strv_length(i->argv);
         q->argv = i->argv;
-        q->env = item_envp(i);
-        q->n_env = strv_length(q->env);
+        if (env_named) {
+                q->has_env_id = true;
+                q->env_id = item_env_id(item_env(i));
+        } else {
+                q->env = item_envp(i);
+                q->n_env = strv_length(q->env);
+        }
         q->cwd = (char *) item_cwd(i);
         if (i->payload_len > 0) {
                 q->has_payload = true;
@@ -163,7 +198,7 @@ void core_store_item_queued(struct item *i) {
 
         if (!core_store_on(i->core))
                 return;
-        item_queued_fill(&q, i);
+        item_queued_fill(&q, i, core_store_environment(i->core, item_env(i)));
         rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_QUEUED;
         rec.item_queued = &q;
         (void) core_store_append(i->core, &rec);
@@ -260,6 +295,16 @@ void core_store_item_result(struct item *i) {
         (void) core_store_append(i->core, &rec);
 }
 
+static int snapshot_environment(struct item_env *e, void *userdata) {
+        CmwqStore__Record rec = CMWQ_STORE__RECORD__INIT;
+        CmwqStore__Environment r;
+
+        environment_record_fill(&r, e);
+        rec.body_case = CMWQ_STORE__RECORD__BODY_ENVIRONMENT;
+        rec.environment = &r;
+        return store_writer_append(userdata, &rec);
+}
+
 /* The snapshot: the live state as records. */
 static int core_store_snapshot(struct store_writer *b, void *userdata) {
         struct core *c = userdata;
@@ -290,12 +335,18 @@ static int core_store_snapshot(struct store_writer *b, void *userdata) {
                         return r;
         }
 
+        /* Every shared environment, named by the items below and by
+         * those appended while a compaction's child writes this. */
+        r = item_env_table_foreach(&c->envs, snapshot_environment, b);
+        if (r < 0)
+                return r;
+
         list_for_each_entry(i, &c->history, history_entry) {
                 CmwqStore__ItemHistory h = CMWQ_STORE__ITEM_HISTORY__INIT;
                 CmwqStore__ItemQueued q;
                 CmwqStore__ItemResult res;
 
-                item_queued_fill(&q, i);
+                item_queued_fill(&q, i, false);      /* no environment kept */
                 item_result_fill(&res, i);
                 h.item = &q;
                 h.result = &res;
@@ -310,7 +361,7 @@ static int core_store_snapshot(struct store_writer *b, void *userdata) {
                 list_for_each_entry(i, &wq->items, wq_entry) {
                         CmwqStore__ItemQueued q;
 
-                        item_queued_fill(&q, i);
+                        item_queued_fill(&q, i, item_env(i) && item_env_in_table(item_env(i)));
                         rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_QUEUED;
                         rec.item_queued = &q;
                         r = store_writer_append(b, &rec);

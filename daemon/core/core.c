@@ -318,6 +318,7 @@ struct core *core_free(struct core *c) {
         if (c->freeze_timer)
                 event_free(c->freeze_timer);
         user_table_done(&c->users);
+        core_store_restore_envs_done(c);
         item_env_table_done(&c->envs);
         core_watchdog_done(c);
         free(c->cpu_pools);

@@ -15,8 +15,10 @@
 struct item_env {
         struct item_env *hash_next;
         uint64_t hash;
+        uint64_t id;                    /* in the durable log */
         unsigned refs;
         bool hashed;                    /* in the table; false: private */
+        bool logged;                    /* its Environment record was appended */
         size_t envc;
         size_t bytes;                   /* its strings with their NULs, packed after envp */
         char *envp[];                   /* envc pointers and NULL, then the strings */
@@ -125,6 +127,7 @@ int item_env_get(struct item_env_table *t, char *const *envp, size_t envc, struc
         e = item_env_make(hash, envp, envc, bytes);
         if (!e)
                 return -ENOMEM;
+        e->id = ++t->last_id;
         if (chain && len < ITEM_ENV_CHAIN_MAX) {
                 e->hashed = true;
                 e->hash_next = *chain;
@@ -133,6 +136,12 @@ int item_env_get(struct item_env_table *t, char *const *envp, size_t envc, struc
         }
         *ret = e;
         return 0;
+}
+
+struct item_env *item_env_ref(struct item_env *e) {
+        if (e)
+                e->refs++;
+        return e;
 }
 
 void item_env_put(struct item_env_table *t, struct item_env *e) {
@@ -147,6 +156,39 @@ void item_env_put(struct item_env_table *t, struct item_env *e) {
                 t->n--;
         }
         free(e);
+}
+
+uint64_t item_env_id(const struct item_env *e) {
+        return e->id;
+}
+
+bool item_env_logged(const struct item_env *e) {
+        return e->logged;
+}
+
+void item_env_set_logged(struct item_env *e) {
+        e->logged = true;
+}
+
+bool item_env_in_table(const struct item_env *e) {
+        return e->hashed;
+}
+
+void item_env_table_reserve_ids(struct item_env_table *t, uint64_t id) {
+        if (t->last_id < id)
+                t->last_id = id;
+}
+
+int item_env_table_foreach(struct item_env_table *t, int (*fn)(struct item_env *e, void *userdata),
+                           void *userdata) {
+        for (size_t k = 0; k < t->n_buckets; k++)
+                for (struct item_env *e = t->buckets[k]; e; e = e->hash_next) {
+                        int r = fn(e, userdata);
+
+                        if (r < 0)
+                                return r;
+                }
+        return 0;
 }
 
 char **item_env_strv(struct item_env *e) {

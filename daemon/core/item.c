@@ -201,6 +201,12 @@ char **item_envp(const struct item *i) {
         return item_env_strv(a ? a->env : NULL);
 }
 
+struct item_env *item_env(const struct item *i) {
+        struct item_args *a = item_args_of(i);
+
+        return a ? a->env : NULL;
+}
+
 const char *item_cwd(const struct item *i) {
         return (const char *) (i->argv + strv_length(i->argv) + 1);
 }
@@ -211,14 +217,13 @@ const char *item_program(const struct item *i) {
         return i->has_program ? cwd + strlen(cwd) + 1 : NULL;
 }
 
-/* Packs what @i runs into argv's block, the environment shared through the
- * core's table. */
-int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *envp, size_t envc, const char *cwd,
-                   const char *program) {
+/* Packs what @i runs into argv's block, with @env, whose reference it
+ * takes over (on failure too). */
+static int item_args_pack_env(struct item *i, char *const *argv, size_t argc, struct item_env *env, const char *cwd,
+                              const char *program) {
         size_t bytes = strlen(cwd) + 1;
         struct item_args *a;
         char *p;
-        int r;
 
         if (program && strcmp(program, argv[0]) == 0)
                 program = NULL;
@@ -227,13 +232,11 @@ int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *
         for (size_t k = 0; k < argc; k++)
                 bytes += strlen(argv[k]) + 1;
         a = malloc(sizeof(*a) + (argc + 1) * sizeof(char *) + bytes);
-        if (!a)
+        if (!a) {
+                item_env_put(&i->core->envs, env);
                 return -ENOMEM;
-        r = item_env_get(&i->core->envs, envp, envc, &a->env);
-        if (r < 0) {
-                free(a);
-                return r;
         }
+        a->env = env;
         p = (char *) (a->argv + argc + 1);
         p = stpcpy(p, cwd) + 1;
         if (program)
@@ -245,6 +248,22 @@ int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *
         i->argv = a->argv;
         i->has_program = program != NULL;
         return 0;
+}
+
+int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *envp, size_t envc, const char *cwd,
+                   const char *program) {
+        struct item_env *env;
+        int r;
+
+        r = item_env_get(&i->core->envs, envp, envc, &env);
+        if (r < 0)
+                return r;
+        return item_args_pack_env(i, argv, argc, env, cwd, program);
+}
+
+int item_args_pack_shared(struct item *i, char *const *argv, size_t argc, struct item_env *env, const char *cwd,
+                          const char *program) {
+        return item_args_pack_env(i, argv, argc, item_env_ref(env), cwd, program);
 }
 
 /* A finished item keeps what it ran, not its environment. */

@@ -52,6 +52,88 @@ static int restore_workqueue(struct core *c, const CmwqStore__Workqueue *w) {
         return 0;
 }
 
+/* The log's environments by id, while it is read back: open addressing on
+ * the id, a table a power of two in size and at most half full. */
+struct restore_env {
+        uint64_t id;                    /* 0: a free slot */
+        struct item_env *env;
+};
+
+static struct restore_env *restore_env_slot(struct core *c, uint64_t id) {
+        size_t mask = c->restore_envs_size - 1;
+
+        for (size_t k = (size_t) (id * 0x9e3779b97f4a7c15ull) & mask;; k = (k + 1) & mask)
+                if (c->restore_envs[k].id == id || c->restore_envs[k].id == 0)
+                        return &c->restore_envs[k];
+}
+
+static int restore_env_grow(struct core *c) {
+        struct restore_env *old = c->restore_envs;
+        size_t old_size = c->restore_envs_size;
+
+        c->restore_envs_size = old_size ? old_size * 2 : 64;
+        c->restore_envs = calloc(c->restore_envs_size, sizeof(*c->restore_envs));
+        if (!c->restore_envs) {
+                c->restore_envs = old;
+                c->restore_envs_size = old_size;
+                return -ENOMEM;
+        }
+        for (size_t k = 0; k < old_size; k++)
+                if (old[k].id)
+                        *restore_env_slot(c, old[k].id) = old[k];
+        free(old);
+        return 0;
+}
+
+static int restore_environment(struct core *c, const CmwqStore__Environment *r) {
+        struct restore_env *slot;
+        struct item_env *env;
+        int k;
+
+        if (r->id == 0)
+                return 0;       /* never written: damage, the items naming it get none */
+        if ((c->nr_restore_envs + 1) * 2 > c->restore_envs_size && (k = restore_env_grow(c)) < 0)
+                return k;
+        k = item_env_get(&c->envs, r->env, r->n_env, &env);
+        if (k < 0)
+                return k;
+        slot = restore_env_slot(c, r->id);
+        if (slot->id)
+                item_env_put(&c->envs, slot->env);      /* named again: the later one counts */
+        else
+                c->nr_restore_envs++;
+        *slot = (struct restore_env) { .id = r->id, .env = env };
+        return 0;
+}
+
+/* Read back: the references of the log's environments go (the items hold
+ * their own). */
+void core_store_restore_envs_done(struct core *c) {
+        for (size_t k = 0; k < c->restore_envs_size; k++)
+                if (c->restore_envs[k].id)
+                        item_env_put(&c->envs, c->restore_envs[k].env);
+        free(c->restore_envs);
+        c->restore_envs = NULL;
+        c->restore_envs_size = c->nr_restore_envs = 0;
+}
+
+/* The item's environment: named by id or written out. */
+static int restore_item_args(struct core *c, struct item *i, const CmwqStore__ItemQueued *q, const char *program) {
+        const char *cwd = q->cwd ? q->cwd : "/";
+        struct restore_env *slot;
+
+        if (!q->has_env_id)
+                return item_args_pack(i, q->argv, q->n_argv, q->env, q->n_env, cwd, program);
+        slot = c->restore_envs_size ? restore_env_slot(c, q->env_id) : NULL;
+        if (!slot || slot->id == 0) {
+                log_fields_errno(LOG_WARNING, 0, &(const struct log_fields) { .queue = q->workqueue, .item = q->id },
+                                 "The state log names environment %" PRIu64 " for item %" PRIu64
+                                 ", which it does not hold; the item gets an empty environment", q->env_id, q->id);
+                return item_args_pack(i, q->argv, q->n_argv, NULL, 0, cwd, program);
+        }
+        return item_args_pack_shared(i, q->argv, q->n_argv, slot->env, cwd, program);
+}
+
 /* An item as it was queued; @wq NULL: it goes to the history. */
 static int restore_item(struct core *c, struct workqueue *wq, const CmwqStore__ItemQueued *q, struct item **ret) {
         _cleanup_(freep) char *program = NULL;
@@ -90,7 +172,7 @@ static int restore_item(struct core *c, struct workqueue *wq, const CmwqStore__I
                 if (r < 0)
                         i->run->exec_errno = -r;        /* fails when it is due, as the log says it was queued */
         }
-        r = item_args_pack(i, q->argv, q->n_argv, q->env, q->n_env, q->cwd ? q->cwd : "/", program);
+        r = restore_item_args(c, i, q, program);
         if (r < 0)
                 goto fail;
         r = -ENOMEM;
@@ -179,6 +261,10 @@ int core_store_replay(const CmwqStore__Record *rec, void *userdata) {
                 break;
         case CMWQ_STORE__RECORD__BODY_WORKQUEUE:
                 return restore_workqueue(c, rec->workqueue);
+        case CMWQ_STORE__RECORD__BODY_ENVIRONMENT:
+                /* Ids of this log are not given again while it is the log. */
+                item_env_table_reserve_ids(&c->envs, rec->environment->id);
+                return restore_environment(c, rec->environment);
         case CMWQ_STORE__RECORD__BODY_WORKQUEUE_DESTROYED:
                 wq = core_find_workqueue(c, rec->workqueue_destroyed->has_owner ? rec->workqueue_destroyed->owner
                                                                                 : getuid(),
@@ -345,6 +431,7 @@ int core_store_attach(struct core *c, struct store *s) {
         int r;
 
         c->restoring = false;
+        core_store_restore_envs_done(c);
         core_store_settle(c);
         core_store_orphans(c);
         r = core_store_start(c, s);

@@ -24,7 +24,9 @@
 /* Bigger than any record we write (an item's strings, payload and bounded
  * output are all limited far below this); a larger length is damage. */
 #define STORE_RECORD_MAX (16u * 1024u * 1024u)
-#define STORE_FORMAT_VERSION 1u
+/* 2: items name their environment (Environment, ItemQueued.env_id), which a
+ * reader of 1 would take for an empty one. */
+#define STORE_FORMAT_VERSION 2u
 
 /* The CRC-32 of zlib and Ethernet (reflected 0xEDB88320), chained:
  * start with 0. */

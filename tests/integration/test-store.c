@@ -338,6 +338,90 @@ START_TEST(test_compaction_keeps_everything) {
 }
 END_TEST
 
+/* Items keep the environment they were submitted with across a SIGKILL,
+ * before and after a compaction; one environment that many items carry is
+ * written to the log once, not once per item. */
+START_TEST(test_environments_come_back_after_kill_and_compaction) {
+        enum { N_BIG = 20, BIG = 100 * 1024 };
+        static const char *const before_markers[] = { "one", "one", "two", NULL };
+        static const char *const after_markers[] = { "one", "three" };
+        char payload[400], logp[400], *ids[6], *big_ids[N_BIG], *big, *text;
+        size_t n = 0, log_before, log_after;
+        struct ctl_result r;
+
+        log_path(logp, sizeof(logp));
+        test_path(&d, "payload", payload, sizeof(payload));
+        big = malloc(512 * 1024);
+        memset(big, 'x', 512 * 1024);
+        write_file(payload, big, 512 * 1024);
+
+        /* Delayed, so that they are pending at the kill; each prints its
+         * marker when it runs. */
+        for (size_t k = 0; k < 4; k++, n++) {
+                if (before_markers[k])
+                        setenv("CMWQ_TEST_MARKER", before_markers[k], 1);
+                else
+                        unsetenv("CMWQ_TEST_MARKER");
+                ids[n] = CTL_OK(&d, "submit", "system", "--delay", "8", "--", "/bin/sh", "-c",
+                                "echo \"[$CMWQ_TEST_MARKER]\"");
+        }
+
+        /* 20 items pending together whose environment holds 100 KiB:
+         * about 100 KiB of log, not 2 MiB. */
+        memset(big, 'e', BIG);
+        big[BIG] = 0;
+        setenv("CMWQ_TEST_BIG", big, 1);
+        log_before = file_size(logp);
+        for (int k = 0; k < N_BIG; k++)
+                big_ids[k] = CTL_OK(&d, "submit", "system", "--delay", "3600", "--", "/bin/true");
+        log_after = file_size(logp);
+        unsetenv("CMWQ_TEST_BIG");
+        ck_assert_msg(log_after - log_before < 5u * BIG, "%d items with one %d-byte environment took %zu bytes of log",
+                      N_BIG, BIG, log_after - log_before);
+        for (int k = 0; k < N_BIG; k++) {
+                free(CTL_OK(&d, "cancel", big_ids[k]));
+                free(big_ids[k]);
+        }
+
+        /* A compaction: the snapshot holds the environments the items name. */
+        for (int k = 0; k < 12; k++) {
+                char *id = CTL_OK(&d, "submit", "system", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
+
+                free(CTL_OK(&d, "cancel", id));
+                free(id);
+        }
+        for (int waited = 0; waited < 10000 && file_size(logp) > 3u * 1024 * 1024; waited += 20)
+                sleep_ms(20);
+        ck_assert_msg(file_size(logp) < 3u * 1024 * 1024, "the log was not compacted: %zu bytes", file_size(logp));
+
+        /* After it: one environment the log had before, one new. */
+        for (size_t k = 0; k < 2; k++, n++) {
+                setenv("CMWQ_TEST_MARKER", after_markers[k], 1);
+                ids[n] = CTL_OK(&d, "submit", "system", "--delay", "8", "--", "/bin/sh", "-c",
+                                "echo \"[$CMWQ_TEST_MARKER]\"");
+        }
+        unsetenv("CMWQ_TEST_MARKER");
+
+        cmwqd_kill(&d);
+        cmwqd_launch(&d, NULL);
+        for (size_t k = 0; k < n; k++) {
+                const char *m = k < 4 ? before_markers[k] : after_markers[k - 4];
+                char want[32];
+
+                snprintf(want, sizeof(want), "[%s]\n", m ? m : "");
+                CTL(&d, &r, "wait", ids[k]);
+                ck_assert_msg(r.status == 0, "wait %s: status %d, stderr %s", ids[k], r.status, r.err);
+                ck_assert_msg(strcmp(r.out, want) == 0, "item %zu printed '%s', not '%s'", k, r.out, want);
+                ctl_result_free(&r);
+                free(ids[k]);
+        }
+        text = read_file(d.log);
+        ck_assert_msg(!strstr(text, "does not hold"), "an environment was missing: %s", text);
+        free(text);
+        free(big);
+}
+END_TEST
+
 struct acked {
         long k;
         unsigned long long id;
@@ -1033,6 +1117,7 @@ int main(void) {
         tcase_add_test(tc, test_sigkill_interrupts_and_reruns_per_policy);
         tcase_add_test(tc, test_torn_tail_keeps_complete_records);
         tcase_add_test(tc, test_compaction_keeps_everything);
+        tcase_add_test(tc, test_environments_come_back_after_kill_and_compaction);
         tcase_add_test(tc, test_crash_during_submission_stream);
         tcase_add_test(tc, test_crash_while_items_start);
         tcase_add_test(tc, test_stop_gives_back_claimed_starts);
