@@ -95,12 +95,13 @@ static void environment_record_fill(CmwqStore__Environment *r, struct item_env *
 
 /* Appends @e's Environment record unless it was: whether items may name
  * it by its id in the log.  A private one (item_env_in_table()) is not in
- * the snapshot, so it is never named. */
+ * the snapshot, so it is never named; nor is any in a log of an older
+ * format, kept because the disk was full at start-up. */
 static bool core_store_environment(struct core *c, struct item_env *e) {
         CmwqStore__Record rec = CMWQ_STORE__RECORD__INIT;
         CmwqStore__Environment r;
 
-        if (!e || !item_env_in_table(e))
+        if (!e || !item_env_in_table(e) || !store_log_is_ours(c->store))
                 return false;
         if (item_env_logged(e))
                 return true;
@@ -305,6 +306,11 @@ static int snapshot_environment(struct item_env *e, void *userdata) {
         return store_writer_append(userdata, &rec);
 }
 
+static int environment_set_logged(struct item_env *e, void *userdata) {
+        item_env_set_logged(e);
+        return 0;
+}
+
 /* The snapshot: the live state as records. */
 static int core_store_snapshot(struct store_writer *b, void *userdata) {
         struct core *c = userdata;
@@ -406,6 +412,9 @@ int core_store_start(struct core *c, struct store *s) {
         r = store_start(s, c->base, core_store_snapshot, c);
         if (r < 0)
                 return r;
+        /* That snapshot, written here, holds every shared environment. */
+        if (store_log_is_ours(s))
+                (void) item_env_table_foreach(&c->envs, environment_set_logged, NULL);
         c->store = s;
         c->store_listener.durable = core_store_durable;
         c->store_listener.full = NULL;

@@ -70,6 +70,7 @@ struct store {
         bool backlog_dropping;          /* records were dropped: logged once */
         size_t valid_len;               /* store_open(): intact part of the log read */
         bool log_new;                   /* store_open(): the log had no magic yet */
+        bool log_ours;                  /* store_start() wrote the log: its header is of this format */
 
         /* Shared with the commit thread, under lock. */
         pthread_mutex_t lock;
@@ -114,6 +115,10 @@ const char *store_dir(const struct store *s) {
 
 bool store_compacting(const struct store *s) {
         return s && s->compact_pid > 0;
+}
+
+bool store_log_is_ours(const struct store *s) {
+        return s->log_ours;
 }
 
 bool store_is_full(const struct store *s) {
@@ -858,6 +863,7 @@ int store_start(struct store *s, struct event_base *base, store_snapshot_fn snap
         else {
                 close(s->fd);
                 s->fd = new_fd;
+                s->log_ours = true;
                 s->log_bytes = s->compacted_bytes = size;
                 if (errno_is_full(store_keep_reserve(s, s->fd))) {
                         log_error("The state directory %s is full: changes are refused until there is room again",

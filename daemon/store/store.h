@@ -108,6 +108,11 @@ const char *store_path(const struct store *s);
 const char *store_dir(const struct store *s);
 /* Whether a compaction runs (its child writes), for tests and benchmarks. */
 bool store_compacting(const struct store *s);
+/* Whether the log was started by store_start() (a snapshot of this
+ * format, STORE_FORMAT_VERSION), rather than kept from before because the
+ * state directory was full: only then may records that an older reader
+ * would misread (doc/design.md §3.11, "Environments, once") go into it. */
+bool store_log_is_ours(const struct store *s);
 /* Whether the state directory has no room: changes must be refused
  * (NULL: false).  As last told to the loop. */
 bool store_is_full(const struct store *s);

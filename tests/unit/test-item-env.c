@@ -3,7 +3,7 @@
  * Unit tests for daemon/core/item-env.c: items that carry the same
  * environment share one copy, equal only when every string is, and the
  * last item to let go frees it.  (An end-to-end check that each item still
- * runs with its own environment is in tests/integration/test-workflow.)
+ * runs with its own environment is in tests/integration/test-basic.)
  */
 #include <check.h>
 #include <stdio.h>
