@@ -33,6 +33,9 @@
 #define SENTINEL_SPIN_USEC 50
 #define SENTINEL_BACKOFF_MIN_USEC 50
 #define SENTINEL_BACKOFF_MAX_USEC (2 * USEC_PER_MSEC)
+/* In struct sentinel's looked: a sentinel sleeps on the word.  The rest
+ * counts generations (wrapping below this bit). */
+#define SENTINEL_LOOKED_SLEEPER 0x80000000u
 /* How long a sentinel that kicked waits for the loop before it looks again. */
 #define SENTINEL_LOOK_WAIT_USEC (10 * USEC_PER_MSEC)
 
@@ -53,8 +56,9 @@ struct sentinel {
         void *userdata;
         int kick_fd;
         struct event *kick_ev;
-        uint32_t looked;        /* futex word: generations the loop has looked */
-        uint32_t waiting;       /* sentinels waiting on @looked */
+        /* Futex word: the generations the loop has looked, and
+         * SENTINEL_LOOKED_SLEEPER while a sentinel sleeps on it. */
+        uint32_t looked;
         uint32_t stop;
 };
 
@@ -67,19 +71,26 @@ static bool sentinel_stopping(const struct sentinel *s) {
 }
 
 static void sentinel_kick_loop(struct sentinel *s) {
-        uint32_t gen = __atomic_load_n(&s->looked, __ATOMIC_ACQUIRE);
+        uint32_t gen = __atomic_load_n(&s->looked, __ATOMIC_ACQUIRE) & ~SENTINEL_LOOKED_SLEEPER, v;
         struct timespec wait = timespec_from_usec(SENTINEL_LOOK_WAIT_USEC);
         uint64_t one = 1;
 
-        __atomic_add_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST);
         if (write(s->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
                 /* Cannot happen with an eventfd; do not spin on it. */
-                __atomic_sub_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST);
                 nanosleep(&wait, NULL);
                 return;
         }
-        (void) futex(&s->looked, FUTEX_WAIT_PRIVATE, gen, &wait);
-        __atomic_sub_fetch(&s->waiting, 1, __ATOMIC_SEQ_CST);
+        /* Say that it sleeps, unless the loop has looked already: the
+         * loop pays for a wake-up only when someone sleeps (the loop
+         * often runs before this, on this very CPU). */
+        v = __atomic_load_n(&s->looked, __ATOMIC_ACQUIRE);
+        do {
+                if ((v & ~SENTINEL_LOOKED_SLEEPER) != gen)
+                        return;
+        } while (!(v & SENTINEL_LOOKED_SLEEPER) &&
+                 !__atomic_compare_exchange_n(&s->looked, &v, v | SENTINEL_LOOKED_SLEEPER, false, __ATOMIC_SEQ_CST,
+                                              __ATOMIC_ACQUIRE));
+        (void) futex(&s->looked, FUTEX_WAIT_PRIVATE, gen | SENTINEL_LOOKED_SLEEPER, &wait);
 }
 
 static void *sentinel_main(void *userdata) {
@@ -134,8 +145,12 @@ static void sentinel_kick_cb(evutil_socket_t fd, short what, void *userdata) {
 void sentinel_looked(struct sentinel *s) {
         if (!s)
                 return;
-        __atomic_add_fetch(&s->looked, 1, __ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&s->waiting, __ATOMIC_SEQ_CST) > 0)
+        uint32_t v = __atomic_load_n(&s->looked, __ATOMIC_ACQUIRE);
+
+        while (!__atomic_compare_exchange_n(&s->looked, &v, (v + 1) & ~SENTINEL_LOOKED_SLEEPER, false,
+                                            __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+                ;
+        if (v & SENTINEL_LOOKED_SLEEPER)
                 (void) futex(&s->looked, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL);
 }
 
