@@ -56,6 +56,7 @@ struct sentinel {
         void *userdata;
         int kick_fd;
         struct event *kick_ev;
+        bool kick_edge;         /* kick_ev is edge-triggered: kick_fd is never read */
         /* Futex word: the generations the loop has looked, and
          * SENTINEL_LOOKED_SLEEPER while a sentinel sleeps on it. */
         uint32_t looked;
@@ -135,7 +136,9 @@ static void sentinel_kick_cb(evutil_socket_t fd, short what, void *userdata) {
         struct sentinel *s = userdata;
         uint64_t n;
 
-        if (read(fd, &n, sizeof(n)) < 0) {
+        /* Edge-triggered, every kick is an edge: the counter need not be
+         * read (a system call on the way to every grant a kick makes). */
+        if (!s->kick_edge && read(fd, &n, sizeof(n)) < 0) {
                 /* EAGAIN: kicked and read already; the rings are read anyway. */
         }
         s->kick(s->userdata);
@@ -217,7 +220,12 @@ int sentinel_new(struct event_base *base, const int *cpus, size_t n, sentinel_ne
                 sentinel_free(s);
                 return r;
         }
-        s->kick_ev = event_new(base, s->kick_fd, EV_READ | EV_PERSIST, sentinel_kick_cb, s);
+        /* An eventfd wakes an edge-triggered epoll at every write, so the
+         * count need not be read; it cannot reach its maximum (2^64 - 2
+         * kicks).  Other backends read it. */
+        s->kick_edge = event_base_get_features(base) & EV_FEATURE_ET;
+        s->kick_ev = event_new(base, s->kick_fd, EV_READ | EV_PERSIST | (s->kick_edge ? EV_ET : 0),
+                               sentinel_kick_cb, s);
         if (!s->kick_ev || event_add(s->kick_ev, NULL) < 0) {
                 sentinel_free(s);
                 return -ENOMEM;
