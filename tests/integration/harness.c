@@ -310,6 +310,29 @@ pid_t test_fork(void) {
         return pid;
 }
 
+char *submit_marker_item(const struct cmwqd *d, const char *marker, const char *delay) {
+        char *id;
+
+        if (marker)
+                setenv("CMWQ_TEST_MARKER", marker, 1);
+        else
+                unsetenv("CMWQ_TEST_MARKER");
+        id = CTL_OK(d, "submit", "system", "--delay", delay, "--", "/bin/sh", "-c", "echo \"[$CMWQ_TEST_MARKER]\"");
+        unsetenv("CMWQ_TEST_MARKER");
+        return id;
+}
+
+void assert_marker_item_printed(const struct cmwqd *d, const char *id, const char *marker) {
+        struct ctl_result r;
+        char want[64];
+
+        snprintf(want, sizeof(want), "[%s]\n", marker ? marker : "");
+        CTL(d, &r, "wait", id);
+        ck_assert_msg(r.status == 0, "wait %s: status %d, stderr %s", id, r.status, r.err);
+        ck_assert_msg(strcmp(r.out, want) == 0, "item %s printed '%s', not '%s'", id, r.out, want);
+        ctl_result_free(&r);
+}
+
 void test_path(const struct cmwqd *d, const char *name, char *buf, size_t size) {
         snprintf(buf, size, "%s/%s", d->dir, name);
         unlink(buf);

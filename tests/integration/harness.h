@@ -69,6 +69,13 @@ long json_sum(const char *json, const char *key);
  * record to Check's message file, and the child's could interleave with
  * the parent's. */
 pid_t test_fork(void);
+/* Submits to "system", after @delay seconds, an item that prints
+ * "[$CMWQ_TEST_MARKER]", with CMWQ_TEST_MARKER set to @marker in its
+ * environment (NULL: unset); returns its id.  CMWQ_TEST_MARKER is unset
+ * afterwards. */
+char *submit_marker_item(const struct cmwqd *d, const char *marker, const char *delay);
+/* Waits for item @id and asserts it exited 0 having printed "[@marker]". */
+void assert_marker_item_printed(const struct cmwqd *d, const char *id, const char *marker);
 /* A fresh file name in the daemon's directory, world-writable directory. */
 void test_path(const struct cmwqd *d, const char *name, char *buf, size_t size);
 

@@ -129,24 +129,10 @@ START_TEST(test_items_pending_together_run_with_their_own_environments) {
         static const char *const markers[] = { "one", "one", "two", NULL, "one" };
         char *ids[5];
 
+        for (size_t k = 0; k < 5; k++)
+                ids[k] = submit_marker_item(&d, markers[k], "1");
         for (size_t k = 0; k < 5; k++) {
-                if (markers[k])
-                        setenv("CMWQ_TEST_MARKER", markers[k], 1);
-                else
-                        unsetenv("CMWQ_TEST_MARKER");
-                ids[k] = CTL_OK(&d, "submit", "system", "--delay", "1", "--", "/bin/sh", "-c",
-                                "echo \"[$CMWQ_TEST_MARKER]\"");
-        }
-        unsetenv("CMWQ_TEST_MARKER");
-        for (size_t k = 0; k < 5; k++) {
-                char want[32];
-                struct ctl_result r;
-
-                snprintf(want, sizeof(want), "[%s]\n", markers[k] ? markers[k] : "");
-                CTL(&d, &r, "wait", ids[k]);
-                ck_assert_msg(r.status == 0, "wait %s: status %d, stderr %s", ids[k], r.status, r.err);
-                ck_assert_msg(strcmp(r.out, want) == 0, "item %zu printed '%s', not '%s'", k, r.out, want);
-                ctl_result_free(&r);
+                assert_marker_item_printed(&d, ids[k], markers[k]);
                 free(ids[k]);
         }
 }

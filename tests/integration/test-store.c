@@ -347,7 +347,6 @@ START_TEST(test_environments_come_back_after_kill_and_compaction) {
         static const char *const after_markers[] = { "one", "three" };
         char payload[400], logp[400], *ids[6], *big_ids[N_BIG], *big, *text;
         size_t n = 0, log_before, log_after;
-        struct ctl_result r;
 
         log_path(logp, sizeof(logp));
         test_path(&d, "payload", payload, sizeof(payload));
@@ -357,14 +356,8 @@ START_TEST(test_environments_come_back_after_kill_and_compaction) {
 
         /* Delayed, so that they are pending at the kill; each prints its
          * marker when it runs. */
-        for (size_t k = 0; k < 4; k++, n++) {
-                if (before_markers[k])
-                        setenv("CMWQ_TEST_MARKER", before_markers[k], 1);
-                else
-                        unsetenv("CMWQ_TEST_MARKER");
-                ids[n] = CTL_OK(&d, "submit", "system", "--delay", "8", "--", "/bin/sh", "-c",
-                                "echo \"[$CMWQ_TEST_MARKER]\"");
-        }
+        for (size_t k = 0; k < 4; k++, n++)
+                ids[n] = submit_marker_item(&d, before_markers[k], "8");
 
         /* 20 items pending together whose environment holds 100 KiB:
          * about 100 KiB of log, not 2 MiB. */
@@ -395,24 +388,13 @@ START_TEST(test_environments_come_back_after_kill_and_compaction) {
         ck_assert_msg(file_size(logp) < 3u * 1024 * 1024, "the log was not compacted: %zu bytes", file_size(logp));
 
         /* After it: one environment the log had before, one new. */
-        for (size_t k = 0; k < 2; k++, n++) {
-                setenv("CMWQ_TEST_MARKER", after_markers[k], 1);
-                ids[n] = CTL_OK(&d, "submit", "system", "--delay", "8", "--", "/bin/sh", "-c",
-                                "echo \"[$CMWQ_TEST_MARKER]\"");
-        }
-        unsetenv("CMWQ_TEST_MARKER");
+        for (size_t k = 0; k < 2; k++, n++)
+                ids[n] = submit_marker_item(&d, after_markers[k], "8");
 
         cmwqd_kill(&d);
         cmwqd_launch(&d, NULL);
         for (size_t k = 0; k < n; k++) {
-                const char *m = k < 4 ? before_markers[k] : after_markers[k - 4];
-                char want[32];
-
-                snprintf(want, sizeof(want), "[%s]\n", m ? m : "");
-                CTL(&d, &r, "wait", ids[k]);
-                ck_assert_msg(r.status == 0, "wait %s: status %d, stderr %s", ids[k], r.status, r.err);
-                ck_assert_msg(strcmp(r.out, want) == 0, "item %zu printed '%s', not '%s'", k, r.out, want);
-                ctl_result_free(&r);
+                assert_marker_item_printed(&d, ids[k], k < 4 ? before_markers[k] : after_markers[k - 4]);
                 free(ids[k]);
         }
         text = read_file(d.log);
