@@ -86,28 +86,34 @@ void core_store_workqueue_destroyed(struct workqueue *wq) {
         (void) core_store_append(wq->core, &rec);
 }
 
-static void environment_record_fill(CmwqStore__Environment *r, struct item_env *e) {
+/* @rec, an Environment record of @e, in @r. */
+static void environment_record_fill(CmwqStore__Record *rec, CmwqStore__Environment *r, struct item_env *e) {
         cmwq_store__environment__init(r);
         r->id = item_env_id(e);
         r->env = item_env_strv(e);
         r->n_env = strv_length(r->env);
+        rec->body_case = CMWQ_STORE__RECORD__BODY_ENVIRONMENT;
+        rec->environment = r;
+}
+
+/* Whether an item may name @e by id in a log this cmwqd wrote: a private
+ * one (item_env_in_table()) is not in the snapshot. */
+static bool environment_nameable(const struct item_env *e) {
+        return e && item_env_in_table(e);
 }
 
 /* Appends @e's Environment record unless it was: whether items may name
- * it by its id in the log.  A private one (item_env_in_table()) is not in
- * the snapshot, so it is never named; nor is any in a log of an older
- * format, kept because the disk was full at start-up. */
+ * it by its id in the log.  Not in a log of an older format, kept because
+ * the disk was full at start-up. */
 static bool core_store_environment(struct core *c, struct item_env *e) {
         CmwqStore__Record rec = CMWQ_STORE__RECORD__INIT;
         CmwqStore__Environment r;
 
-        if (!e || !item_env_in_table(e) || !store_log_is_ours(c->store))
+        if (!environment_nameable(e) || !store_log_is_ours(c->store))
                 return false;
         if (item_env_logged(e))
                 return true;
-        environment_record_fill(&r, e);
-        rec.body_case = CMWQ_STORE__RECORD__BODY_ENVIRONMENT;
-        rec.environment = &r;
+        environment_record_fill(&rec, &r, e);
         if (core_store_append(c, &rec) < 0)
                 return false;
         item_env_set_logged(e);
@@ -300,9 +306,7 @@ static int snapshot_environment(struct item_env *e, void *userdata) {
         CmwqStore__Record rec = CMWQ_STORE__RECORD__INIT;
         CmwqStore__Environment r;
 
-        environment_record_fill(&r, e);
-        rec.body_case = CMWQ_STORE__RECORD__BODY_ENVIRONMENT;
-        rec.environment = &r;
+        environment_record_fill(&rec, &r, e);
         return store_writer_append(userdata, &rec);
 }
 
@@ -367,7 +371,7 @@ static int core_store_snapshot(struct store_writer *b, void *userdata) {
                 list_for_each_entry(i, &wq->items, wq_entry) {
                         CmwqStore__ItemQueued q;
 
-                        item_queued_fill(&q, i, item_env(i) && item_env_in_table(item_env(i)));
+                        item_queued_fill(&q, i, environment_nameable(item_env(i)));
                         rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_QUEUED;
                         rec.item_queued = &q;
                         r = store_writer_append(b, &rec);

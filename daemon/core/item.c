@@ -330,7 +330,7 @@ static void item_history_add(struct item *i) {
         u->queued_bytes -= i->queued_bytes;
         i->queued_bytes = 0;
 
-        i->history_bytes = sizeof(*i) + strv_bytes(i->argv) + strv_bytes(item_envp(i)) +
+        i->history_bytes = sizeof(*i) + strv_bytes(i->argv) + item_env_bytes(item_env(i)) +
                            (i->run ? sizeof(*i->run) + i->run->out_len + i->run->err_len : 0);
         list_add_tail(&i->history_entry, &c->history);
         c->nr_history++;
@@ -955,7 +955,7 @@ int item_restore_charge(struct item *i) {
 
         if (!u)
                 return -ENOMEM;
-        i->queued_bytes = sizeof(*i) + strv_bytes(i->argv) + strv_bytes(item_envp(i)) + strlen(item_cwd(i)) + i->payload_len;
+        i->queued_bytes = sizeof(*i) + strv_bytes(i->argv) + item_env_bytes(item_env(i)) + strlen(item_cwd(i)) + i->payload_len;
         u->nr_items++;
         u->queued_bytes += i->queued_bytes;
         return 0;
