@@ -64,7 +64,7 @@ int log_internal_fields(int level, int error, const char *file, int line, const 
 #define LOG_FIELDS_QUEUE(wq) \
         (&(const struct log_fields) { .queue = (wq)->name, .has_uid = true, .uid = (wq)->owner })
 #define LOG_FIELDS_ITEM(i) \
-        (&(const struct log_fields) { .queue = (i)->wq_name, .item = (i)->id, .has_uid = true, .uid = (i)->uid, \
+        (&(const struct log_fields) { .queue = item_wq_name(i), .item = (i)->id, .has_uid = true, .uid = (i)->uid, \
                                       .has_cpu = (i)->cpu >= 0, .cpu = (unsigned) (i)->cpu })
 
 /* log_queue(LOG_INFO, wq, "Froze %s", wq->name): a line about struct

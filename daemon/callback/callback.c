@@ -83,10 +83,12 @@ static void callback_describe(struct worker *pw, char *buf, size_t size);
 static void callback_sync(struct worker *pw);
 
 static bool callback_reclaim(struct worker *pw);
+static struct pool_work_stats *callback_stats(struct pool_work *work);
 
 static const struct pool_work_ops callback_ops = {
         .reclaim = callback_reclaim,
         .execute = callback_execute,
+        .stats = callback_stats,
         .cpu_usec = callback_cpu_usec,
         .item_start_cpu_usec = callback_item_start_cpu_usec,
         .cpu_intensive = callback_cpu_intensive,
@@ -110,6 +112,10 @@ static void callback_sync(struct worker *pw) {
 
         if (w)
                 callback_worker_sync(w);
+}
+
+static struct pool_work_stats *callback_stats(struct pool_work *work) {
+        return &container_of(work, struct callback_worker, work)->client->stats;
 }
 
 static int callback_execute(struct worker *pw, struct pool_work *work) {
@@ -777,7 +783,6 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot
         }
         w->work.ops = &callback_ops;
         w->work.identity = w;
-        w->work.stats = &c->stats;
 
         r = sleepwatch_watch_thread(core_sleepwatch(core), c->pid, tid, callback_sleep_changed, w, &w->target);
         if (r < 0) {

@@ -190,13 +190,20 @@ static struct worker *find_worker_executing(struct pool *p, const void *identity
         return NULL;
 }
 
+/* Where @work's counters go: its workqueue's, or nowhere. */
+static struct pool_work_stats *work_stats(struct pool_work *work) {
+        static struct pool_work_stats uncounted;
+
+        return work->ops->stats ? work->ops->stats(work) : &uncounted;
+}
+
 /* Returns 0 when @work runs on @w, or the executor's negative errno. */
 static int worker_execute(struct worker *w, struct pool_work *work) {
         struct pool *p = w->pool;
         int r;
 
         w->current = work;
-        w->flags = work->cpu_intensive ? WORKER_CPU_INTENSIVE : 0;
+        w->flags = pool_work_cpu_intensive(work) ? WORKER_CPU_INTENSIVE : 0;
         list_del_init(&w->entry);
         list_add_tail(&w->entry, &p->busy_list);
         if (worker_counts_running(w))
@@ -210,7 +217,7 @@ static int worker_execute(struct worker *w, struct pool_work *work) {
                 return r;
         }
 
-        work->stats->started++;
+        work_stats(work)->started++;
         p->counters.started++;
         p->last_progress_usec = now_usec(CLOCK_MONOTONIC);
         return 0;
@@ -306,7 +313,7 @@ void pool_kick(struct pool *p) {
                         /* Worker creation failed: keep the order and try again later. */
                         list_add(&work->entry, &p->worklist);
                         p->nr_pending++;
-                        work->stats->mayday++;
+                        work_stats(work)->mayday++;
                         pool_schedule_retry(p);
                         if (pool_rescue_one(p))
                                 continue;
@@ -370,7 +377,7 @@ void pool_worker_sleeping(struct worker *w) {
         /* Unbound pools are not concurrency managed: a block changes nothing
          * there (the kernel's WORKER_UNBOUND is a NOT_RUNNING flag). */
         if (!pool_is_unbound(p) && need_more_worker(p)) {
-                w->current->stats->cm_wakeups++;
+                work_stats(w->current)->cm_wakeups++;
                 p->counters.cm_wakeups++;
                 pool_kick(p);
         }
@@ -432,14 +439,14 @@ void pool_worker_cpu_intensive(struct worker *w) {
                 return;
         worker_stop_counting(w);
         w->flags |= WORKER_CPU_INTENSIVE;
-        w->current->stats->cpu_intensive++;
+        work_stats(w->current)->cpu_intensive++;
         /* Before the pool starts more: an executor of several items ends
          * its run after this one, and must know before the next worker
          * starts beside it. */
         if (w->current->ops->cpu_intensive)
                 w->current->ops->cpu_intensive(w);
         if (need_more_worker(p)) {
-                w->current->stats->cm_wakeups++;
+                work_stats(w->current)->cm_wakeups++;
                 pool_kick(p);
         }
 }
@@ -469,7 +476,7 @@ void pool_worker_done(struct worker *w) {
 
                 /* Could not start it: everything parked goes back to the head
                  * of the worklist, in order, and is retried like any work. */
-                next->stats->mayday++;
+                work_stats(next)->mayday++;
                 list_add(&next->entry, &w->scheduled);
                 while (!list_empty(&w->scheduled)) {
                         struct pool_work *last = list_entry(w->scheduled.prev, struct pool_work, entry);

@@ -56,6 +56,13 @@ struct pool_work_ops {
          * errno if the worker could not be created (fork refused, ...); the work
          * then goes back to the head of the worklist and is retried later. */
         int (*execute)(struct worker *worker, struct pool_work *work);
+        /* Optional: the counters of @work's workqueue; without it nothing
+         * is counted.  (Asked, not kept in the work: a million pending
+         * items each save the pointer.) */
+        struct pool_work_stats *(*stats)(struct pool_work *work);
+        /* Optional: whether @work's workqueue is CPU_INTENSIVE, so that
+         * the work never counts toward its pool's concurrency. */
+        bool (*queue_cpu_intensive)(const struct pool_work *work);
         /* Optional: CPU time (µs) the worker's current execution has used so
          * far, or POOL_CPU_UNKNOWN.  Without it, CPU-intensive marking goes by
          * the time the worker has been running (not blocked). */
@@ -112,9 +119,11 @@ struct pool_work {
         struct list_head entry;         /* pool worklist or a worker's scheduled list */
         const struct pool_work_ops *ops;
         const void *identity;           /* same identity never runs twice at once */
-        struct pool_work_stats *stats;
-        bool cpu_intensive;             /* the workqueue is CPU_INTENSIVE */
 };
+
+static inline bool pool_work_cpu_intensive(const struct pool_work *work) {
+        return work->ops->queue_cpu_intensive && work->ops->queue_cpu_intensive(work);
+}
 
 enum {
         WORKER_BLOCKED = 1 << 0,

@@ -21,6 +21,14 @@
  * it (issue 13, part 3).  Read through item_ran(); a requeued item keeps
  * its own (its CPU time adds up over its runs). */
 struct item_run {
+        struct item *item;
+        /* At most once (drop queues): the record its start waits for, a
+         * claim made ahead (ItemStarted ahead) or its own ItemStarted; 0:
+         * none.  Set while pending: claimed; cleared when its process goes
+         * or the claim is given back (item.c, "Claims").  A claim makes
+         * the run of an item that has not started. */
+        uint64_t start_seq;
+        struct list_head starting_entry;        /* core->starting: waits for start_seq on disk */
         /* Its process made ahead while it waits on a bound pool (see
          * exec_prepare()); becomes proc when it starts. */
         struct exec_proc *prepared;
@@ -42,15 +50,12 @@ struct item_run {
 
 /* Laid out for a million pending items (tests/bench/README.md, "Where the
  * bytes of a pending item go"): no holes, flags as bits, what it runs in
- * one allocation (item_args_pack()) that it points to once, what only a
- * started item needs behind one pointer. */
+ * the same allocation (item_new()), what only a started item needs behind
+ * one pointer, what only some items need behind another. */
 struct item {
         uint64_t id;
         struct core *core;
-        struct workqueue *wq;           /* NULL once finished and the queue is gone */
-        /* Its queue's name: the queue's own while it is unfinished, a copy
-         * of its own once finished (wq_name_owned). */
-        const char *wq_name;
+        struct workqueue *wq;           /* NULL once finished: item_wq_name() then */
         struct pool_work work;          /* on a pool worklist or its pwq's inactive list */
         struct pwq *pwq;
         struct pwq_share *share;        /* while queued: the max_active it counts against */
@@ -67,24 +72,6 @@ struct item {
         struct list_head wq_entry;              /* wq->items: every unfinished item */
         struct item *hash_next;
         uint64_t seq;                   /* flush ordering within the queue */
-        struct work_key *key;
-        char *key_name;                 /* kept in the history too */
-        struct event *timer;            /* delay, back-off */
-        uint64_t deadline_usec;         /* CLOCK_REALTIME end of the delay or back-off, 0: none */
-        struct list_head starting_entry;        /* core->starting: waits for start_seq on disk */
-        /* At most once (drop queues): the record its start waits for, a
-         * claim made ahead (ItemStarted ahead) or its own ItemStarted; 0:
-         * none.  Set while pending: claimed; cleared when its process goes
-         * or the claim is given back (item.c, "Claims"). */
-        uint64_t start_seq;
-
-        /* What to run: argv is the one allocation that also holds cwd,
-         * program and a reference to the environment, shared with the
-         * items that carry the same one (item_args_pack(); item_envp(),
-         * item_cwd(), item_program() find them in it). */
-        char **argv;
-        void *payload;
-        uint64_t timeout_usec;
         union {
                 uint64_t queued_bytes;  /* charged to its uid's queued-bytes while unfinished */
                 uint64_t history_bytes; /* charged to its uid's history-bytes once finished */
@@ -92,17 +79,13 @@ struct item {
 
         /* Its process and what its runs left; NULL: it never started. */
         struct item_run *run;
+        /* A key, a delay, waiters, a past; NULL: none of them. */
+        struct item_extras *extras;
 
         uint64_t queued_usec;           /* CLOCK_REALTIME */
-        uint64_t finished_usec;
-        struct list_head waiters;
 
-        int cpu;                        /* requested CPU; -1: unbound queue */
         uid_t uid;
-        unsigned interruptions;         /* times cmwqd stopped while it ran */
-        unsigned requeues;
-        /* Bounded by the limit item-payload-bytes. */
-        uint32_t payload_len;
+        int16_t cpu;                    /* requested CPU (Linux has at most 8192); -1: unbound queue */
         enum item_state state : 8;
         bool cancel_requested : 1;
         bool restored_running : 1;      /* recovery: the log says it was running */
@@ -110,9 +93,54 @@ struct item {
         bool cpu_intensive : 1;
         bool out_truncated : 1;
         bool err_truncated : 1;
-        bool wq_name_owned : 1;
         bool has_program : 1;           /* argv's block holds a program other than argv[0] */
+
+        /* What it runs, in its own allocation: the environment, shared
+         * with the items that carry the same one (NULL once it has
+         * ended), then argv's pointers and NULL, then cwd, the program
+         * when it is not argv[0] (has_program), and argv's strings.
+         * item_envp(), item_cwd() and item_program() find them. */
+        struct item_env *env;
+        char *argv[];
 };
+
+/* What few items need, made the first time one of them does
+ * (item_extras_get()): a plain pending item, the kind a million wait as,
+ * carries none of it. */
+struct item_extras {
+        struct work_key *key;
+        char *key_name;                 /* kept in the history too */
+        struct event *timer;            /* delay, back-off */
+        uint64_t deadline_usec;         /* CLOCK_REALTIME end of the delay or back-off, 0: none */
+        struct list_head waiters;
+        char *wq_name;                  /* once finished: its queue's, which may go first */
+        uint64_t finished_usec;         /* CLOCK_REALTIME, once finished */
+        void *payload;                  /* its stdin; freed once it has ended */
+        uint64_t timeout_usec;
+        /* Bounded by the limit item-payload-bytes. */
+        uint32_t payload_len;
+        unsigned interruptions;         /* times cmwqd stopped while it ran */
+        unsigned requeues;
+};
+
+/* What an item without extras reads: all zero (its waiters, though, are
+ * only ever looked at through i->extras). */
+extern const struct item_extras item_extras_none;
+
+static inline const struct item_extras *item_extra(const struct item *i) {
+        return i->extras ? i->extras : &item_extras_none;
+}
+
+/* @i's extras, made if it has none yet; NULL: out of memory. */
+struct item_extras *item_extras_get(struct item *i);
+
+/* A copy of @len bytes of @payload as @i's stdin; -ENOMEM. */
+int item_set_payload(struct item *i, const void *payload, uint32_t len);
+/* @i is killed after running @usec (0: never); -ENOMEM. */
+int item_set_timeout(struct item *i, uint64_t usec);
+
+/* The name of @i's queue, finished or not. */
+const char *item_wq_name(const struct item *i);
 
 /* An item's run, all zero for one that never started. */
 extern const struct item_run item_run_none;
@@ -123,6 +151,15 @@ static inline const struct item_run *item_ran(const struct item *i) {
 
 static inline struct exec_proc *item_proc(const struct item *i) {
         return i->run ? i->run->proc : NULL;
+}
+
+static inline uint64_t item_start_seq(const struct item *i) {
+        return i->run ? i->run->start_seq : 0;
+}
+
+/* On core->starting: its process waits for its start_seq to be on disk. */
+static inline bool item_starting(const struct item *i) {
+        return i->run && list_linked(&i->run->starting_entry);
 }
 
 /* Through argv's block: the environment (empty once finished), the
@@ -146,7 +183,7 @@ static inline bool item_is_finished(const struct item *i) {
  * (exec_errno), or was running when cmwqd stopped or died: an interrupted
  * item's end was never seen, and it reports neither. */
 static inline bool item_has_exit(const struct item *i) {
-        return item_ran(i)->started_usec && (item_is_finished(i) || i->requeues > 0) && i->state != ITEM_FAILED &&
+        return item_ran(i)->started_usec && (item_is_finished(i) || item_extra(i)->requeues > 0) && i->state != ITEM_FAILED &&
                i->state != ITEM_INTERRUPTED;
 }
 
@@ -247,7 +284,7 @@ struct core {
         struct store *store;            /* NULL: nothing is kept across restarts */
         struct store_listener store_listener;
         bool restoring;                 /* replaying the log: record nothing */
-        struct list_head starting;      /* items whose start record is not on disk yet */
+        struct list_head starting;      /* item_runs whose start record is not on disk yet */
 };
 
 /* The log's environments, kept by id while it is read back, let go
@@ -300,22 +337,22 @@ int core_watchdog_init(struct core *c);
 void core_watchdog_done(struct core *c);
 /* Work was queued on @p (its worklist, or behind max_active): arms the watchdog. */
 void core_watchdog_kick(struct core *c, struct pool *p);
-struct item *item_alloc(struct core *c, struct workqueue *wq);
-/* Sets @i's argv, cwd and program (NULL when it is argv[0]) to copies in
- * one allocation, freed with argv, and its environment to the core's
- * shared one equal to @envp; @program may be NULL.  @i->core is set. */
-int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *envp, size_t envc, const char *cwd,
-                   const char *program);
+/* A new item of @wq (NULL: one restored into the history), on no list,
+ * that runs copies of @argv in @cwd, with the program @program (NULL or
+ * argv[0]: argv[0] is run) and the core's shared environment equal to
+ * @envp. */
+int item_new(struct core *c, struct workqueue *wq, char *const *argv, size_t argc, char *const *envp, size_t envc,
+             const char *cwd, const char *program, struct item **ret);
 /* The same with @env, an environment of the core's table, for its strings. */
-int item_args_pack_shared(struct item *i, char *const *argv, size_t argc, struct item_env *env, const char *cwd,
-                          const char *program);
+int item_new_shared(struct core *c, struct workqueue *wq, char *const *argv, size_t argc, struct item_env *env,
+                    const char *cwd, const char *program, struct item **ret);
 int item_attach_key(struct item *i, const char *key);
 /* The pending instance of @uid's work @key on @wq, or NULL. */
 struct item *item_key_pending(struct workqueue *wq, uid_t uid, const char *key);
 /* Frees @i, which never was queued, with its hold on its work key. */
 void item_discard(struct item *i);
 /* @w is called back once @i has ended; its item_id says which item. */
-void item_add_waiter(struct item *i, struct core_waiter *w);
+int item_add_waiter(struct item *i, struct core_waiter *w);
 int item_delay(struct item *i, uint64_t usec);
 int item_restore_charge(struct item *i);
 void item_restore_history(struct item *i);

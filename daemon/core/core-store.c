@@ -123,15 +123,17 @@ static bool core_store_environment(struct core *c, struct item_env *e) {
 /* @env_named: its environment is named by id (an Environment record comes
  * before this one in the log), rather than written out. */
 static void item_queued_fill(CmwqStore__ItemQueued *q, const struct item *i, bool env_named) {
+        const struct item_extras *x = item_extra(i);
+
         cmwq_store__item_queued__init(q);
         q->id = i->id;
-        q->workqueue = (char *) i->wq_name;
+        q->workqueue = (char *) item_wq_name(i);
         if (i->wq) {
                 q->has_workqueue_owner = true;
                 q->workqueue_owner = i->wq->owner;
         }
         q->n_argv = strv_length(i->argv);
-        q->argv = i->argv;
+        q->argv = (char **) i->argv;
         if (env_named) {
                 q->has_env_id = true;
                 q->env_id = item_env_id(item_env(i));
@@ -140,28 +142,28 @@ static void item_queued_fill(CmwqStore__ItemQueued *q, const struct item *i, boo
                 q->n_env = strv_length(q->env);
         }
         q->cwd = (char *) item_cwd(i);
-        if (i->payload_len > 0) {
+        if (x->payload_len > 0) {
                 q->has_payload = true;
-                q->payload = (ProtobufCBinaryData) { i->payload_len, i->payload };
+                q->payload = (ProtobufCBinaryData) { x->payload_len, x->payload };
         }
         q->has_cpu = true;
         q->cpu = i->cpu;
-        q->key = i->key_name;
-        q->has_timeout_usec = i->timeout_usec > 0;
-        q->timeout_usec = i->timeout_usec;
+        q->key = x->key_name;
+        q->has_timeout_usec = x->timeout_usec > 0;
+        q->timeout_usec = x->timeout_usec;
         q->uid = i->uid;
         /* Not used since an item's groups come from the user database
          * when it runs: a group that grants nothing, should an older
          * cmwqd read this. */
         q->gid = 65534;
-        q->has_deadline_usec = i->deadline_usec > 0;
-        q->deadline_usec = i->deadline_usec;
+        q->has_deadline_usec = x->deadline_usec > 0;
+        q->deadline_usec = x->deadline_usec;
         q->has_queued_usec = true;
         q->queued_usec = i->queued_usec;
-        q->has_requeues = i->requeues > 0;
-        q->requeues = i->requeues;
-        q->has_interruptions = i->interruptions > 0;
-        q->interruptions = i->interruptions;
+        q->has_requeues = x->requeues > 0;
+        q->requeues = x->requeues;
+        q->has_interruptions = x->interruptions > 0;
+        q->interruptions = x->interruptions;
 }
 
 static void item_result_fill(CmwqStore__ItemResult *res, const struct item *i) {
@@ -193,9 +195,9 @@ static void item_result_fill(CmwqStore__ItemResult *res, const struct item *i) {
                 SET(err_truncated, true);
         if (run->started_usec)
                 SET(started_usec, run->started_usec);
-        SET(finished_usec, i->finished_usec);
-        if (i->requeues)
-                SET(requeues, i->requeues);
+        SET(finished_usec, item_extra(i)->finished_usec);
+        if (item_extra(i)->requeues)
+                SET(requeues, item_extra(i)->requeues);
 #undef SET
 }
 
@@ -269,8 +271,8 @@ uint64_t core_store_item_started(struct item *i) {
          * (rerun): such a second run is what the queue asked for. */
         if (i->wq->on_interrupt == INTERRUPT_RERUN)
                 return 0;
-        if (i->start_seq > 0)
-                return core_store_is_durable(i->core, i->start_seq) ? 0 : i->start_seq;
+        if (item_start_seq(i) > 0)
+                return core_store_is_durable(i->core, item_start_seq(i)) ? 0 : item_start_seq(i);
         return seq > 0 && !core_store_is_durable(i->core, (uint64_t) seq) ? (uint64_t) seq : 0;
 }
 
@@ -281,8 +283,8 @@ void core_store_item_requeued(struct item *i) {
         if (!core_store_on(i->core))
                 return;
         rq.id = i->id;
-        rq.requeues = i->requeues;
-        rq.deadline_usec = i->deadline_usec;
+        rq.requeues = item_extra(i)->requeues;
+        rq.deadline_usec = item_extra(i)->deadline_usec;
         rq.has_cpu_usec = true;
         rq.cpu_usec = item_ran(i)->cpu_usec;
         rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_REQUEUED;
@@ -380,7 +382,7 @@ static int core_store_snapshot(struct store_writer *b, void *userdata) {
                         /* Running, or claimed ahead: it may run without
                          * another record (a claim on disk only in the old
                          * log must be in the new one). */
-                        if (i->state == ITEM_RUNNING || i->start_seq > 0) {
+                        if (i->state == ITEM_RUNNING || item_start_seq(i) > 0) {
                                 CmwqStore__ItemStarted st = CMWQ_STORE__ITEM_STARTED__INIT;
 
                                 st.id = i->id;
@@ -439,7 +441,7 @@ static void core_store_release_claims(struct core *c) {
                         CmwqStore__Record rec = CMWQ_STORE__RECORD__INIT;
                         CmwqStore__ItemReleased rl = CMWQ_STORE__ITEM_RELEASED__INIT;
 
-                        if (i->start_seq == 0 || item_proc(i))
+                        if (item_start_seq(i) == 0 || item_proc(i))
                                 continue;
                         rl.id = i->id;
                         rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_RELEASED;

@@ -70,18 +70,18 @@ void core_item_info(const struct item *i, struct core_item_info *ret) {
 
         *ret = (struct core_item_info) {
                 .id = i->id,
-                .workqueue = i->wq_name,
+                .workqueue = item_wq_name(i),
                 .state = i->state,
                 .uid = i->uid,
-                .argv = i->argv,
+                .argv = (char **) i->argv,
                 .key = item_key_name(i),
                 .cpu = i->cpu,
-                .requeues = i->requeues,
-                .interruptions = i->interruptions,
+                .requeues = item_extra(i)->requeues,
+                .interruptions = item_extra(i)->interruptions,
                 .queued_usec = i->queued_usec,
                 .started_usec = run->started_usec,
-                .finished_usec = item_is_finished(i) ? i->finished_usec : 0,
-                .has_result = item_is_finished(i) || i->requeues > 0,
+                .finished_usec = item_is_finished(i) ? item_extra(i)->finished_usec : 0,
+                .has_result = item_is_finished(i) || item_extra(i)->requeues > 0,
                 .has_exit = item_has_exit(i),
                 .exit_status = run->exit_status,
                 .signal = run->signal,
@@ -143,26 +143,49 @@ static void work_key_release(struct workqueue *wq, struct work_key *k, struct it
         free(k);
 }
 
-const struct item_run item_run_none;
+static const struct pool_work_ops item_work_ops;
 
-static void item_args_free(struct item *i);
+const struct item_run item_run_none;
+const struct item_extras item_extras_none;
 
 struct item_run *item_run_get(struct item *i) {
-        if (!i->run)
+        if (!i->run) {
                 i->run = calloc(1, sizeof(*i->run));
+                if (!i->run)
+                        return NULL;
+                i->run->item = i;
+                list_init(&i->run->starting_entry);
+        }
         return i->run;
+}
+
+struct item_extras *item_extras_get(struct item *i) {
+        if (!i->extras) {
+                i->extras = calloc(1, sizeof(*i->extras));
+                if (i->extras)
+                        list_init(&i->extras->waiters);
+        }
+        return i->extras;
+}
+
+const char *item_wq_name(const struct item *i) {
+        if (i->wq)
+                return i->wq->name;
+        return item_extra(i)->wq_name ? item_extra(i)->wq_name : "(out of memory)";
 }
 
 struct item *item_free(struct item *i) {
         if (!i)
                 return NULL;
-        if (i->timer)
-                event_free(i->timer);
-        item_args_free(i);
-        free(i->payload);
-        if (i->wq_name_owned)
-                free((char *) i->wq_name);
-        free(i->key_name);
+        if (i->extras) {
+                if (i->extras->timer)
+                        event_free(i->extras->timer);
+                free(i->extras->key_name);
+                free(i->extras->wq_name);
+                free(i->extras->payload);
+                free(i->extras);
+        }
+        item_env_put(&i->core->envs, i->env);
         if (i->run) {
                 free(i->run->out);
                 free(i->run->err);
@@ -172,43 +195,16 @@ struct item *item_free(struct item *i) {
         return NULL;
 }
 
-/* argv's block: the environment's reference, argv's pointers and NULL,
- * then cwd, the program (has_program) and argv's strings.  Only argv
- * points into it; cwd and program are found by counting (rarely: to run
- * it, to show it, to write it to the log). */
-struct item_args {
-        struct item_env *env;
-        char *argv[];
-};
-
-static struct item_args *item_args_of(const struct item *i) {
-        return i->argv ? container_of(i->argv, struct item_args, argv[0]) : NULL;
-}
-
-static void item_args_free(struct item *i) {
-        struct item_args *a = item_args_of(i);
-
-        if (!a)
-                return;
-        item_env_put(&i->core->envs, a->env);
-        free(a);
-        i->argv = NULL;
-}
-
 char **item_envp(const struct item *i) {
-        struct item_args *a = item_args_of(i);
-
-        return item_env_strv(a ? a->env : NULL);
+        return item_env_strv(i->env);
 }
 
 struct item_env *item_env(const struct item *i) {
-        struct item_args *a = item_args_of(i);
-
-        return a ? a->env : NULL;
+        return i->env;
 }
 
 const char *item_cwd(const struct item *i) {
-        return (const char *) (i->argv + strv_length(i->argv) + 1);
+        return (const char *) (i->argv + strv_length((char **) i->argv) + 1);
 }
 
 const char *item_program(const struct item *i) {
@@ -217,12 +213,12 @@ const char *item_program(const struct item *i) {
         return i->has_program ? cwd + strlen(cwd) + 1 : NULL;
 }
 
-/* Packs what @i runs into argv's block, with @env, whose reference it
- * takes over (on failure too). */
-static int item_args_pack_env(struct item *i, char *const *argv, size_t argc, struct item_env *env, const char *cwd,
-                              const char *program) {
+/* Makes an item that runs @argv with @env, whose reference it takes over
+ * (on failure too). */
+static int item_new_env(struct core *c, struct workqueue *wq, char *const *argv, size_t argc, struct item_env *env,
+                        const char *cwd, const char *program, struct item **ret) {
         size_t bytes = strlen(cwd) + 1;
-        struct item_args *a;
+        struct item *i;
         char *p;
 
         if (program && strcmp(program, argv[0]) == 0)
@@ -231,60 +227,107 @@ static int item_args_pack_env(struct item *i, char *const *argv, size_t argc, st
                 bytes += strlen(program) + 1;
         for (size_t k = 0; k < argc; k++)
                 bytes += strlen(argv[k]) + 1;
-        a = malloc(sizeof(*a) + (argc + 1) * sizeof(char *) + bytes);
-        if (!a) {
-                item_env_put(&i->core->envs, env);
+        i = calloc(1, sizeof(*i) + (argc + 1) * sizeof(char *) + bytes);
+        if (!i) {
+                item_env_put(&c->envs, env);
                 return -ENOMEM;
         }
-        a->env = env;
-        p = (char *) (a->argv + argc + 1);
+        i->core = c;
+        i->wq = wq;
+        i->cpu = -1;
+        list_init(&i->work.entry);
+        list_init(&i->share_entry);
+        list_init(&i->inflight_entry);
+        list_init(&i->wq_entry);
+        i->work.ops = &item_work_ops;
+        i->work.identity = i;
+
+        i->env = env;
+        p = (char *) (i->argv + argc + 1);
         p = stpcpy(p, cwd) + 1;
         if (program)
                 p = stpcpy(p, program) + 1;
         for (size_t k = 0; k < argc; k++)
-                p = stpcpy(a->argv[k] = p, argv[k]) + 1;
-        a->argv[argc] = NULL;
-        item_args_free(i);
-        i->argv = a->argv;
+                p = stpcpy(i->argv[k] = p, argv[k]) + 1;
+        i->argv[argc] = NULL;
         i->has_program = program != NULL;
+        *ret = i;
         return 0;
 }
 
-int item_args_pack(struct item *i, char *const *argv, size_t argc, char *const *envp, size_t envc, const char *cwd,
-                   const char *program) {
+int item_new(struct core *c, struct workqueue *wq, char *const *argv, size_t argc, char *const *envp, size_t envc,
+             const char *cwd, const char *program, struct item **ret) {
         struct item_env *env;
         int r;
 
-        r = item_env_get(&i->core->envs, envp, envc, &env);
+        r = item_env_get(&c->envs, envp, envc, &env);
         if (r < 0)
                 return r;
-        return item_args_pack_env(i, argv, argc, env, cwd, program);
+        return item_new_env(c, wq, argv, argc, env, cwd, program, ret);
 }
 
-int item_args_pack_shared(struct item *i, char *const *argv, size_t argc, struct item_env *env, const char *cwd,
-                          const char *program) {
-        return item_args_pack_env(i, argv, argc, item_env_ref(env), cwd, program);
+int item_new_shared(struct core *c, struct workqueue *wq, char *const *argv, size_t argc, struct item_env *env,
+                    const char *cwd, const char *program, struct item **ret) {
+        return item_new_env(c, wq, argv, argc, item_env_ref(env), cwd, program, ret);
 }
 
 /* A finished item keeps what it ran, not its environment. */
 static void item_args_shed_env(struct item *i) {
-        struct item_args *a = item_args_of(i);
-
-        if (!a)
-                return;
-        item_env_put(&i->core->envs, a->env);
-        a->env = NULL;
+        item_env_put(&i->core->envs, i->env);
+        i->env = NULL;
 }
 
-/* @w is called back once @i has ended; its item_id says which item. */
-void item_add_waiter(struct item *i, struct core_waiter *w) {
+int item_set_payload(struct item *i, const void *payload, uint32_t len) {
+        struct item_extras *x;
+
+        if (len == 0)
+                return 0;
+        x = item_extras_get(i);
+        if (!x || !(x->payload = malloc(len)))
+                return -ENOMEM;
+        memcpy(x->payload, payload, len);
+        x->payload_len = len;
+        return 0;
+}
+
+int item_set_timeout(struct item *i, uint64_t usec) {
+        struct item_extras *x;
+
+        if (usec == 0)
+                return 0;
+        x = item_extras_get(i);
+        if (!x)
+                return -ENOMEM;
+        x->timeout_usec = usec;
+        return 0;
+}
+
+/* What an item that has ended keeps of what it was given: argv and cwd
+ * to show, not its environment or stdin. */
+static void item_shed_input(struct item *i) {
+        item_args_shed_env(i);
+        if (i->extras) {
+                free(i->extras->payload);
+                i->extras->payload = NULL;
+                i->extras->payload_len = 0;
+        }
+}
+
+/* @w is called back once @i has ended; its item_id says which item.
+ * -ENOMEM: it could not be added. */
+int item_add_waiter(struct item *i, struct core_waiter *w) {
+        struct item_extras *x = item_extras_get(i);
+
+        if (!x)
+                return -ENOMEM;
         w->item_id = i->id;
-        list_add_tail(&w->entry, &i->waiters);
+        list_add_tail(&w->entry, &x->waiters);
+        return 0;
 }
 
 static void item_waiters_complete(struct item *i, int r) {
-        while (!list_empty(&i->waiters)) {
-                struct core_waiter *w = list_first_entry(&i->waiters, struct core_waiter, entry);
+        while (i->extras && !list_empty(&i->extras->waiters)) {
+                struct core_waiter *w = list_first_entry(&i->extras->waiters, struct core_waiter, entry);
 
                 list_del_init(&w->entry);
                 w->done(w, r);
@@ -331,7 +374,9 @@ static void item_history_add(struct item *i) {
         i->queued_bytes = 0;
 
         i->history_bytes = sizeof(*i) + strv_bytes(i->argv) + item_env_bytes(item_env(i)) +
-                           (i->run ? sizeof(*i->run) + i->run->out_len + i->run->err_len : 0);
+                           (i->run ? sizeof(*i->run) + i->run->out_len + i->run->err_len : 0) +
+                           (i->extras ? sizeof(*i->extras) + strlen(item_wq_name(i)) + 1 : 0) +
+                           (item_key_name(i) ? strlen(item_key_name(i)) + 1 : 0);
         list_add_tail(&i->history_entry, &c->history);
         c->nr_history++;
         list_add_tail(&i->user_history_entry, &u->history);
@@ -344,43 +389,43 @@ static void item_history_add(struct item *i) {
 
 /* The item has ended for good: it leaves its queue and joins the history. */
 void item_retire(struct item *i, enum item_state state) {
+        struct item_extras *x = item_extras_get(i);     /* its end, its queue's name */
         struct workqueue *wq = i->wq;
 
         i->state = state;
-        if (!i->finished_usec)
-                i->finished_usec = now_usec(CLOCK_REALTIME);
-        if (i->timer) {
-                event_free(i->timer);
-                i->timer = NULL;
+        if (x) {
+                if (!x->finished_usec)
+                        x->finished_usec = now_usec(CLOCK_REALTIME);
+                if (x->timer)
+                        event_free(x->timer);
+                x->timer = NULL;
+                x->deadline_usec = 0;
         }
-        i->deadline_usec = 0;
         if (i->core->restoring)
                 ;       /* replaying the state log: what ended then was logged then */
         else if (state == ITEM_FINISHED && item_ran(i)->signal)
                 log_item(LOG_DEBUG, i, "Item %" PRIu64 " of workqueue %s finished: killed by signal %d", i->id,
-                         i->wq_name, item_ran(i)->signal);
+                         item_wq_name(i), item_ran(i)->signal);
         else if (state == ITEM_FINISHED)
-                log_item(LOG_DEBUG, i, "Item %" PRIu64 " of workqueue %s finished: exit status %d", i->id, i->wq_name,
+                log_item(LOG_DEBUG, i, "Item %" PRIu64 " of workqueue %s finished: exit status %d", i->id, item_wq_name(i),
                          item_ran(i)->exit_status);
         else
-                log_item(LOG_DEBUG, i, "Item %" PRIu64 " of workqueue %s %s", i->id, i->wq_name,
+                log_item(LOG_DEBUG, i, "Item %" PRIu64 " of workqueue %s %s", i->id, item_wq_name(i),
                          item_state_to_string(state));
-        i->start_seq = 0;
+        if (i->run)
+                i->run->start_seq = 0;
         core_store_item_result(i);
         /* Their room holds the history links from now on. */
         list_del_init(&i->share_entry);
         list_del_init(&i->inflight_entry);
         list_del_init(&i->wq_entry);
         wq->nr_items--;
-        if (i->key)
-                work_key_release(wq, i->key, i);
-        i->key = NULL;
+        if (x && x->key)
+                work_key_release(wq, x->key, i);
         /* The queue may go before the history forgets the item. */
-        if (!i->wq_name_owned) {
-                char *name = strdup(wq->name);
-
-                i->wq_name = name ? name : "(out of memory)";
-                i->wq_name_owned = name != NULL;
+        if (x) {
+                x->key = NULL;
+                x->wq_name = strdup(wq->name);
         }
         i->wq = NULL;
         i->pwq = NULL;
@@ -390,10 +435,7 @@ void item_retire(struct item *i, enum item_state state) {
          * this is for any path that did not.) */
         if (i->run)
                 i->run->prepared = exec_proc_discard(i->run->prepared);
-        item_args_shed_env(i);
-        free(i->payload);
-        i->payload = NULL;
-        i->payload_len = 0;
+        item_shed_input(i);
 
         core_notify_item_finished(i);
         core_notify_workqueue_changed(wq);
@@ -402,25 +444,28 @@ void item_retire(struct item *i, enum item_state state) {
 }
 
 static void item_timer_fired(evutil_socket_t fd, short what, void *userdata) {
-        struct item *i = userdata;
+        struct item *i = userdata;      /* item_arm_timer() made its extras */
 
-        event_free(i->timer);
-        i->timer = NULL;
-        i->deadline_usec = 0;
+        event_free(i->extras->timer);
+        i->extras->timer = NULL;
+        i->extras->deadline_usec = 0;
         item_queue(i);
 }
 
 static int item_arm_timer(struct item *i, uint64_t usec) {
         struct timeval tv = timeval_from_usec(usec);
+        struct item_extras *x = item_extras_get(i);
 
+        if (!x)
+                return -ENOMEM;
         i->state = ITEM_DELAYED;
-        i->deadline_usec = now_usec(CLOCK_REALTIME) + usec;
-        if (!i->timer) {
-                i->timer = evtimer_new(i->core->base, item_timer_fired, i);
-                if (!i->timer)
+        x->deadline_usec = now_usec(CLOCK_REALTIME) + usec;
+        if (!x->timer) {
+                x->timer = evtimer_new(i->core->base, item_timer_fired, i);
+                if (!x->timer)
                         return -ENOMEM;
         }
-        return evtimer_add(i->timer, &tv) < 0 ? -ENOMEM : 0;
+        return evtimer_add(x->timer, &tv) < 0 ? -ENOMEM : 0;
 }
 
 int item_delay(struct item *i, uint64_t usec) {
@@ -431,11 +476,12 @@ int item_delay(struct item *i, uint64_t usec) {
  * back-off is over. */
 void item_queue(struct item *i) {
         struct workqueue *wq = i->wq;
+        struct work_key *key = item_extra(i)->key;
 
         /* Queued while it runs: go to the pool where it runs, so that the
          * pool keeps the two apart (the kernel's __queue_work()). */
-        if (i->key && i->key->running && i->key->running->pwq)
-                i->pwq = i->key->running->pwq;
+        if (key && key->running && key->running->pwq)
+                i->pwq = key->running->pwq;
         else
                 i->pwq = workqueue_pwq_for_cpu(wq, i->cpu);
 
@@ -469,6 +515,8 @@ static void item_exec_done(struct exec_proc *p, struct exec_result *r, void *use
         struct item_run *run = i->run;  /* item_execute() made it */
         struct worker *worker = run->worker;
         struct workqueue *wq = i->wq;
+        struct work_key *key = item_extra(i)->key;
+        struct item_extras *x;
         bool requeue;
 
         run->proc = NULL;
@@ -478,7 +526,9 @@ static void item_exec_done(struct exec_proc *p, struct exec_result *r, void *use
         run->exec_errno = r->exec_errno;
         run->cpu_usec += r->cpu_usec;
         i->timed_out = r->timed_out;
-        i->finished_usec = r->finished_usec;
+        x = item_extras_get(i);         /* it ends, or is requeued: it needs them */
+        if (x)
+                x->finished_usec = r->finished_usec;
         free(run->out);
         free(run->err);
         run->out = TAKE_PTR(r->out);
@@ -497,24 +547,26 @@ static void item_exec_done(struct exec_proc *p, struct exec_result *r, void *use
         if (r->exec_errno)
                 wq->stats.failed++;
         i->pwq->nr_running--;
-        if (i->key && i->key->running == i)
-                i->key->running = NULL;
+        if (key && key->running == i)
+                key->running = NULL;
         list_del_init(&i->inflight_entry);
 
         /* EX_TEMPFAIL: "requeue me", with back-off, unless the key already
          * has a pending instance that will do the same work. */
         requeue = r->exit_status == REQUEUE_EXIT_STATUS && !r->signal && !r->exec_errno && !r->timed_out &&
                   !i->cancel_requested && !i->core->shutting_down &&
-                  !(i->key && i->key->pending && i->key->pending != i);
+                  !(key && key->pending && key->pending != i);
 
         workqueue_item_finished(i);
-        if (requeue) {
-                i->requeues++;
+        if (requeue && !x)
+                item_retire(i, ITEM_FAILED);
+        else if (requeue) {
+                x->requeues++;
                 wq->stats.requeued++;
-                if (i->key)
-                        i->key->pending = i;
-                i->finished_usec = 0;
-                if (item_arm_timer(i, requeue_backoff_usec(i->requeues)) < 0)
+                if (key)
+                        key->pending = i;
+                x->finished_usec = 0;
+                if (item_arm_timer(i, requeue_backoff_usec(x->requeues)) < 0)
                         item_retire(i, ITEM_FAILED);
                 else
                         core_store_item_requeued(i);
@@ -536,14 +588,14 @@ static struct exec_spec item_exec_spec(const struct item *i, const struct pool *
                 .argv = i->argv,
                 .envp = item_envp(i),
                 .cwd = item_cwd(i),
-                .payload = i->payload,
-                .payload_len = i->payload_len,
+                .payload = item_extra(i)->payload,
+                .payload_len = item_extra(i)->payload_len,
                 .uid = i->uid,
                 .cpu = pool->cpu,
                 /* The high-priority pool runs at the kernel's HIGHPRI_NICE_LEVEL,
                  * but never at more priority than the submitter could get. */
                 .nice = pool->highpri && i->uid == 0 && geteuid() == 0 ? POOL_POLICY_HIGHPRI_NICE : 0,
-                .timeout_usec = i->timeout_usec,
+                .timeout_usec = item_extra(i)->timeout_usec,
                 .output_limit = i->core->config.limits.value[LIMIT_OUTPUT_BYTES],
                 .cgroups = i->core->config.cgroups,
                 .pids = i->core->config.pids,
@@ -571,7 +623,7 @@ static int item_make_process(struct item *i, struct pool *pool) {
         r = exec_prepare(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->run->prepared);
         if (r < 0) {
                 log_item_errno(LOG_WARNING, r, i, "Failed to start item %" PRIu64 " of workqueue %s: %m", i->id,
-                               i->wq_name);
+                               item_wq_name(i));
                 /* A process may be had again by now: be ready next time. */
                 workqueue_rescuer_replenish(i->wq);
                 return r;
@@ -583,7 +635,7 @@ static int item_make_process(struct item *i, struct pool *pool) {
                 i->wq->stats.pool.rescued++;
                 log_item(LOG_WARNING, i,
                          "No process could be created for item %" PRIu64 " of workqueue %s: its rescuer runs it",
-                         i->id, i->wq_name);
+                         i->id, item_wq_name(i));
         }
         return 0;
 }
@@ -595,7 +647,7 @@ static int item_exec_start(struct item *i) {
         r = exec_go(i->run->prepared);
         if (r < 0) {
                 log_item_errno(LOG_WARNING, r, i, "Failed to start item %" PRIu64 " of workqueue %s: %m", i->id,
-                               i->wq_name);
+                               item_wq_name(i));
                 i->run->prepared = exec_proc_discard(i->run->prepared);
                 return r;
         }
@@ -610,12 +662,14 @@ static void item_mark_running(struct item *i, struct worker *worker) {
         i->state = ITEM_RUNNING;
         if (!i->run->started_usec)
                 i->run->started_usec = now_usec(CLOCK_REALTIME);
-        log_item(LOG_DEBUG, i, "Started item %" PRIu64 " of workqueue %s", i->id, i->wq_name);
+        log_item(LOG_DEBUG, i, "Started item %" PRIu64 " of workqueue %s", i->id, item_wq_name(i));
         i->pwq->nr_running++;
-        if (i->key) {
-                if (i->key->pending == i)
-                        i->key->pending = NULL;
-                i->key->running = i;
+        if (item_extra(i)->key) {
+                struct work_key *key = i->extras->key;
+
+                if (key->pending == i)
+                        key->pending = NULL;
+                key->running = i;
         }
         core_notify_workqueue_changed(i->wq);
 }
@@ -644,14 +698,14 @@ static void item_mark_running(struct item *i, struct worker *worker) {
 
 /* An item whose claim waits to be used: claimed and not started. */
 static bool item_claimed(const struct item *i) {
-        return i->start_seq > 0 && !list_linked(&i->starting_entry) && !item_proc(i);
+        return item_start_seq(i) > 0 && !item_starting(i) && !item_proc(i);
 }
 
 void item_release_claim(struct item *i) {
         if (!item_claimed(i))
                 return;
         core_store_item_released(i);
-        i->start_seq = 0;
+        i->run->start_seq = 0;
 }
 
 /* The items that start after one that starts now, as far as the window
@@ -673,7 +727,7 @@ static bool claim_scan_add(struct claim_scan *cs, struct item *j) {
         if (!j || !core_store_at_most_once(j))
                 return true;
         cs->seen++;
-        if (j->start_seq > 0)
+        if (item_start_seq(j) > 0)
                 cs->claimed++;
         else
                 cs->unclaimed[cs->n++] = j;
@@ -709,8 +763,11 @@ scanned:
         }
         if (cs.claimed * 2 >= cs.window)
                 return;
+        /* One without memory for its run starts unclaimed: it waits for
+         * its own ItemStarted then. */
         for (unsigned k = 0; k < cs.n; k++)
-                cs.unclaimed[k]->start_seq = core_store_item_claim(cs.unclaimed[k]);
+                if (item_run_get(cs.unclaimed[k]))
+                        cs.unclaimed[k]->run->start_seq = core_store_item_claim(cs.unclaimed[k]);
 }
 
 static int item_execute(struct worker *worker, struct pool_work *work) {
@@ -721,8 +778,10 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
 
         if (c->shutting_down)
                 return -ESHUTDOWN;
-        /* Left to the pool on failure, as a process that cannot be made. */
-        if (!item_run_get(i))
+        /* Left to the pool on failure, as a process that cannot be made.
+         * Its extras now, so that its end (its time, a requeue, a cancel
+         * that waits) never wants memory. */
+        if (!item_run_get(i) || !item_extras_get(i))
                 return -ENOMEM;
 
         r = item_make_process(i, worker->pool);
@@ -742,18 +801,18 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
                 struct list_head *at = c->starting.prev;
 
                 item_mark_running(i, worker);
-                i->start_seq = seq;
+                i->run->start_seq = seq;
                 /* In the order of their records: a claim may be older than
                  * the starts waiting already. */
-                while (at != &c->starting && list_entry(at, struct item, starting_entry)->start_seq > seq)
+                while (at != &c->starting && list_entry(at, struct item_run, starting_entry)->start_seq > seq)
                         at = at->prev;
-                list_add(&i->starting_entry, at);
+                list_add(&i->run->starting_entry, at);
                 return 0;
         }
         r = item_exec_start(i);
         if (r < 0)
                 return r;
-        i->start_seq = 0;
+        i->run->start_seq = 0;
         item_mark_running(i, worker);
         return 0;
 }
@@ -762,14 +821,14 @@ static int item_execute(struct worker *worker, struct pool_work *work) {
  * for them start. */
 void core_items_start_durable(struct core *c, uint64_t seq) {
         while (!list_empty(&c->starting)) {
-                struct item *i = list_first_entry(&c->starting, struct item, starting_entry);
+                struct item *i = list_first_entry(&c->starting, struct item_run, starting_entry)->item;
                 struct exec_result res = {};
                 int r;
 
-                if (i->start_seq > seq)
+                if (i->run->start_seq > seq)
                         break;
-                list_del_init(&i->starting_entry);
-                i->start_seq = 0;
+                list_del_init(&i->run->starting_entry);
+                i->run->start_seq = 0;
                 if (i->cancel_requested) {
                         i->run->prepared = exec_proc_discard(i->run->prepared);
                         res.killed = true;
@@ -831,8 +890,19 @@ static bool item_rescuable(struct pool_work *work) {
         return i->wq && i->wq->rescuer;
 }
 
+/* On a pool: the item is unfinished, so it has its queue. */
+static struct pool_work_stats *item_work_stats(struct pool_work *work) {
+        return &container_of(work, struct item, work)->wq->stats.pool;
+}
+
+static bool item_queue_cpu_intensive(const struct pool_work *work) {
+        return container_of(work, struct item, work)->wq->flags & WQ_CPU_INTENSIVE;
+}
+
 static const struct pool_work_ops item_work_ops = {
         .execute = item_execute,
+        .stats = item_work_stats,
+        .queue_cpu_intensive = item_queue_cpu_intensive,
         .cpu_usec = item_cpu_usec,
         .prepare = item_prepare,
         .unprepare = item_unprepare,
@@ -853,10 +923,10 @@ void item_abort(struct item *i) {
                 i->run->worker = NULL;
                 i->pwq->nr_running--;
                 pool_worker_done(worker);
-        } else if (list_linked(&i->starting_entry)) {
+        } else if (item_starting(i)) {
                 struct worker *worker = i->run->worker;
 
-                list_del_init(&i->starting_entry);
+                list_del_init(&i->run->starting_entry);
                 i->run->worker = NULL;
                 i->pwq->nr_running--;
                 pool_worker_done(worker);
@@ -901,7 +971,8 @@ int core_item_wait(struct core *c, const struct core_caller *caller, uint64_t id
         r = item_get_unfinished(c, caller, id, &i, e);
         if (r <= 0)
                 return r;
-        item_add_waiter(i, w);
+        if (item_add_waiter(i, w) < 0)
+                return core_error_set(e, -ENOMEM, "out of memory");
         return 1;
 }
 
@@ -919,12 +990,13 @@ int core_item_cancel(struct core *c, const struct core_caller *caller, uint64_t 
         switch (i->state) {
         case ITEM_RUNNING:
                 /* cancel_work_sync(): stop it and wait until it has ended. */
+                if (item_add_waiter(i, w) < 0)
+                        return core_error_set(e, -ENOMEM, "out of memory");
                 if (!i->cancel_requested) {
                         i->cancel_requested = true;
                         if (item_proc(i))       /* else still waiting to start: it will not */
                                 exec_proc_kill(i->run->proc);
                 }
-                item_add_waiter(i, w);
                 return 1;
         case ITEM_PENDING:
                 pool_cancel_pending(i->pwq->pool, &i->work);
@@ -944,7 +1016,7 @@ int core_item_cancel(struct core *c, const struct core_caller *caller, uint64_t 
 }
 
 const char *item_key_name(const struct item *i) {
-        return i->key_name;
+        return item_extra(i)->key_name;
 }
 
 /* A restored item is charged to its uid as core_submit() charges a new one,
@@ -955,7 +1027,8 @@ int item_restore_charge(struct item *i) {
 
         if (!u)
                 return -ENOMEM;
-        i->queued_bytes = sizeof(*i) + strv_bytes(i->argv) + item_env_bytes(item_env(i)) + strlen(item_cwd(i)) + i->payload_len;
+        i->queued_bytes = sizeof(*i) + strv_bytes(i->argv) + item_env_bytes(item_env(i)) + strlen(item_cwd(i)) +
+                          item_extra(i)->payload_len;
         u->nr_items++;
         u->queued_bytes += i->queued_bytes;
         return 0;
@@ -964,36 +1037,8 @@ int item_restore_charge(struct item *i) {
 /* A charged item that had ended before the restart goes straight to the
  * history, bounded per user as ever. */
 void item_restore_history(struct item *i) {
-        item_args_shed_env(i);
-        free(i->payload);
-        i->payload = NULL;
-        i->payload_len = 0;
+        item_shed_input(i);
         item_history_add(i);
-}
-
-/* A new item of @wq (NULL: one restored into the history), on no list. */
-struct item *item_alloc(struct core *c, struct workqueue *wq) {
-        struct item *i = calloc(1, sizeof(*i));
-
-        if (!i)
-                return NULL;
-        i->core = c;
-        i->wq = wq;
-        i->cpu = -1;
-        list_init(&i->work.entry);
-        list_init(&i->share_entry);
-        list_init(&i->inflight_entry);
-        list_init(&i->wq_entry);
-        list_init(&i->starting_entry);
-        list_init(&i->waiters);
-        i->work.ops = &item_work_ops;
-        i->work.identity = i;
-        if (wq) {
-                i->work.stats = &wq->stats.pool;
-                i->work.cpu_intensive = wq->flags & WQ_CPU_INTENSIVE;
-                i->wq_name = wq->name;
-        }
-        return i;
 }
 
 /* The pending instance of @uid's work @key on @wq, or NULL. */
@@ -1005,23 +1050,26 @@ struct item *item_key_pending(struct workqueue *wq, uid_t uid, const char *key) 
 
 /* Frees @i, which never was queued, with its hold on its work key. */
 void item_discard(struct item *i) {
-        if (i->key)
-                work_key_release(i->wq, i->key, i);
+        if (item_extra(i)->key)
+                work_key_release(i->wq, i->extras->key, i);
         item_free(i);
 }
 
 /* Makes @key the pending instance of its work key (the submitter's own). */
 int item_attach_key(struct item *i, const char *key) {
+        struct item_extras *x = item_extras_get(i);
         struct work_key *k;
 
-        i->key_name = strdup(key);
-        if (!i->key_name)
+        if (!x)
+                return -ENOMEM;
+        x->key_name = strdup(key);
+        if (!x->key_name)
                 return -ENOMEM;
         k = work_key_get(i->wq, i->uid, key);
         if (!k)
                 return -ENOMEM;
         k->pending = i;
-        i->key = k;
+        x->key = k;
         i->work.identity = k;
         return 0;
 }

@@ -117,83 +117,80 @@ void core_store_restore_envs_done(struct core *c) {
         c->restore_envs_size = c->nr_restore_envs = 0;
 }
 
-/* The item's environment: named by id or written out. */
-static int restore_item_args(struct core *c, struct item *i, const CmwqStore__ItemQueued *q, const char *program) {
+/* The item, with its environment named by id or written out. */
+static int restore_item_new(struct core *c, struct workqueue *wq, const CmwqStore__ItemQueued *q, const char *program,
+                            struct item **ret) {
         const char *cwd = q->cwd ? q->cwd : "/";
         struct restore_env *slot;
 
         if (!q->has_env_id)
-                return item_args_pack(i, q->argv, q->n_argv, q->env, q->n_env, cwd, program);
+                return item_new(c, wq, q->argv, q->n_argv, q->env, q->n_env, cwd, program, ret);
         slot = c->restore_envs_size ? restore_env_slot(c, q->env_id) : NULL;
         if (!slot || slot->id == 0) {
                 log_fields_errno(LOG_WARNING, 0, &(const struct log_fields) { .queue = q->workqueue, .item = q->id },
                                  "The state log names environment %" PRIu64 " for item %" PRIu64
                                  ", which it does not hold; the item gets an empty environment", q->env_id, q->id);
-                return item_args_pack(i, q->argv, q->n_argv, NULL, 0, cwd, program);
+                return item_new(c, wq, q->argv, q->n_argv, NULL, 0, cwd, program, ret);
         }
-        return item_args_pack_shared(i, q->argv, q->n_argv, slot->env, cwd, program);
+        return item_new_shared(c, wq, q->argv, q->n_argv, slot->env, cwd, program, ret);
 }
 
 /* An item as it was queued; @wq NULL: it goes to the history. */
 static int restore_item(struct core *c, struct workqueue *wq, const CmwqStore__ItemQueued *q, struct item **ret) {
         _cleanup_(freep) char *program = NULL;
         struct item *i;
-        int r = -ENOMEM;
+        int resolved = 0, r;
 
         if (q->n_argv == 0 || core_item_lookup(c, q->id))
                 return -EBADMSG;
-        i = item_alloc(c, wq);
-        if (!i)
-                return -ENOMEM;
+        if (wq)
+                resolved = exec_resolve_program(q->argv[0], c->config.plugin_dirs, &program);
+        r = restore_item_new(c, wq, q, program, &i);
+        if (r < 0)
+                return r;
+        r = -ENOMEM;
+        /* It fails when it is due, as the log says it was queued. */
+        if (resolved < 0 && !item_run_get(i))
+                goto fail;
+        if (resolved < 0)
+                i->run->exec_errno = -resolved;
         i->id = q->id;
         i->uid = q->uid;
-        i->cpu = q->has_cpu ? q->cpu : -1;
+        i->cpu = q->has_cpu && q->cpu >= 0 && q->cpu <= INT16_MAX ? (int16_t) q->cpu : -1;
         if (wq && !(wq->flags & WQ_UNBOUND) && (i->cpu < 0 || (unsigned) i->cpu >= c->nr_cpus))
                 i->cpu = 0;     /* the machine has fewer CPUs now */
-        i->timeout_usec = q->timeout_usec;
         i->queued_usec = q->queued_usec;
-        i->deadline_usec = q->deadline_usec;
-        i->requeues = q->requeues;
-        i->interruptions = q->interruptions;
-        if (!wq) {
-                char *name = strdup(q->workqueue);
+        if (q->deadline_usec || q->requeues || q->interruptions) {
+                struct item_extras *x = item_extras_get(i);
 
-                if (!name)
+                if (!x)
                         goto fail;
-                i->wq_name = name;
-                i->wq_name_owned = true;
+                x->deadline_usec = q->deadline_usec;
+                x->requeues = q->requeues;
+                x->interruptions = q->interruptions;
         }
-        if (wq) {
-                r = exec_resolve_program(q->argv[0], c->config.plugin_dirs, &program);
-                if (r < 0 && !item_run_get(i)) {
-                        r = -ENOMEM;
+        if (!wq) {
+                struct item_extras *x = item_extras_get(i);
+
+                if (!x || !(x->wq_name = strdup(q->workqueue)))
                         goto fail;
-                }
-                if (r < 0)
-                        i->run->exec_errno = -r;        /* fails when it is due, as the log says it was queued */
         }
-        r = restore_item_args(c, i, q, program);
-        if (r < 0)
+        if (item_set_timeout(i, q->timeout_usec) < 0 ||
+            (q->has_payload && item_set_payload(i, q->payload.data, (uint32_t) q->payload.len) < 0))
                 goto fail;
-        r = -ENOMEM;
-        if (q->has_payload && q->payload.len > 0) {
-                i->payload = malloc(q->payload.len);
-                if (!i->payload)
-                        goto fail;
-                memcpy(i->payload, q->payload.data, q->payload.len);
-                i->payload_len = q->payload.len;
-        }
         /* Out of memory after this is out of memory at start-up: fatal
          * enough that the charge is not taken back. */
         r = item_restore_charge(i);
         if (r < 0)
                 goto fail;
-        if (q->key) {
-                if (!wq)
-                        i->key_name = strdup(q->key);
-                else if (item_attach_key(i, q->key) < 0)
-                        goto fail;
-        }
+        if (q->key && !wq) {
+                /* In the history: its name only, as far as memory goes. */
+                struct item_extras *x = item_extras_get(i);
+
+                if (x)
+                        x->key_name = strdup(q->key);
+        } else if (q->key && (r = item_attach_key(i, q->key)) < 0)
+                goto fail;
         core_item_hash(c, i);
         if (c->next_id <= i->id)
                 c->next_id = i->id + 1;
@@ -207,6 +204,7 @@ fail:
 
 static int restore_result(struct item *i, const CmwqStore__ItemResult *res) {
         struct item_run *run = item_run_get(i);
+        struct item_extras *x;
 
         if (!run)
                 return -ENOMEM;
@@ -231,9 +229,12 @@ static int restore_result(struct item *i, const CmwqStore__ItemResult *res) {
         i->out_truncated = res->out_truncated;
         i->err_truncated = res->err_truncated;
         run->started_usec = res->started_usec;
-        i->finished_usec = res->finished_usec ? res->finished_usec : now_usec(CLOCK_REALTIME);
+        x = item_extras_get(i);
+        if (!x)
+                return -ENOMEM;
+        x->finished_usec = res->finished_usec ? res->finished_usec : now_usec(CLOCK_REALTIME);
         if (res->has_requeues)
-                i->requeues = res->requeues;
+                x->requeues = res->requeues;
         return 0;
 }
 
@@ -245,6 +246,7 @@ static struct item *restore_lookup_live(struct core *c, uint64_t id) {
 
 int core_store_replay(const CmwqStore__Record *rec, void *userdata) {
         struct core *c = userdata;
+        struct item_extras *x;
         struct workqueue *wq;
         struct item *i;
         int r;
@@ -305,7 +307,8 @@ int core_store_replay(const CmwqStore__Record *rec, void *userdata) {
                                 return -ENOMEM;
                         if (i->run)
                                 i->run->started_usec = rec->item_started->started_usec;
-                        i->deadline_usec = 0;
+                        if (i->extras)
+                                i->extras->deadline_usec = 0;
                 }
                 break;
         case CMWQ_STORE__RECORD__BODY_ITEM_RELEASED:
@@ -321,10 +324,11 @@ int core_store_replay(const CmwqStore__Record *rec, void *userdata) {
                 i = restore_lookup_live(c, rec->item_requeued->id);
                 if (i) {
                         i->restored_running = false;
-                        i->requeues = rec->item_requeued->requeues;
-                        i->deadline_usec = rec->item_requeued->deadline_usec;
-                        if (!item_run_get(i))
+                        x = item_extras_get(i);
+                        if (!x || !item_run_get(i))
                                 return -ENOMEM;
+                        x->requeues = rec->item_requeued->requeues;
+                        x->deadline_usec = rec->item_requeued->deadline_usec;
                         i->run->cpu_usec = rec->item_requeued->cpu_usec;
                 }
                 break;
@@ -373,7 +377,9 @@ static void core_store_settle(struct core *c) {
                         if (!i->restored_running)
                                 continue;
                         i->restored_running = false;
-                        i->interruptions++;
+                        /* Out of memory at start-up: the count is what is lost. */
+                        if (item_extras_get(i))
+                                i->extras->interruptions++;
                         if (wq->on_interrupt == INTERRUPT_RERUN) {
                                 log_item(LOG_NOTICE, i,
                                          "Item %" PRIu64 " of workqueue %s was running when cmwqd stopped; "
@@ -384,7 +390,6 @@ static void core_store_settle(struct core *c) {
                         }
                         log_item(LOG_NOTICE, i, "Item %" PRIu64 " of workqueue %s was running when cmwqd stopped; "
                                  "it is reported as interrupted", i->id, wq->name);
-                        i->finished_usec = now_usec(CLOCK_REALTIME);
                         item_retire(i, ITEM_INTERRUPTED);
                 }
 }
@@ -407,6 +412,7 @@ static void core_store_requeue(struct core *c) {
         uint64_t now = now_usec(CLOCK_REALTIME);
         struct workqueue *wq, *wn;
         struct item *i, *n;
+        uint64_t deadline;
         size_t count = 0;
 
         list_for_each_entry_safe(wq, wn, &c->workqueues, entry) {
@@ -416,9 +422,11 @@ static void core_store_requeue(struct core *c) {
                                 item_retire(i, ITEM_FAILED);
                                 continue;
                         }
-                        if (i->deadline_usec > now && item_delay(i, i->deadline_usec - now) >= 0)
+                        deadline = item_extra(i)->deadline_usec;
+                        if (deadline > now && item_delay(i, deadline - now) >= 0)
                                 continue;
-                        i->deadline_usec = 0;
+                        if (i->extras)
+                                i->extras->deadline_usec = 0;
                         item_queue(i);
                 }
                 workqueue_check_waiters(wq);

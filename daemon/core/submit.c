@@ -142,7 +142,8 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
                         *ret_already_pending = true;
                         if (!wait)
                                 return 0;
-                        item_add_waiter(i, wait);
+                        if (item_add_waiter(i, wait) < 0)
+                                return core_error_set(e, -ENOMEM, "out of memory");
                         return 1;
                 }
         }
@@ -165,27 +166,18 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
                 }
         }
 
-        i = item_alloc(c, wq);
-        if (!i) {
+        r = item_new(c, wq, a->argv, a->argc, a->envp, a->envc, a->cwd && a->cwd[0] ? a->cwd : "/", program, &i);
+        if (r < 0) {
                 user_usage_put(&c->users, u);
-                return core_error_set(e, -ENOMEM, "out of memory");
+                return core_error_set(e, r, "out of memory");
         }
-        i->cpu = cpu;
-        i->timeout_usec = a->timeout_usec;
+        i->cpu = (int16_t) cpu;
         i->uid = caller->uid;
         i->queued_usec = now_usec(CLOCK_REALTIME);
 
-        r = item_args_pack(i, a->argv, a->argc, a->envp, a->envc, a->cwd && a->cwd[0] ? a->cwd : "/", program);
-        if (r < 0)
-                goto fail;
         r = -ENOMEM;
-        if (a->payload_len > 0) {
-                i->payload = malloc(a->payload_len);
-                if (!i->payload)
-                        goto fail;
-                memcpy(i->payload, a->payload, a->payload_len);
-                i->payload_len = a->payload_len;
-        }
+        if (item_set_timeout(i, a->timeout_usec) < 0 || item_set_payload(i, a->payload, (uint32_t) a->payload_len) < 0)
+                goto fail;
         if (a->key && item_attach_key(i, a->key) < 0)
                 goto fail;
         if (a->delay_usec > 0) {
@@ -193,6 +185,9 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
                 if (r < 0)
                         goto fail;
         }
+        r = -ENOMEM;
+        if (wait && !item_extras_get(i))        /* item_add_waiter() cannot fail below */
+                goto fail;
 
         i->id = c->next_id++;
         i->queued_bytes = bytes;
@@ -208,7 +203,7 @@ int core_submit(struct core *c, const struct core_caller *caller, const struct s
         *ret_id = i->id;
         *ret_already_pending = false;
         if (wait)
-                item_add_waiter(i, wait);
+                (void) item_add_waiter(i, wait);
         if (a->delay_usec == 0)
                 item_queue(i);
         else

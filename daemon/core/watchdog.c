@@ -136,20 +136,20 @@ static void watchdog_report(struct core *c, struct pool *p, uint64_t stalled_use
                                  "Watchdog: %s has had work waiting and made no progress for %" PRIu64 " s: "
                                  "item %" PRIu64 " of workqueue %s (%s) holds it, running for %" PRIu64 " s; "
                                  "item %" PRIu64 " of workqueue %s waits",
-                                 pool_name, stalled_usec / USEC_PER_SEC, holder->id, holder->wq_name,
+                                 pool_name, stalled_usec / USEC_PER_SEC, holder->id, item_wq_name(holder),
                                  holder->argv[0], (now_usec(CLOCK_REALTIME) - item_ran(holder)->started_usec) / USEC_PER_SEC,
-                                 waiting->id, waiting->wq_name);
+                                 waiting->id, item_wq_name(waiting));
         else if (!list_empty(&p->busy_list)) {
                 log_fields_errno(LOG_WARNING, 0, &f,
                                  "Watchdog: %s has had work waiting and made no progress for %" PRIu64 " s: "
                                  "%s holds it; item %" PRIu64 " of workqueue %s waits",
-                                 pool_name, stalled_usec / USEC_PER_SEC, who, waiting->id, waiting->wq_name);
+                                 pool_name, stalled_usec / USEC_PER_SEC, who, waiting->id, item_wq_name(waiting));
         }
         else
                 log_fields_errno(LOG_WARNING, 0, &f,
                                  "Watchdog: %s has had work waiting and made no progress for %" PRIu64 " s: "
                                  "item %" PRIu64 " of workqueue %s (%s) cannot be started, queued %" PRIu64 " s ago",
-                                 pool_name, stalled_usec / USEC_PER_SEC, waiting->id, waiting->wq_name,
+                                 pool_name, stalled_usec / USEC_PER_SEC, waiting->id, item_wq_name(waiting),
                                  waiting->argv[0], (now_usec(CLOCK_REALTIME) - waiting->queued_usec) / USEC_PER_SEC);
         if (waiting && waiting->wq)
                 waiting->wq->stats.watchdog++;

@@ -39,7 +39,8 @@
 
 START_TEST(test_fields_of_an_item) {
         char f[LOG_FIELDS_MAX][LOG_FIELD_SIZE];
-        struct item i = { .id = 42, .wq_name = (char *) "build", .uid = 1000, .cpu = 1 };
+        struct item_extras x = { .wq_name = (char *) "build" };
+        struct item i = { .id = 42, .extras = &x, .uid = 1000, .cpu = 1 };
 
         ck_assert_uint_eq(log_fields_format(LOG_FIELDS_ITEM(&i), f), 4);
         ck_assert_str_eq(f[0], "CMWQ_QUEUE=build");
@@ -253,7 +254,8 @@ static char *journal_dump(void) {
 /* log.c into the journal, and on stderr */
 
 START_TEST(test_line_about_an_item_in_the_journal) {
-        struct item i = { .id = 7, .wq_name = (char *) "build", .uid = 1000, .cpu = 0 };
+        struct item_extras x = { .wq_name = (char *) "build" };
+        struct item i = { .id = 7, .extras = &x, .uid = 1000, .cpu = 0 };
         char *e;
 
         if (!journal_start())
@@ -278,7 +280,8 @@ START_TEST(test_line_about_an_item_in_the_journal) {
 END_TEST
 
 START_TEST(test_line_about_an_item_on_stderr) {
-        struct item i = { .id = 7, .wq_name = (char *) "build", .uid = 1000, .cpu = 0 };
+        struct item_extras x = { .wq_name = (char *) "build" };
+        struct item i = { .id = 7, .extras = &x, .uid = 1000, .cpu = 0 };
         char path[] = "/tmp/cmwq-test-journal-XXXXXX", *out;
         int fd = mkstemp(path);
 

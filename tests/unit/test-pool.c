@@ -27,6 +27,8 @@ struct twork {
         bool prepared;                  /* by mock_prepare(), not yet started or given back */
         bool started_prepared;          /* it was prepared when it last started */
         unsigned nr_prepare, nr_unprepare;
+        struct pool_work_stats *stats;  /* its workqueue's, as the pool counts them */
+        bool cpu_intensive;             /* its workqueue is CPU_INTENSIVE */
 };
 
 #define MOCK_LOG_MAX 64
@@ -65,8 +67,18 @@ static int mock_execute(struct worker *w, struct pool_work *pw) {
         return 0;
 }
 
+static struct pool_work_stats *mock_stats(struct pool_work *pw) {
+        return container_of(pw, struct twork, pw)->stats;
+}
+
+static bool mock_queue_cpu_intensive(const struct pool_work *pw) {
+        return container_of(pw, struct twork, pw)->cpu_intensive;
+}
+
 static const struct pool_work_ops mock_ops = {
         .execute = mock_execute,
+        .stats = mock_stats,
+        .queue_cpu_intensive = mock_queue_cpu_intensive,
 };
 
 static void mock_prepare(struct pool_work *pw) {
@@ -88,6 +100,8 @@ static void mock_unprepare(struct pool_work *pw) {
 /* An executor that makes work ready ahead, as exec items do. */
 static const struct pool_work_ops mock_prep_ops = {
         .execute = mock_execute,
+        .stats = mock_stats,
+        .queue_cpu_intensive = mock_queue_cpu_intensive,
         .prepare = mock_prepare,
         .unprepare = mock_unprepare,
 };
@@ -99,10 +113,10 @@ static void twork_init(struct twork *t, const char *name, const void *identity,
                 .pw = {
                         .ops = &mock_ops,
                         .identity = identity ? identity : t,
-                        .stats = stats,
-                        .cpu_intensive = cpu_intensive,
                 },
                 .name = name,
+                .stats = stats,
+                .cpu_intensive = cpu_intensive,
         };
         list_init(&t->pw.entry);
 }
@@ -149,7 +163,7 @@ static void check_pool_at(const struct pool *p, int line) {
                         nr_running++;
                 if (w->flags & WORKER_BLOCKED)
                         nr_blocked++;
-                if (w->current->cpu_intensive)
+                if (pool_work_cpu_intensive(w->current))
                         INV(w->flags & WORKER_CPU_INTENSIVE);
                 /* The CPU-intensive timer runs exactly while the worker counts. */
                 INV(!!w->intensive_timer == timers);
@@ -367,6 +381,8 @@ static bool mock_reclaim(struct worker *w) {
 
 static const struct pool_work_ops mock_reclaim_ops = {
         .execute = mock_execute,
+        .stats = mock_stats,
+        .queue_cpu_intensive = mock_queue_cpu_intensive,
         .reclaim = mock_reclaim,
 };
 
