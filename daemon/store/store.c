@@ -333,8 +333,8 @@ static void *store_thread(void *userdata) {
                 if (s->compact_posted) {
                         struct store_buf tail = s->tail;
                         size_t taken = s->pending.len;
-                        bool broken = s->compact_broken, renamed = false;
-                        int new_fd = -1;
+                        bool broken = s->compact_broken, renamed = false, full;
+                        int new_fd = -1, old_fd;
 
                         /* The snapshot holds every record up to the fork,
                          * the tail every one since: together, everything
@@ -381,15 +381,25 @@ static void *store_thread(void *userdata) {
                         retry = false;
                         batch.len = 0;
                         cut_to = -1;
-                        close(s->fd);
+                        old_fd = s->fd;
                         s->fd = new_fd;
                         if (r < 0)
                                 s->dir_unsynced = true;
                         else if (seq > s->durable_seq)
                                 s->durable_seq = seq;
-                        if (errno_is_full(store_keep_reserve(s, new_fd)))
-                                store_set_full(s, true);
                         store_wake_loop(s);
+                        /* Not under the lock, which the loop takes to
+                         * append: the old log, renamed over, goes with
+                         * its last fd, and freeing its blocks, like
+                         * taking the new log's reserve, may wait for a
+                         * journal commit (tens of ms behind a snapshot's
+                         * writeback on ext4). */
+                        pthread_mutex_unlock(&s->lock);
+                        close(old_fd);
+                        full = errno_is_full(store_keep_reserve(s, new_fd));
+                        pthread_mutex_lock(&s->lock);
+                        if (full)
+                                store_set_full(s, true);
                         continue;
                 }
 
