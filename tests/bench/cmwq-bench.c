@@ -459,7 +459,9 @@ static int cmd_throughput(int argc, char **argv) {
         double *rate = calloc((size_t) nv * rounds, sizeof(double));
         double *sub = calloc((size_t) nv * rounds, sizeof(double));
         double *med = calloc((size_t) nv, sizeof(double));
-        if (!rate || !sub || !med)
+        double *paired = calloc((size_t) nv, sizeof(double));
+        double *pair = calloc((size_t) rounds, sizeof(double));
+        if (!rate || !sub || !med || !paired || !pair)
                 die("out of memory");
 
         /* Rounds interleave the variants, so that a slow phase of the
@@ -476,9 +478,19 @@ static int cmd_throughput(int argc, char **argv) {
                         sub[v * rounds + r] = b.submit_ms;
                 }
 
-        printf("  %-44s %8s %7s %10s  %s\n", "", "items/s", "ratio", "submit ms", "items/s per round, in order");
+        /* Each round against its peer's of the same round, before
+         * percentile() sorts the rounds: on a VM whose speed wanders over
+         * the run, the median of these is the steadier figure. */
         for (int v = 0; v < nv; v++) {
-                char ratio[32], subms[16], each[256] = "";
+                for (int r = 0; r < rounds; r++)
+                        pair[r] = rate[v * rounds + r] / rate[rows[v].peer * rounds + r];
+                paired[v] = percentile(pair, rounds, 50);
+        }
+
+        printf("  %-44s %8s %7s %7s %10s  %s\n", "", "items/s", "ratio", "paired", "submit ms",
+               "items/s per round, in order");
+        for (int v = 0; v < nv; v++) {
+                char ratio[32], pratio[32], subms[16], each[256] = "";
 
                 for (int r = 0; r < rounds; r++) {
                         size_t l = strlen(each);
@@ -492,16 +504,20 @@ static int cmd_throughput(int argc, char **argv) {
                 else
                         snprintf(ratio, sizeof(ratio), "%.2fx%s", med[v] / med[rows[v].peer],
                                  rows[v].peer == 1 ? "*" : "");
+                snprintf(pratio, sizeof(pratio), "%.2fx%s", paired[v], rows[v].peer == 1 && v != 1 ? "*" : "");
                 if (!rows[v].queue[0])
                         snprintf(subms, sizeof(subms), "-");
                 else
                         snprintf(subms, sizeof(subms), "%.1f", percentile(sub + v * rounds, rounds, 50));
-                printf("  %-44s %8.0f %7s %10s  %s\n", rows[v].label, med[v], ratio, subms, each);
+                printf("  %-44s %8.0f %7s %7s %10s  %s\n", rows[v].label, med[v], ratio, pratio, subms, each);
         }
         printf("  * against the 1-CPU peer: all items wait on one CPU's pool and run there one at a time\n");
+        printf("  paired: the median over the rounds of each round's ratio to its peer's same round\n");
         free(rate);
         free(sub);
         free(med);
+        free(paired);
+        free(pair);
         return 0;
 }
 
