@@ -33,8 +33,9 @@ int core_store_refuse_change(struct core *c, struct core_error *e) {
         return core_error_set(e, -ENOSPC, "the state directory %s is full", store_dir(c->store));
 }
 
-static int64_t core_store_append(struct core *c, const CmwqStore__Record *rec) {
-        int64_t seq = store_append(c->store, rec);
+/* @lazy: nobody waits for the record (store_append_lazy()). */
+static int64_t core_store_add(struct core *c, const CmwqStore__Record *rec, bool lazy) {
+        int64_t seq = lazy ? store_append_lazy(c->store, rec) : store_append(c->store, rec);
 
         /* Out of memory: the state on disk falls behind, but nothing that
          * was acknowledged is lost by going on.  A full state directory
@@ -42,6 +43,10 @@ static int64_t core_store_append(struct core *c, const CmwqStore__Record *rec) {
         if (seq < 0 && seq != -ENOSPC)
                 log_warning_errno((int) seq, "Cannot add to the state log: %m");
         return seq;
+}
+
+static int64_t core_store_append(struct core *c, const CmwqStore__Record *rec) {
+        return core_store_add(c, rec, false);
 }
 
 static void workqueue_record_fill(CmwqStore__Workqueue *w, const struct workqueue *wq) {
@@ -221,7 +226,7 @@ bool core_store_is_durable(const struct core *c, uint64_t seq) {
         return !c->store || seq <= store_durable_seq(c->store);
 }
 
-static int64_t core_store_append_started(struct item *i, bool ahead) {
+static int64_t core_store_append_started(struct item *i, bool ahead, bool lazy) {
         CmwqStore__Record rec = CMWQ_STORE__RECORD__INIT;
         CmwqStore__ItemStarted st = CMWQ_STORE__ITEM_STARTED__INIT;
 
@@ -235,7 +240,7 @@ static int64_t core_store_append_started(struct item *i, bool ahead) {
         }
         rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_STARTED;
         rec.item_started = &st;
-        return core_store_append(i->core, &rec);
+        return core_store_add(i->core, &rec, lazy);
 }
 
 uint64_t core_store_item_claim(struct item *i) {
@@ -243,7 +248,7 @@ uint64_t core_store_item_claim(struct item *i) {
 
         if (!core_store_at_most_once(i))
                 return 0;
-        seq = core_store_append_started(i, true);
+        seq = core_store_append_started(i, true, false);
         return seq > 0 ? (uint64_t) seq : 0;
 }
 
@@ -264,7 +269,9 @@ uint64_t core_store_item_started(struct item *i) {
 
         if (!core_store_on(i->core))
                 return 0;
-        seq = core_store_append_started(i, false);
+        /* Waited for only by a drop item without a claim. */
+        seq = core_store_append_started(i, false,
+                                        i->wq->on_interrupt == INTERRUPT_RERUN || item_start_seq(i) > 0);
         /* At most once (drop): the item must not run before a record that
          * says it may have is on disk, or a crash in between would run it
          * a second time: its claim, or else this record.  At least once
@@ -301,7 +308,10 @@ void core_store_item_result(struct item *i) {
         item_result_fill(&res, i);
         rec.body_case = CMWQ_STORE__RECORD__BODY_ITEM_RESULT;
         rec.item_result = &res;
-        (void) core_store_append(i->core, &rec);
+        /* Nobody waits for it: a crash before its commit reports the item
+         * interrupted (or runs it again on a rerun queue), as one during
+         * the commit would. */
+        (void) core_store_add(i->core, &rec, true);
 }
 
 static int snapshot_environment(struct item_env *e, void *userdata) {

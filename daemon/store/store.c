@@ -26,6 +26,13 @@
 #include "util.h"
 
 #define STORE_RETRY_SEC 1
+/* How long records nobody waits for (an item's result, the start of one
+ * whose claim is on disk) may gather before they are committed: a stream
+ * of them then shares one fdatasync() instead of taking one each (1.2 per
+ * item before, at 270 items a second).  A crash in that time loses them as
+ * it would lose them during the sync: the item is reported interrupted, or
+ * runs again on a rerun queue. */
+#define STORE_LAZY_USEC (20 * USEC_PER_MSEC)
 
 /* Room kept allocated past the end of the log (fallocate(KEEP_SIZE)), renewed
  * after every commit: the first renewal that fails says the file system is
@@ -80,6 +87,11 @@ struct store {
         int fd;                         /* the log; replaced by a compaction */
         struct store_buf pending;       /* framed records not yet handed to write() */
         uint64_t pending_seq;           /* the last record in pending */
+        /* Someone waits for a record in pending; without one, pending is
+         * committed STORE_LAZY_USEC after its first record (lazy_since,
+         * CLOCK_MONOTONIC), with whatever joined it meanwhile. */
+        bool pending_urgent;
+        uint64_t lazy_since_usec;
         bool compacting;                /* a child writes a snapshot: records also go to tail */
         bool compact_broken;            /* a record could not go to tail: the compaction is void */
         struct store_buf tail;          /* every record appended since the fork */
@@ -308,17 +320,30 @@ static void *store_thread(void *userdata) {
                 uint64_t seq;
                 int r, k;
 
-                while (!s->stop && s->pending.len == 0 && !retry && !s->dir_unsynced && !s->compact_posted) {
+                while (!s->stop && !retry && !s->dir_unsynced && !s->compact_posted &&
+                       (s->pending.len == 0 || !s->pending_urgent)) {
                         struct timespec ts;
                         int fd;
 
+                        if (s->pending.len > 0) {
+                                /* Only lazy records: wait for their time,
+                                 * or for one someone waits for. */
+                                uint64_t due = s->lazy_since_usec + STORE_LAZY_USEC;
+
+                                if (now_usec(CLOCK_MONOTONIC) >= due)
+                                        break;
+                                ts = (struct timespec) { .tv_sec = (time_t) (due / USEC_PER_SEC),
+                                                         .tv_nsec = (long) (due % USEC_PER_SEC) * 1000 };
+                                (void) pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+                                continue;
+                        }
                         if (!s->full) {
                                 pthread_cond_wait(&s->cond, &s->lock);
                                 continue;
                         }
                         /* Full: look for room again now and then (only
                          * while full; an idle store has no timer). */
-                        clock_gettime(CLOCK_REALTIME, &ts);
+                        clock_gettime(CLOCK_MONOTONIC, &ts);
                         ts.tv_sec += STORE_RETRY_SEC;
                         if (pthread_cond_timedwait(&s->cond, &s->lock, &ts) != ETIMEDOUT)
                                 continue;
@@ -414,6 +439,7 @@ static void *store_thread(void *userdata) {
                         batch = s->pending;
                         s->pending = tmp;
                         s->pending.len = 0;
+                        s->pending_urgent = false;
                         batch_seq = s->pending_seq;
                 }
                 seq = batch_seq;
@@ -687,7 +713,7 @@ static void store_compact_now(evutil_socket_t fd, short what, void *userdata) {
         s->compacted_bytes = s->log_bytes;
 }
 
-int64_t store_append(struct store *s, const CmwqStore__Record *rec) {
+static int64_t store_append_record(struct store *s, const CmwqStore__Record *rec, bool lazy) {
         bool compacting;
         size_t before;
         int r;
@@ -717,7 +743,12 @@ int64_t store_append(struct store *s, const CmwqStore__Record *rec) {
         }
         if (r >= 0) {
                 s->pending_seq = ++s->appended_seq;
-                pthread_cond_signal(&s->cond);
+                if (before == 0)
+                        s->lazy_since_usec = now_usec(CLOCK_MONOTONIC);
+                if (!lazy)
+                        s->pending_urgent = true;
+                if (!lazy || before == 0)
+                        pthread_cond_signal(&s->cond);
         }
         s->log_bytes += s->pending.len - before;
         pthread_mutex_unlock(&s->lock);
@@ -728,6 +759,14 @@ int64_t store_append(struct store *s, const CmwqStore__Record *rec) {
             s->compact_pid == 0 && !compacting && !event_pending(s->compact_event, EV_TIMEOUT, NULL))
                 event_active(s->compact_event, EV_TIMEOUT, 0);
         return (int64_t) s->appended_seq;
+}
+
+int64_t store_append(struct store *s, const CmwqStore__Record *rec) {
+        return store_append_record(s, rec, false);
+}
+
+int64_t store_append_lazy(struct store *s, const CmwqStore__Record *rec) {
+        return store_append_record(s, rec, true);
 }
 
 static int mkdir_parents(const char *path, mode_t mode) {
@@ -758,7 +797,15 @@ int store_open(const char *dir, store_record_cb replay, void *userdata, struct s
         s->fd = s->dir_fd = s->wake_fd = s->compact_status_fd = -1;
         list_init(&s->listeners);
         pthread_mutex_init(&s->lock, NULL);
-        pthread_cond_init(&s->cond, NULL);
+        {
+                pthread_condattr_t attr;
+
+                /* Its timed waits are on CLOCK_MONOTONIC. */
+                pthread_condattr_init(&attr);
+                pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+                pthread_cond_init(&s->cond, &attr);
+                pthread_condattr_destroy(&attr);
+        }
         s->dir = strdup(dir);
         if (!s->dir || asprintf(&s->path, "%s/%s", dir, STORE_LOG_NAME) < 0) {
                 r = -ENOMEM;

@@ -97,9 +97,13 @@ void store_stop(struct store *s);
 /* store_stop() if not done yet, and frees. */
 struct store *store_free(struct store *s);
 
-/* Queues @rec for the next commit.  Returns its sequence number (> 0) or a
- * negative errno. */
+/* Queues @rec for the next commit, which starts at once.  Returns its
+ * sequence number (> 0) or a negative errno. */
 int64_t store_append(struct store *s, const CmwqStore__Record *rec);
+/* The same for a record that nobody waits for: it may wait up to 20 ms for
+ * others to share its commit (a record appended with store_append() takes
+ * it along at once). */
+int64_t store_append_lazy(struct store *s, const CmwqStore__Record *rec);
 uint64_t store_appended_seq(const struct store *s);
 uint64_t store_durable_seq(const struct store *s);
 void store_add_listener(struct store *s, struct store_listener *l);
