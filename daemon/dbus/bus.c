@@ -598,6 +598,7 @@ int ipc_dbus_send_durable(struct ipc_dbus *d, sd_bus_message *reply) {
         h->reply = reply;
         h->seq = seq;
         list_add_tail(&h->entry, &d->held);
+        store_urge(d->store);
         return 1;
 }
 

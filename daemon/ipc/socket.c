@@ -197,6 +197,7 @@ static struct evbuffer *ipc_client_output_for_reply(struct ipc_client *c) {
         if (evbuffer_get_length(c->held) == 0 && (store_durable_seq(store) >= seq || store_is_full(store)))
                 return c->out;
         c->held_seq = seq;
+        store_urge(store);
         return c->held;
 }
 

@@ -402,6 +402,8 @@ static void *store_thread(void *userdata) {
                         if (taken > 0) {
                                 memmove(s->pending.data, s->pending.data + taken, s->pending.len - taken);
                                 s->pending.len -= taken;
+                                if (s->pending.len == 0)
+                                        s->pending_urgent = false;
                         }
                         retry = false;
                         batch.len = 0;
@@ -479,11 +481,12 @@ static void *store_thread(void *userdata) {
                                 s->pending = batch;
                                 batch = tmp;
                                 batch.len = 0;
+                                s->pending_urgent = true;       /* a retry: not lazy again */
                         }
                         if (!s->stop) {
                                 struct timespec ts;
 
-                                clock_gettime(CLOCK_REALTIME, &ts);
+                                clock_gettime(CLOCK_MONOTONIC, &ts);
                                 ts.tv_sec += STORE_RETRY_SEC;
                                 pthread_cond_timedwait(&s->cond, &s->lock, &ts);
                         } else
@@ -743,8 +746,10 @@ static int64_t store_append_record(struct store *s, const CmwqStore__Record *rec
         }
         if (r >= 0) {
                 s->pending_seq = ++s->appended_seq;
-                if (before == 0)
+                if (before == 0) {
                         s->lazy_since_usec = now_usec(CLOCK_MONOTONIC);
+                        s->pending_urgent = false;
+                }
                 if (!lazy)
                         s->pending_urgent = true;
                 if (!lazy || before == 0)
@@ -767,6 +772,15 @@ int64_t store_append(struct store *s, const CmwqStore__Record *rec) {
 
 int64_t store_append_lazy(struct store *s, const CmwqStore__Record *rec) {
         return store_append_record(s, rec, true);
+}
+
+void store_urge(struct store *s) {
+        pthread_mutex_lock(&s->lock);
+        if (s->pending.len > 0 && !s->pending_urgent) {
+                s->pending_urgent = true;
+                pthread_cond_signal(&s->cond);
+        }
+        pthread_mutex_unlock(&s->lock);
 }
 
 static int mkdir_parents(const char *path, mode_t mode) {
@@ -802,7 +816,7 @@ int store_open(const char *dir, store_record_cb replay, void *userdata, struct s
 
                 /* Its timed waits are on CLOCK_MONOTONIC. */
                 pthread_condattr_init(&attr);
-                pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+                (void) pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
                 pthread_cond_init(&s->cond, &attr);
                 pthread_condattr_destroy(&attr);
         }

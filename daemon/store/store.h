@@ -104,6 +104,8 @@ int64_t store_append(struct store *s, const CmwqStore__Record *rec);
  * others to share its commit (a record appended with store_append() takes
  * it along at once). */
 int64_t store_append_lazy(struct store *s, const CmwqStore__Record *rec);
+/* A reply waits for every record appended so far: lazy ones go now. */
+void store_urge(struct store *s);
 uint64_t store_appended_seq(const struct store *s);
 uint64_t store_durable_seq(const struct store *s);
 void store_add_listener(struct store *s, struct store_listener *l);
