@@ -25,7 +25,7 @@
 #include "store/store.h"
 #include "util.h"
 
-#define STORE_RETRY_SEC 1
+#define STORE_RETRY_USEC USEC_PER_SEC
 /* How long records nobody waits for (an item's result, the start of one
  * whose claim is on disk) may gather before they are committed: a stream
  * of them then shares one fdatasync() instead of taking one each (1.2 per
@@ -308,6 +308,15 @@ static void store_set_full(struct store *s, bool full) {
         store_wake_loop(s);
 }
 
+/* With the lock held: waits until signalled, or until @due_usec on
+ * CLOCK_MONOTONIC, the clock the condition times on (store_open()).
+ * ETIMEDOUT once that time has come. */
+static int store_wait_until(struct store *s, uint64_t due_usec) {
+        struct timespec ts = timespec_from_usec(due_usec);
+
+        return pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+}
+
 static void *store_thread(void *userdata) {
         struct store *s = userdata;
         struct store_buf batch = {};
@@ -322,7 +331,6 @@ static void *store_thread(void *userdata) {
 
                 while (!s->stop && !retry && !s->dir_unsynced && !s->compact_posted &&
                        (s->pending.len == 0 || !s->pending_urgent)) {
-                        struct timespec ts;
                         int fd;
 
                         if (s->pending.len > 0) {
@@ -332,9 +340,7 @@ static void *store_thread(void *userdata) {
 
                                 if (now_usec(CLOCK_MONOTONIC) >= due)
                                         break;
-                                ts = (struct timespec) { .tv_sec = (time_t) (due / USEC_PER_SEC),
-                                                         .tv_nsec = (long) (due % USEC_PER_SEC) * 1000 };
-                                (void) pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+                                (void) store_wait_until(s, due);
                                 continue;
                         }
                         if (!s->full) {
@@ -343,9 +349,7 @@ static void *store_thread(void *userdata) {
                         }
                         /* Full: look for room again now and then (only
                          * while full; an idle store has no timer). */
-                        clock_gettime(CLOCK_MONOTONIC, &ts);
-                        ts.tv_sec += STORE_RETRY_SEC;
-                        if (pthread_cond_timedwait(&s->cond, &s->lock, &ts) != ETIMEDOUT)
+                        if (store_wait_until(s, now_usec(CLOCK_MONOTONIC) + STORE_RETRY_USEC) != ETIMEDOUT)
                                 continue;
                         fd = s->fd;
                         pthread_mutex_unlock(&s->lock);
@@ -483,14 +487,9 @@ static void *store_thread(void *userdata) {
                                 batch.len = 0;
                                 s->pending_urgent = true;       /* a retry: not lazy again */
                         }
-                        if (!s->stop) {
-                                struct timespec ts;
-
-                                clock_gettime(CLOCK_MONOTONIC, &ts);
-                                ts.tv_sec += STORE_RETRY_SEC;
-                                pthread_cond_timedwait(&s->cond, &s->lock, &ts);
-                        } else
+                        if (s->stop)
                                 break;
+                        (void) store_wait_until(s, now_usec(CLOCK_MONOTONIC) + STORE_RETRY_USEC);
                         continue;
                 }
                 if (failing)
@@ -799,6 +798,16 @@ static int mkdir_parents(const char *path, mode_t mode) {
         return 0;
 }
 
+/* A condition whose timed waits are on CLOCK_MONOTONIC (store_wait_until()). */
+static void store_cond_init(pthread_cond_t *cond) {
+        pthread_condattr_t attr;
+
+        pthread_condattr_init(&attr);
+        (void) pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        pthread_cond_init(cond, &attr);
+        pthread_condattr_destroy(&attr);
+}
+
 int store_open(const char *dir, store_record_cb replay, void *userdata, struct store **ret) {
         struct store *s;
         struct store_buf image = {};
@@ -811,15 +820,7 @@ int store_open(const char *dir, store_record_cb replay, void *userdata, struct s
         s->fd = s->dir_fd = s->wake_fd = s->compact_status_fd = -1;
         list_init(&s->listeners);
         pthread_mutex_init(&s->lock, NULL);
-        {
-                pthread_condattr_t attr;
-
-                /* Its timed waits are on CLOCK_MONOTONIC. */
-                pthread_condattr_init(&attr);
-                (void) pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-                pthread_cond_init(&s->cond, &attr);
-                pthread_condattr_destroy(&attr);
-        }
+        store_cond_init(&s->cond);
         s->dir = strdup(dir);
         if (!s->dir || asprintf(&s->path, "%s/%s", dir, STORE_LOG_NAME) < 0) {
                 r = -ENOMEM;
