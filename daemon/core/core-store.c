@@ -265,21 +265,22 @@ void core_store_item_released(struct item *i) {
 }
 
 uint64_t core_store_item_started(struct item *i) {
+        bool rerun = i->wq->on_interrupt == INTERRUPT_RERUN;
+        uint64_t claim = item_start_seq(i);
         int64_t seq;
 
         if (!core_store_on(i->core))
                 return 0;
-        /* Waited for only by a drop item without a claim. */
-        seq = core_store_append_started(i, false,
-                                        i->wq->on_interrupt == INTERRUPT_RERUN || item_start_seq(i) > 0);
         /* At most once (drop): the item must not run before a record that
          * says it may have is on disk, or a crash in between would run it
-         * a second time: its claim, or else this record.  At least once
-         * (rerun): such a second run is what the queue asked for. */
-        if (i->wq->on_interrupt == INTERRUPT_RERUN)
+         * a second time: its claim, or else this record, which is then
+         * the only one waited for (not lazy).  At least once (rerun): such
+         * a second run is what the queue asked for. */
+        seq = core_store_append_started(i, false, rerun || claim > 0);
+        if (rerun)
                 return 0;
-        if (item_start_seq(i) > 0)
-                return core_store_is_durable(i->core, item_start_seq(i)) ? 0 : item_start_seq(i);
+        if (claim > 0)
+                return core_store_is_durable(i->core, claim) ? 0 : claim;
         return seq > 0 && !core_store_is_durable(i->core, (uint64_t) seq) ? (uint64_t) seq : 0;
 }
 

@@ -513,10 +513,10 @@ static uint64_t requeue_backoff_usec(unsigned requeues) {
 static void item_exec_done(struct exec_proc *p, struct exec_result *r, void *userdata) {
         struct item *i = userdata;
         struct item_run *run = i->run;  /* item_execute() made it */
+        struct item_extras *x = i->extras;      /* and these */
         struct worker *worker = run->worker;
         struct workqueue *wq = i->wq;
-        struct work_key *key = item_extra(i)->key;
-        struct item_extras *x;
+        struct work_key *key = x->key;
         bool requeue;
 
         run->proc = NULL;
@@ -526,9 +526,7 @@ static void item_exec_done(struct exec_proc *p, struct exec_result *r, void *use
         run->exec_errno = r->exec_errno;
         run->cpu_usec += r->cpu_usec;
         i->timed_out = r->timed_out;
-        x = item_extras_get(i);         /* it ends, or is requeued: it needs them */
-        if (x)
-                x->finished_usec = r->finished_usec;
+        x->finished_usec = r->finished_usec;
         free(run->out);
         free(run->err);
         run->out = TAKE_PTR(r->out);
@@ -558,9 +556,7 @@ static void item_exec_done(struct exec_proc *p, struct exec_result *r, void *use
                   !(key && key->pending && key->pending != i);
 
         workqueue_item_finished(i);
-        if (requeue && !x)
-                item_retire(i, ITEM_FAILED);
-        else if (requeue) {
+        if (requeue) {
                 x->requeues++;
                 wq->stats.requeued++;
                 if (key)
@@ -664,12 +660,10 @@ static void item_mark_running(struct item *i, struct worker *worker) {
                 i->run->started_usec = now_usec(CLOCK_REALTIME);
         log_item(LOG_DEBUG, i, "Started item %" PRIu64 " of workqueue %s", i->id, item_wq_name(i));
         i->pwq->nr_running++;
-        if (item_extra(i)->key) {
-                struct work_key *key = i->extras->key;
-
-                if (key->pending == i)
-                        key->pending = NULL;
-                key->running = i;
+        if (i->extras->key) {   /* item_execute() made the extras */
+                if (i->extras->key->pending == i)
+                        i->extras->key->pending = NULL;
+                i->extras->key->running = i;
         }
         core_notify_workqueue_changed(i->wq);
 }
