@@ -28,12 +28,13 @@
  *       (clear_refs), items with 256 KiB payloads are submitted and
  *       cancelled until the log is past twice its last snapshot, and
  *       small ones are submitted (and cancelled) until the log has been
- *       replaced.  Meanwhile another connection asks for the list of
- *       queues every 5 ms (cmwqctl list) on a fixed schedule: a reply's
+ *       replaced, and 300 ms more.  Meanwhile another connection asks for
+ *       the list of queues every 5 ms (cmwqctl list) on a fixed schedule: a reply's
  *       latency counts from when the request was due, so a stalled loop
  *       counts with every request it held back.  Prints the list latency
  *       (p50, p99, max), the submissions acknowledged while the compaction
- *       ran, and the peak memory against the steady RSS: cmwqd's VmHWM
+ *       ran and in the 300 ms after it (when the old log is freed), and
+ *       the peak memory against the steady RSS: cmwqd's VmHWM
  *       plus the peak private memory of any process it forked meanwhile.
  *       Every reply waits until the records appended before it are on disk
  *       (a list reply too): with CMWQ_LOAD_QUIET=1 nothing is submitted
@@ -326,6 +327,9 @@ static int cmd_clients(int argc, char **argv) {
 /* ---- pending ---- */
 
 #define POLL_INTERVAL_S 0.005
+/* How long submissions and the list go on after the log is replaced. */
+#define AFTER_MS 300
+#define AFTER_S (AFTER_MS / 1000.0)
 
 struct poller {
         pthread_t thread;
@@ -474,8 +478,8 @@ static void compaction_phase(struct conn *c, const char *socket, pid_t pid, cons
         /* CMWQ_LOAD_QUIET=1: nothing is submitted while the compaction
          * runs, so that no list reply waits for a sync: the loop alone. */
         bool quiet = getenv("CMWQ_LOAD_QUIET") && atoi(getenv("CMWQ_LOAD_QUIET")) > 0;
-        double t_start, t_seen = 0, t_end, worst_ack = 0;
-        size_t acked = 0, in_window = 0;
+        double t_start, t_seen = 0, t_end, worst_ack = 0, worst_ack_after = 0;
+        size_t acked = 0, acked_after = 0, in_window = 0;
         long rss_steady, hwm, child_peak = 0;
         ino_t ino0, ino;
         void *payload;
@@ -549,6 +553,21 @@ static void compaction_phase(struct conn *c, const char *socket, pid_t pid, cons
                         die("the compaction did not end in 600 s");
         }
         t_end = now_s();
+        /* And a moment after: the old log's blocks are freed then, which
+         * once held up the commits that replies wait for. */
+        while (now_s() < t_end + AFTER_S) {
+                double ack;
+
+                if (quiet) {
+                        sleep_until(now_s() + 0.02);
+                        continue;
+                }
+                cancel_one(c, submit_one(c, "system_freezable", NULL, 0, &ack));
+                acked_after++;
+                sleep_until(now_s() + 0.02);
+                if (ack > worst_ack_after)
+                        worst_ack_after = ack;
+        }
         sleep_until(now_s() + 0.2);
         atomic_store(&p.stop, true);
         pthread_join(p.thread, NULL);
@@ -559,22 +578,29 @@ static void compaction_phase(struct conn *c, const char *socket, pid_t pid, cons
         /* The requests due while the log grew and was compacted (a
          * compaction on the loop happens in the first part), then those
          * due while a compaction ran outside the loop. */
-        for (int pass = 0; pass < 2; pass++) {
+        for (int pass = 0; pass < 3; pass++) {
+                static const char *const what[] = {     /* "300": AFTER_MS */
+                        "while the log grew and was compacted",
+                        "while the compaction ran",
+                        "in the 300 ms after it",
+                };
+                double from = pass == 0 ? t_start : pass == 1 ? t_seen : t_end;
+                double to = pass == 2 ? t_end + AFTER_S : t_end;
                 double *l = malloc((p.n + 1) * sizeof(double));
 
                 in_window = 0;
                 for (size_t k = 0; l && k < p.n; k++)
-                        if (p.due[k] >= (pass ? t_seen : t_start) && p.due[k] <= t_end)
+                        if (p.due[k] >= from && p.due[k] <= to)
                                 l[in_window++] = p.latency[k];
                 qsort(l, in_window, sizeof(double), cmp_double);
                 if (in_window > 0)
                         printf("  list every %.0f ms, %s: %zu requests, latency p50 %.2f ms, p99 %.2f ms, "
-                               "max %.2f ms\n", POLL_INTERVAL_S * 1e3,
-                               pass ? "while the compaction ran" : "while the log grew and was compacted", in_window,
+                               "max %.2f ms\n", POLL_INTERVAL_S * 1e3, what[pass], in_window,
                                l[in_window / 2] * 1e3, l[in_window * 99 / 100] * 1e3, l[in_window - 1] * 1e3);
                 free(l);
         }
-        printf("  %zu submissions acknowledged while it ran, the slowest in %.2f ms\n", acked, worst_ack * 1e3);
+        printf("  %zu submissions acknowledged while it ran, the slowest in %.2f ms; %zu in the %d ms after it, "
+               "the slowest in %.2f ms\n", acked, worst_ack * 1e3, acked_after, AFTER_MS, worst_ack_after * 1e3);
         printf("  memory: steady RSS %ld KiB, peak %ld KiB (VmHWM) + %ld KiB private to its child = %.2fx steady\n",
                rss_steady, hwm, child_peak, (double) (hwm + child_peak) / (double) rss_steady);
         free(p.due);
