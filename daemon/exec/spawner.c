@@ -27,14 +27,17 @@
  * cgroup.procs and its RCU grace period.  The child runs exec_child().  The
  * reply is the pid, or -errno.
  *
- * The daemon waits for that reply (exec_prepare() stays synchronous): the
- * spawner is small, so its clone takes tens of microseconds, and a failure
- * to create the process (EAGAIN) is still returned by exec_start(), which
- * the pool retries.  On a bound pool that wait is not where it matters: the
- * next item is prepared while the one before it runs, and when that one
- * blocks or ends, exec_go() only sends one byte.  Should the spawner be unusable (it cannot be started,
- * it died and cannot be restarted, or the kernel refuses CLONE_PARENT), the
- * daemon falls back to fork()ing the child itself, as before.
+ * The daemon waits for that reply (exec_prepare() stays synchronous), so
+ * that a failure to create the process (EAGAIN) is still returned by
+ * exec_start(), which the pool retries.  On a bound pool the next item is
+ * prepared while the one before it runs, and when that one blocks or ends,
+ * exec_go() only sends one byte.  But the wait is not short: the spawner's
+ * clone3() takes 190-450 us on the development VM, and its round trip
+ * about 1-2 ms, during which an item that ends is not seen
+ * (tests/bench/README.md, "Item by item").  Should the spawner be
+ * unusable (it cannot be started, it died and cannot be restarted, or the
+ * kernel refuses CLONE_PARENT), the daemon falls back to fork()ing the
+ * child itself, as before.
  */
 
 #include <errno.h>
