@@ -562,6 +562,9 @@ out:
         ipc_dbus_stop(dbus);
         server = ipc_server_free(server);
         core = core_free(core);
+        /* Before the cgroups: the processes made ahead that the items gave
+         * back hold theirs until the spawner has told their pids. */
+        exec_spawner_shutdown();
         /* What the last replies and items wrote reaches the disk; only then
          * do the D-Bus replies that acknowledge it go, and the bus. */
         store_stop(store);
@@ -571,7 +574,6 @@ out:
         cgroups = cgroup_root_free(cgroups);
         pids = pids_root_free(pids);
         sw = sleepwatch_free(sw);
-        exec_spawner_shutdown();
         if (sigterm)
                 event_free(sigterm);
         if (sigint)

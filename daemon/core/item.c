@@ -609,8 +609,13 @@ static int item_make_process(struct item *i, struct pool *pool) {
         bool had_rescuer;
         int r;
 
-        if (i->run->prepared)
-                return 0;
+        if (i->run->prepared) {
+                r = exec_proc_ready(i->run->prepared);
+                if (r >= 0)
+                        return 0;
+                log_item_errno(LOG_DEBUG, r, i, "Could not prepare item %" PRIu64 " ahead: %m", i->id);
+                i->run->prepared = exec_proc_discard(i->run->prepared);
+        }
         spec = item_exec_spec(i, pool);
         /* Only here, not to prepare ahead: a rescuer is for an item whose
          * turn it is. */
@@ -850,6 +855,9 @@ static void item_prepare(struct pool_work *work) {
         if (!item_run_get(i))
                 return;         /* started the ordinary way when its turn comes */
         spec = item_exec_spec(i, i->pwq->pool);
+        /* The loop does not wait for the spawner meanwhile: an item that
+         * ends then is seen at once. */
+        spec.ahead = true;
         r = exec_prepare(c->base, c->sleepwatch, &spec, item_exec_done, item_sleep_changed, i, &i->run->prepared);
         if (r < 0)
                 /* It is started the ordinary way when its turn comes. */

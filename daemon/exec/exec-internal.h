@@ -89,5 +89,22 @@ void exec_child_reset_signal(int sig);
  * could not be created; -ENOTCONN (or another errno) when the spawner is not
  * usable, and the caller forks itself. */
 int exec_spawner_spawn(const struct exec_child *c, int cgroup_dirfd);
+/* The same without waiting (exec_prepare() with spec->ahead): sends the
+ * request, whose reply comes on exec_spawner_fd() after those of the
+ * requests sent before it.  Returns 0, or -EAGAIN/-ENOMEM or -ENOTCONN as
+ * above when nothing was sent.  exec_spawner_receive() reads the next
+ * reply: the pid, -EAGAIN/-ENOMEM, -ENOTCONN when the spawner is not
+ * usable, or, unless @wait, -EINPROGRESS when it has not come yet. */
+int exec_spawner_send(const struct exec_child *c, int cgroup_dirfd);
+int exec_spawner_fd(void);
+int exec_spawner_receive(bool wait);
+
+/* ---- exec.c, for spawner.c ----------------------------------------------- */
+
+/* The spawner stops: the replies still due are lost, their processes
+ * failed with -EAGAIN (the pool tries again). */
+void exec_spawn_lost(void);
+/* Reads every reply still due, waiting for them. */
+void exec_spawn_settle(void);
 /* Runs @c in @r, which is used up.  Returns the pid, or -errno. */
 int exec_rescuer_spawn(struct exec_rescuer *r, const struct exec_child *c, int cgroup_dirfd);

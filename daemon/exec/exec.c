@@ -52,6 +52,7 @@
 #include "exec/cgroup.h"
 #include "exec/exec-internal.h"
 #include "exec/pids.h"
+#include "list.h"
 #include "util.h"
 
 #ifndef MFD_NOEXEC_SEAL
@@ -87,7 +88,25 @@ struct exec_proc {
         int go_fd;                      /* our end of the child's go socket, until "go" */
         uint64_t timeout_usec;
         uint64_t timeout_at_usec;       /* CLOCK_MONOTONIC: when it times out */
+        /* Made ahead (spec->ahead): on exec_spawning until the spawner's
+         * reply, which exec_go() waits for if it has not come. */
+        struct list_head spawn_entry;
+        int spawn_error;                /* the spawn failed: exec_go() says so */
+        bool discarded;                 /* given back before the reply: freed with it */
+        /* What exec_proc_attach() needs once the pid is known. */
+        struct sleepwatch *sw;
+        sleepwatch_cb sleep_cb;
+        struct pids_root *pids_root;
+        uid_t uid;
+        uint64_t item_tasks;
+        uint64_t user_tasks;
 };
+
+/* The processes made ahead whose pid the spawner has yet to tell, in the
+ * order of the requests, which is the order of its replies; and the
+ * event that reads them as they come. */
+static struct list_head exec_spawning = LIST_HEAD_INIT(exec_spawning);
+static struct event *exec_spawn_event;
 
 static void exec_proc_kill_group(struct exec_proc *p) {
         /* Only while the leader is unreaped: then the pid, and with it the
@@ -156,11 +175,11 @@ uint64_t exec_proc_cpu_usec(const struct exec_proc *p) {
 /* The item's task limits, before it may exec (so before anything of it can
  * fork): its own pids cgroup, or RLIMIT_NPROC for its user.  An item never
  * runs without them. */
-static int exec_proc_limit_tasks(struct exec_proc *p, const struct exec_spec *spec) {
-        if (spec->pids)
-                return pids_item_attach(spec->pids, spec->uid, p->pid, spec->item_tasks, spec->user_tasks, &p->pids);
-        if (spec->user_tasks > 0 && spec->uid != 0) {
-                struct rlimit rl = { spec->user_tasks, spec->user_tasks };
+static int exec_proc_limit_tasks(struct exec_proc *p) {
+        if (p->pids_root)
+                return pids_item_attach(p->pids_root, p->uid, p->pid, p->item_tasks, p->user_tasks, &p->pids);
+        if (p->user_tasks > 0 && p->uid != 0) {
+                struct rlimit rl = { p->user_tasks, p->user_tasks };
 
                 if (prlimit(p->pid, RLIMIT_NPROC, &rl, NULL) < 0)
                         return -errno;
@@ -198,6 +217,11 @@ static void exec_proc_on_errfd(evutil_socket_t fd, short what, void *userdata) {
 static struct exec_proc *exec_proc_free(struct exec_proc *p) {
         if (!p)
                 return NULL;
+        if (list_linked(&p->spawn_entry)) {
+                /* Its reply is still due: it is freed then. */
+                p->discarded = true;
+                return NULL;
+        }
 
         p->target = sleepwatch_target_free(p->target);
         if (p->ev_errfd_assigned)
@@ -452,6 +476,108 @@ static void exec_proc_abort(struct exec_proc *p) {
         p->reaped = true;
 }
 
+/* The pid is known: the pidfd, the task limits and the sleep detector,
+ * then "attached", after which the child becomes the submitter and waits
+ * for "go". */
+static int exec_proc_attach(struct exec_proc *p) {
+        int cgroup_dirfd, r;
+
+        p->pidfd = (int) syscall(SYS_pidfd_open, p->pid, 0);
+        if (p->pidfd < 0)
+                return -errno;
+        r = exec_proc_limit_tasks(p);
+        if (r < 0)
+                return r;
+        if (p->sw) {
+                r = sleepwatch_watch(p->sw, p->pid, p->sleep_cb, p->userdata, &p->target);
+                if (r < 0)
+                        return r;
+                /* Its cgroup holds every task of the item: what /proc
+                 * sampling watches and whose CPU time counts. */
+                if (p->cgroup && cgroup_item_open_dir(p->cgroup, &cgroup_dirfd) >= 0) {
+                        (void) sleepwatch_target_use_cgroup(p->target, cgroup_dirfd);
+                        close(cgroup_dirfd);
+                }
+        }
+        /* Should it be gone already, exec_go()'s pidfd tells. */
+        (void) send(p->go_fd, (char[]) { EXEC_MSG_ATTACHED }, 1, MSG_NOSIGNAL);
+        return 0;
+}
+
+static void exec_spawn_unwatch(void);
+
+/* The spawner's reply for @p, the oldest request: its pid, or -errno. */
+static void exec_spawn_done(struct exec_proc *p, int r) {
+        list_del_init(&p->spawn_entry);
+        if (list_empty(&exec_spawning))
+                exec_spawn_unwatch();   /* also from its own callback: not used after */
+        if (r > 0) {
+                p->pid = r;
+                r = p->discarded ? -ECANCELED : exec_proc_attach(p);
+                if (r < 0)
+                        exec_proc_abort(p);
+        }
+        if (p->discarded)
+                exec_proc_free(p);
+        else if (r < 0)
+                p->spawn_error = r;
+}
+
+/* Reads the next reply (@wait: waiting for it).  False when none has come. */
+static bool exec_spawn_collect_one(bool wait) {
+        int r;
+
+        if (list_empty(&exec_spawning))
+                return false;
+        r = exec_spawner_receive(wait);
+        if (r == -EINPROGRESS)
+                return false;
+        /* -ENOTCONN: exec_spawn_lost() has failed them all. */
+        if (r != -ENOTCONN)
+                exec_spawn_done(list_first_entry(&exec_spawning, struct exec_proc, spawn_entry), r);
+        return true;
+}
+
+static void exec_spawn_on_reply(evutil_socket_t fd, short what, void *userdata) {
+        while (exec_spawn_collect_one(false))
+                ;
+}
+
+/* Replies are read as they come, by an event that exists while some are
+ * due (so that nothing of it outlives a loop that has no more to do).
+ * Without it, exec_proc_ready() reads a reply itself. */
+static void exec_spawn_watch(struct event_base *base) {
+        int fd = exec_spawner_fd();
+
+        if (exec_spawn_event || fd < 0)
+                return;
+        exec_spawn_event = event_new(base, fd, EV_READ | EV_PERSIST, exec_spawn_on_reply, NULL);
+        if (exec_spawn_event && event_add(exec_spawn_event, NULL) < 0) {
+                event_free(exec_spawn_event);
+                exec_spawn_event = NULL;
+        }
+}
+
+static void exec_spawn_unwatch(void) {
+        if (exec_spawn_event) {
+                event_free(exec_spawn_event);
+                exec_spawn_event = NULL;
+        }
+}
+
+void exec_spawn_lost(void) {
+        exec_spawn_unwatch();
+        /* Their children may exist: they see their go socket close when
+         * the process is freed, and end. */
+        while (!list_empty(&exec_spawning))
+                exec_spawn_done(list_first_entry(&exec_spawning, struct exec_proc, spawn_entry), -EAGAIN);
+}
+
+void exec_spawn_settle(void) {
+        while (exec_spawn_collect_one(true))
+                ;
+}
+
 int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
                  exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata,
                  struct exec_proc **ret) {
@@ -499,6 +625,13 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
         p->timeout_usec = spec->timeout_usec;
         p->done = done;
         p->userdata = userdata;
+        list_init(&p->spawn_entry);
+        p->sw = sw;
+        p->sleep_cb = sleep_cb;
+        p->pids_root = spec->pids;
+        p->uid = spec->uid;
+        p->item_tasks = spec->item_tasks;
+        p->user_tasks = spec->user_tasks;
         exec_stream_init(&p->out, limit);
         exec_stream_init(&p->err, limit);
 
@@ -548,6 +681,23 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
                 .cgroup_fd = cgroup_fd,
         };
 
+        if (spec->ahead) {
+                r = exec_spawner_send(&c, cgroup_dirfd);
+                if (r == -EAGAIN || r == -ENOMEM || r == -E2BIG)
+                        return r;
+                if (r >= 0) {
+                        /* The child's ends go with the cleanups: the
+                         * spawner has its own. */
+                        p->go_fd = TAKE_FD(go[0]);
+                        list_add_tail(&p->spawn_entry, &exec_spawning);
+                        exec_spawn_watch(base);
+                        *ret = TAKE_PTR(p);
+                        return 0;
+                }
+                /* No spawner: forked here, below. */
+        }
+        /* The replies still due come first on the spawner's socket. */
+        exec_spawn_settle();
         pid = exec_spawner_spawn(&c, cgroup_dirfd);
         if ((pid == -EAGAIN || pid == -ENOMEM) && spec->rescuer && *spec->rescuer)
                 pid = exec_rescuer_spawn(TAKE_PTR(*spec->rescuer), &c, cgroup_dirfd);
@@ -594,46 +744,33 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
         error_pipe[1] = exec_fd_close(error_pipe[1]);
         go[1] = exec_fd_close(go[1]);
 
-        p->pidfd = (int) syscall(SYS_pidfd_open, pid, 0);
-        if (p->pidfd < 0) {
-                r = -errno;
-                goto abort;
-        }
-
-        r = exec_proc_limit_tasks(p, spec);
-        if (r < 0)
-                goto abort;
-
-        if (sw) {
-                r = sleepwatch_watch(sw, pid, sleep_cb, userdata, &p->target);
-                if (r < 0)
-                        goto abort;
-                /* Its cgroup holds every task of the item: what /proc
-                 * sampling watches and whose CPU time counts. */
-                if (p->cgroup && cgroup_item_open_dir(p->cgroup, &cgroup_dirfd) >= 0) {
-                        (void) sleepwatch_target_use_cgroup(p->target, cgroup_dirfd);
-                        cgroup_dirfd = exec_fd_close(cgroup_dirfd);
-                }
-        }
-
-        /* Attached: the child may become the submitter now, and then
-         * waits for "go".  Should it be gone already, exec_go()'s pidfd
-         * tells. */
         p->go_fd = TAKE_FD(go[0]);
-        (void) send(p->go_fd, (char[]) { EXEC_MSG_ATTACHED }, 1, MSG_NOSIGNAL);
-
+        r = exec_proc_attach(p);
+        if (r < 0) {
+                exec_proc_abort(p);
+                return r;
+        }
         *ret = TAKE_PTR(p);
         return 0;
+}
 
-abort:
-        exec_proc_abort(p);
-        return r;
+int exec_proc_ready(struct exec_proc *p) {
+        if (!p)
+                return -EINVAL;
+        while (list_linked(&p->spawn_entry))
+                (void) exec_spawn_collect_one(true);
+        return p->spawn_error;
 }
 
 int exec_go(struct exec_proc *p) {
         struct event_base *base;
+        int r;
 
-        if (!p || p->go_fd < 0)
+        /* Its turn came before the spawner's reply: that is waited for. */
+        r = exec_proc_ready(p);
+        if (r < 0)
+                return r;
+        if (p->go_fd < 0)
                 return -EINVAL;
         base = p->base;
 
@@ -687,6 +824,11 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
 struct exec_proc *exec_proc_discard(struct exec_proc *p) {
         if (!p)
                 return NULL;
+        if (list_linked(&p->spawn_entry)) {
+                /* Killed and reaped when the spawner tells its pid. */
+                p->discarded = true;
+                return NULL;
+        }
         /* Not exec'd (or failed before), so it cannot hold SIGKILL off or
          * have children: reaping it here is quick. */
         if (p->pid > 0 && !p->reaped)

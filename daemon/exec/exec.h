@@ -77,6 +77,8 @@ struct exec_spec {
         uint64_t user_tasks;            /* 0: no limit; never for uid 0 */
         struct exec_rescuer **rescuer;  /* may run the item when no process can be
                                          *   created; then used up: set to NULL */
+        bool ahead;                     /* exec_prepare() for later: it does not wait
+                                         *   for the spawner to tell the pid */
 };
 
 /* The exec_errno of an item whose uid has no entry in the user database:
@@ -135,14 +137,24 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
  *
  * A prepared process that is not to run is given back with
  * exec_proc_discard() (killed and reaped there: it is quick, the child has
- * not exec'd).  exec_go() fails only with -EINVAL (not prepared) or -ENOMEM
+ * not exec'd).  exec_go() fails with -EINVAL (not prepared) or -ENOMEM
  * (the loop refused an event); the process must then be discarded.
+ *
+ * With spec->ahead, exec_prepare() only sends the spawner its request and
+ * returns: the rest of the set-up (the pidfd, task limits, @sw) is done when
+ * the spawner's reply comes, from the loop.  exec_go() waits for that reply
+ * if it has not come, and then also fails with what the spawn failed with
+ * (-EAGAIN, -ENOMEM), as exec_proc_ready() tells before: the caller makes
+ * the process the ordinary way then.
  */
 int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct exec_spec *spec,
                  exec_done_cb done, sleepwatch_cb sleep_cb, void *userdata,
                  struct exec_proc **ret);
 int exec_go(struct exec_proc *p);
 struct exec_proc *exec_proc_discard(struct exec_proc *p);
+/* A process made ahead: waits for the spawner's reply if it has not come;
+ * 0 if the process is made, else why not (then discard it). */
+int exec_proc_ready(struct exec_proc *p);
 
 /* When exec_go() released it (CLOCK_REALTIME, µs); 0 before. */
 uint64_t exec_proc_started_usec(const struct exec_proc *p);
@@ -154,7 +166,10 @@ uint64_t exec_proc_started_usec(const struct exec_proc *p);
  * it when needed, and forks items itself if it cannot.  Idempotent.
  */
 int exec_spawner_start(void);
-/* Stops the spawner and reaps it, so that no zombie outlives the daemon. */
+/* Reads the spawner's replies still due (the processes made ahead and
+ * given back are killed and reaped then), then stops the spawner and reaps
+ * it, so that no zombie outlives the daemon.  After the last item is gone,
+ * before its cgroup root (exec_spec.cgroups) is freed. */
 void exec_spawner_shutdown(void);
 
 /* SIGKILLs the item's process group and cgroup.  @done still follows, with

@@ -345,6 +345,8 @@ _Noreturn static void spawner_main(int fd, pid_t daemon_pid) {
 }
 
 static void exec_spawner_stop(void) {
+        /* The replies still due will not come. */
+        exec_spawn_lost();
         if (spawner_fd >= 0) {
                 close(spawner_fd);
                 spawner_fd = -1;
@@ -358,6 +360,7 @@ static void exec_spawner_stop(void) {
 }
 
 void exec_spawner_shutdown(void) {
+        exec_spawn_settle();
         exec_spawner_stop();
 }
 
@@ -400,9 +403,9 @@ int exec_spawner_start(void) {
         return 0;
 }
 
-/* Sends @c (with @cgroup_dirfd, if >= 0) to a spawner or rescuer on @fd and
- * reads its reply: the pid, or -errno.  Returns -errno if @fd is unusable. */
-static int spawn_send(int fd, const struct exec_child *c, int cgroup_dirfd, int32_t *ret_reply) {
+/* Sends @c (with @cgroup_dirfd, if >= 0) to a spawner or rescuer on @fd.
+ * Returns -errno if @fd is unusable. */
+static int spawn_write_request(int fd, const struct exec_child *c, int cgroup_dirfd) {
         _cleanup_(freep) char *data = NULL;
         union {
                 struct cmsghdr align;
@@ -480,20 +483,22 @@ static int spawn_send(int fd, const struct exec_child *c, int cgroup_dirfd, int3
                 }
                 break;
         }
-        r = io_full(fd, data, len, true);
-        if (r < 0)
-                return r;
-        r = io_full(fd, ret_reply, sizeof(*ret_reply), false);
-        if (r < 0)
-                return r;
-        return 0;
+        return io_full(fd, data, len, true);
 }
 
-/* Asks the spawner for the child.  Returns its pid; -EAGAIN/-ENOMEM when it
- * could not be created; -ENOTCONN (or another errno) when the spawner is not
- * usable, and the caller forks itself. */
-int exec_spawner_spawn(const struct exec_child *c, int cgroup_dirfd) {
-        int32_t reply;
+/* Sends @c to a spawner or rescuer on @fd and reads its reply: the pid, or
+ * -errno.  Returns -errno if @fd is unusable. */
+static int spawn_send(int fd, const struct exec_child *c, int cgroup_dirfd, int32_t *ret_reply) {
+        int r;
+
+        r = spawn_write_request(fd, c, cgroup_dirfd);
+        if (r < 0)
+                return r;
+        return io_full(fd, ret_reply, sizeof(*ret_reply), false);
+}
+
+/* The spawner, started in this process, if it may be used. */
+static int spawner_ready(void) {
         int r;
 
         if (spawner_broken && spawner_owner == getpid())
@@ -503,15 +508,12 @@ int exec_spawner_spawn(const struct exec_child *c, int cgroup_dirfd) {
                 if (r < 0)
                         return r == -EAGAIN || r == -ENOMEM ? r : -ENOTCONN;
         }
+        return 0;
+}
 
-        r = spawn_send(spawner_fd, c, cgroup_dirfd, &reply);
-        if (r == -E2BIG || r == -ENOMEM)
-                return r;
-        if (r < 0) {
-                /* It died: the next request starts another one. */
-                exec_spawner_stop();
-                return -ENOTCONN;
-        }
+/* What a reply means: the pid, -EAGAIN/-ENOMEM, or -ENOTCONN after which
+ * the caller forks itself (the spawner is stopped for good). */
+static int spawner_judge(int32_t reply) {
         if (reply > 0)
                 return reply;
         if (reply == -EAGAIN || reply == -ENOMEM)
@@ -521,6 +523,69 @@ int exec_spawner_spawn(const struct exec_child *c, int cgroup_dirfd) {
         spawner_broken = true;
         exec_spawner_stop();
         return -ENOTCONN;
+}
+
+/* Asks the spawner for the child.  Returns its pid; -EAGAIN/-ENOMEM when it
+ * could not be created; -ENOTCONN (or another errno) when the spawner is not
+ * usable, and the caller forks itself. */
+int exec_spawner_spawn(const struct exec_child *c, int cgroup_dirfd) {
+        int32_t reply;
+        int r;
+
+        r = spawner_ready();
+        if (r < 0)
+                return r;
+        r = spawn_send(spawner_fd, c, cgroup_dirfd, &reply);
+        if (r == -E2BIG || r == -ENOMEM)
+                return r;
+        if (r < 0) {
+                /* It died: the next request starts another one. */
+                exec_spawner_stop();
+                return -ENOTCONN;
+        }
+        return spawner_judge(reply);
+}
+
+int exec_spawner_send(const struct exec_child *c, int cgroup_dirfd) {
+        int r;
+
+        r = spawner_ready();
+        if (r < 0)
+                return r;
+        r = spawn_write_request(spawner_fd, c, cgroup_dirfd);
+        if (r == -E2BIG || r == -ENOMEM)
+                return r;
+        if (r < 0) {
+                exec_spawner_stop();
+                return -ENOTCONN;
+        }
+        return 0;
+}
+
+int exec_spawner_fd(void) {
+        return spawner_owner == getpid() ? spawner_fd : -1;
+}
+
+int exec_spawner_receive(bool wait) {
+        int fd = exec_spawner_fd();
+        int32_t reply;
+        ssize_t n;
+        int r;
+
+        if (fd < 0)
+                return -ENOTCONN;
+        do
+                n = recv(fd, &reply, sizeof(reply), MSG_PEEK | (wait ? 0 : MSG_DONTWAIT));
+        while (n < 0 && errno == EINTR);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                return -EINPROGRESS;
+        /* The reply is written whole: read what is left of it, if anything. */
+        r = n > 0 ? io_full(fd, &reply, sizeof(reply), false) : -ECONNRESET;
+        if (r < 0) {
+                exec_spawner_stop();
+                return -ENOTCONN;
+        }
+        return spawner_judge(reply);
 }
 
 /* ---------------------------------------------------------------------------

@@ -155,6 +155,12 @@ struct exec_proc *__wrap_exec_proc_discard(struct exec_proc *p) {
         return NULL;
 }
 
+/* A fake "process" is made at once. */
+int __wrap_exec_proc_ready(struct exec_proc *p);
+int __wrap_exec_proc_ready(struct exec_proc *p) {
+        return p ? 0 : -EINVAL;
+}
+
 uint64_t __wrap_exec_proc_started_usec(const struct exec_proc *p);
 uint64_t __wrap_exec_proc_started_usec(const struct exec_proc *p) {
         return p ? p->started_usec : 0;

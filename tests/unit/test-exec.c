@@ -1058,6 +1058,100 @@ START_TEST(test_prepare_discard) {
 }
 END_TEST
 
+/* Made ahead (spec->ahead): exec_prepare() returns before the spawner has
+ * told the pid, which the loop reads as it comes; several made ahead get
+ * each its own process (the replies come in the order of the requests),
+ * and each runs its own program once it goes. */
+START_TEST(test_prepare_ahead) {
+        enum { N = 3 };
+        struct run runs[N] = {};
+        char *argv[N][4];
+        char num[N][8];
+        struct event_base *base = event_base_new();
+        uint64_t deadline = now_usec(CLOCK_MONOTONIC) + 10 * USEC_PER_SEC;
+
+        ck_assert_ptr_nonnull(base);
+        for (int k = 0; k < N; k++) {
+                struct exec_spec spec;
+
+                snprintf(num[k], sizeof(num[k]), "%d", k);
+                argv[k][0] = "echo";
+                argv[k][1] = num[k];
+                argv[k][2] = NULL;
+                spec = spec_self("/bin/echo", argv[k], NULL);
+                spec.ahead = true;
+                runs[k].base = base;
+                ck_assert_int_eq(exec_prepare(base, NULL, &spec, on_done, NULL, &runs[k], &runs[k].proc), 0);
+        }
+        /* The loop reads the replies; nothing of the items' runs. */
+        while (exec_proc_pid(runs[N - 1].proc) <= 0) {
+                ck_assert(now_usec(CLOCK_MONOTONIC) < deadline);
+                (void) event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+                usleep(1000);
+        }
+        for (int k = 0; k < N; k++) {
+                ck_assert_int_eq(exec_proc_ready(runs[k].proc), 0);
+                ck_assert_int_gt(exec_proc_pid(runs[k].proc), 0);
+                for (int j = 0; j < k; j++)
+                        ck_assert_int_ne(exec_proc_pid(runs[k].proc), exec_proc_pid(runs[j].proc));
+                ck_assert_uint_eq(runs[k].n_done, 0);
+        }
+        for (int k = N - 1; k >= 0; k--)
+                ck_assert_int_eq(exec_go(runs[k].proc), 0);
+        /* Returns once no event is left: every item's is gone after done. */
+        ck_assert_int_ge(event_base_dispatch(base), 0);
+        for (int k = 0; k < N; k++) {
+                char want[8];
+
+                ck_assert_uint_eq(runs[k].n_done, 1);
+                assert_success(&runs[k]);
+                snprintf(want, sizeof(want), "%d\n", k);
+                assert_buf(runs[k].r.out, runs[k].r.out_len, want);
+                run_clear(&runs[k]);
+        }
+        exec_spawner_shutdown();
+        event_base_free(base);
+}
+END_TEST
+
+/* Made ahead and given back before the spawner's reply: once the reply
+ * comes (here: read first by an exec_start() after it, whose own reply
+ * comes behind it), its process is killed and reaped, never having run;
+ * the item started after it runs; no fd and no zombie is left. */
+START_TEST(test_prepare_ahead_discard_before_reply) {
+        char *dir = make_temp_dir(0755), *mark = path_join(dir, "ran");
+        char *touch_argv[] = { "touch", mark, NULL };
+        char *echo_argv[] = { "echo", "second", NULL };
+        struct exec_spec ahead = spec_self("/usr/bin/touch", touch_argv, NULL);
+        struct exec_spec now = spec_self("/bin/echo", echo_argv, NULL);
+        struct exec_proc *p = NULL;
+        struct run run = {};
+        unsigned before;
+
+        ck_assert_int_eq(exec_spawner_start(), 0);
+        before = count_fds();
+        run.base = event_base_new();
+        ck_assert_ptr_nonnull(run.base);
+        ahead.ahead = true;
+        ck_assert_int_eq(exec_prepare(run.base, NULL, &ahead, on_done_fail, NULL, NULL, &p), 0);
+        ck_assert_ptr_null(exec_proc_discard(p));
+        ck_assert_int_eq(exec_start(run.base, NULL, &now, on_done, NULL, &run, &run.proc), 0);
+        run_finish(&run);
+        assert_success(&run);
+        assert_buf(run.r.out, run.r.out_len, "second\n");
+        /* Nothing of ours has ended unreaped (the spawner runs on). */
+        ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), 0);
+        usleep(100 * 1000);
+        ck_assert(!file_exists(mark));
+        run_clear(&run);
+        ck_assert_uint_eq(count_fds(), before);
+        exec_spawner_shutdown();
+        ck_assert_int_eq(rmdir(dir), 0);
+        free(mark);
+        free(dir);
+}
+END_TEST
+
 /* Prepared as another user: the credentials are dropped while it waits,
  * a set-up failure (a cwd the user may not enter) shows once it goes, as
  * with exec_start(). */
@@ -1874,6 +1968,8 @@ int main(void) {
         tcase_add_test(tc, test_abandon);
         tcase_add_test(tc, test_prepare_then_go);
         tcase_add_test(tc, test_prepare_discard);
+        tcase_add_test(tc, test_prepare_ahead);
+        tcase_add_test(tc, test_prepare_ahead_discard_before_reply);
         tcase_add_test(tc, test_prepare_as_nobody);
         tcase_add_test(tc, test_many_concurrent);
         suite_add_tcase(s, tc);
