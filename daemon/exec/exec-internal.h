@@ -93,17 +93,27 @@ int exec_spawner_spawn(const struct exec_child *c, int cgroup_dirfd);
  * request, whose reply comes on exec_spawner_fd() after those of the
  * requests sent before it.  Returns 0, or -EAGAIN/-ENOMEM or -ENOTCONN as
  * above when nothing was sent.  exec_spawner_receive() reads the next
- * reply: the pid, -EAGAIN/-ENOMEM, -ENOTCONN when the spawner is not
- * usable, or, unless @wait, -EINPROGRESS when it has not come yet. */
+ * reply: the pid, -EAGAIN/-ENOMEM; -EPROTO for a reply that says the
+ * spawner cannot serve (it is not used again); -ENOTCONN when it is gone;
+ * or, unless @wait, -EINPROGRESS when the reply has not come yet.  After
+ * -EPROTO or -ENOTCONN, the caller calls exec_spawner_stop(). */
 int exec_spawner_send(const struct exec_child *c, int cgroup_dirfd);
 int exec_spawner_fd(void);
 int exec_spawner_receive(bool wait);
+/* Kills and reaps the spawner (one this process started), then lets
+ * exec_spawn_lost() read what it had written. */
+void exec_spawner_stop(void);
 
 /* ---- exec.c, for spawner.c ----------------------------------------------- */
 
-/* The spawner stops: the replies still due are lost, their processes
- * failed with -EAGAIN (the pool tries again). */
+/* The spawner is gone (killed and reaped, its socket still open): the
+ * replies it wrote are read, the processes whose replies will not come are
+ * failed with -EAGAIN (the pool tries again).  Their children, if the
+ * spawner made them, end when their go socket closes. */
 void exec_spawn_lost(void);
+/* Inherited through fork(): the requests are our parent's; forgotten
+ * without touching them. */
+void exec_spawn_forget(void);
 /* Reads every reply still due, waiting for them. */
 void exec_spawn_settle(void);
 /* Runs @c in @r, which is used up.  Returns the pid, or -errno. */

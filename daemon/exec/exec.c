@@ -106,7 +106,13 @@ struct exec_proc {
  * order of the requests, which is the order of its replies; and the
  * event that reads them as they come. */
 static struct list_head exec_spawning = LIST_HEAD_INIT(exec_spawning);
+static unsigned exec_spawn_n;           /* on it */
 static struct event *exec_spawn_event;
+
+/* At most this many requests without their replies read: a spawner whose
+ * replies nobody reads stops reading requests once its socket is full, and
+ * the loop would then wait for it forever in a send. */
+#define EXEC_SPAWN_AHEAD_MAX 32u
 
 static void exec_proc_kill_group(struct exec_proc *p) {
         /* Only while the leader is unreaped: then the pid, and with it the
@@ -509,6 +515,7 @@ static void exec_spawn_unwatch(void);
 /* The spawner's reply for @p, the oldest request: its pid, or -errno. */
 static void exec_spawn_done(struct exec_proc *p, int r) {
         list_del_init(&p->spawn_entry);
+        exec_spawn_n--;
         if (list_empty(&exec_spawning))
                 exec_spawn_unwatch();   /* also from its own callback: not used after */
         if (r > 0) {
@@ -532,9 +539,13 @@ static bool exec_spawn_collect_one(bool wait) {
         r = exec_spawner_receive(wait);
         if (r == -EINPROGRESS)
                 return false;
-        /* -ENOTCONN: exec_spawn_lost() has failed them all. */
-        if (r != -ENOTCONN)
+        if (r == -EPROTO)
+                /* This one could not be made; nor will any be there. */
+                exec_spawn_done(list_first_entry(&exec_spawning, struct exec_proc, spawn_entry), -EAGAIN);
+        else if (r != -ENOTCONN)
                 exec_spawn_done(list_first_entry(&exec_spawning, struct exec_proc, spawn_entry), r);
+        if (r == -EPROTO || r == -ENOTCONN)
+                exec_spawner_stop();    /* the others: exec_spawn_lost() */
         return true;
 }
 
@@ -567,10 +578,25 @@ static void exec_spawn_unwatch(void) {
 
 void exec_spawn_lost(void) {
         exec_spawn_unwatch();
-        /* Their children may exist: they see their go socket close when
-         * the process is freed, and end. */
+        /* What it wrote before it went answers the oldest requests. */
+        while (!list_empty(&exec_spawning)) {
+                int r = exec_spawner_receive(false);
+
+                if (r == -EINPROGRESS || r == -ENOTCONN)
+                        break;
+                exec_spawn_done(list_first_entry(&exec_spawning, struct exec_proc, spawn_entry),
+                                r == -EPROTO ? -EAGAIN : r);
+        }
+        /* The others' children may exist, unknown to us: they see their go
+         * socket close when the process is freed, and end. */
         while (!list_empty(&exec_spawning))
                 exec_spawn_done(list_first_entry(&exec_spawning, struct exec_proc, spawn_entry), -EAGAIN);
+}
+
+void exec_spawn_forget(void) {
+        list_init(&exec_spawning);
+        exec_spawn_event = NULL;
+        exec_spawn_n = 0;
 }
 
 void exec_spawn_settle(void) {
@@ -681,7 +707,11 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
                 .cgroup_fd = cgroup_fd,
         };
 
-        if (spec->ahead) {
+        /* What has come is read first, so that the spawner's replies never
+         * pile up unread. */
+        while (exec_spawn_collect_one(false))
+                ;
+        if (spec->ahead && exec_spawn_n < EXEC_SPAWN_AHEAD_MAX) {
                 r = exec_spawner_send(&c, cgroup_dirfd);
                 if (r == -EAGAIN || r == -ENOMEM || r == -E2BIG)
                         return r;
@@ -690,6 +720,7 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
                          * spawner has its own. */
                         p->go_fd = TAKE_FD(go[0]);
                         list_add_tail(&p->spawn_entry, &exec_spawning);
+                        exec_spawn_n++;
                         exec_spawn_watch(base);
                         *ret = TAKE_PTR(p);
                         return 0;

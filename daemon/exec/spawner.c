@@ -27,14 +27,14 @@
  * cgroup.procs and its RCU grace period.  The child runs exec_child().  The
  * reply is the pid, or -errno.
  *
- * The daemon waits for that reply (exec_prepare() stays synchronous), so
- * that a failure to create the process (EAGAIN) is still returned by
- * exec_start(), which the pool retries.  On a bound pool the next item is
- * prepared while the one before it runs, and when that one blocks or ends,
- * exec_go() only sends one byte.  But the wait is not short: the spawner's
- * clone3() takes 190-450 us on the development VM, and its round trip
- * about 1-2 ms, during which an item that ends is not seen
- * (tests/bench/README.md, "Item by item").  Should the spawner be
+ * exec_start() waits for that reply, so that a failure to create the
+ * process (EAGAIN) is returned to the pool, which retries.  A process made
+ * ahead (exec_spec.ahead: on a bound pool, the next item while the one
+ * before it runs) does not: the request is sent, and its reply read from
+ * the loop when it comes (exec.c), because the round trip is not short:
+ * the spawner's clone3() takes 190-450 us on the development VM, and the
+ * round trip about 1-2 ms (tests/bench/README.md, "Item by item").  The
+ * replies come in the order of the requests.  Should the spawner be
  * unusable (it cannot be started, it died and cannot be restarted, or the
  * kernel refuses CLONE_PARENT), the daemon falls back to fork()ing the
  * child itself, as before.
@@ -344,18 +344,28 @@ _Noreturn static void spawner_main(int fd, pid_t daemon_pid) {
         }
 }
 
-static void exec_spawner_stop(void) {
-        /* The replies still due will not come. */
-        exec_spawn_lost();
-        if (spawner_fd >= 0) {
-                close(spawner_fd);
+void exec_spawner_stop(void) {
+        if (spawner_owner != getpid()) {
+                /* Inherited through fork(): our parent's spawner, whose
+                 * children and requests are our parent's too. */
+                exec_spawn_forget();
+                if (spawner_fd >= 0)
+                        close(spawner_fd);
                 spawner_fd = -1;
+                spawner_pid = -1;
+                return;
         }
         if (spawner_pid > 0) {
                 (void) kill(spawner_pid, SIGKILL);
                 while (waitpid(spawner_pid, NULL, 0) < 0 && errno == EINTR)
                         ;
                 spawner_pid = -1;
+        }
+        /* Gone: the replies it wrote are read, the others will not come. */
+        exec_spawn_lost();
+        if (spawner_fd >= 0) {
+                close(spawner_fd);
+                spawner_fd = -1;
         }
 }
 
@@ -372,14 +382,8 @@ int exec_spawner_start(void) {
 
         if (spawner_fd >= 0 && spawner_owner == daemon_pid)
                 return 0;
-        if (spawner_fd >= 0) {
-                /* Inherited through fork(): that spawner is our parent's,
-                 * and its children would be our parent's too. */
-                close(spawner_fd);
-                spawner_fd = -1;
-                spawner_pid = -1;
-                spawner_broken = false;
-        }
+        if (spawner_fd >= 0)
+                exec_spawner_stop();    /* inherited through fork() */
 
         spawner_broken = false;
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
@@ -475,15 +479,18 @@ static int spawn_write_request(int fd, const struct exec_child *c, int cgroup_di
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0)
-                        return -errno;
+                        return -errno;  /* nothing sent */
                 if ((size_t) n < sizeof(req)) {
                         r = io_full(fd, (char *) &req + n, sizeof(req) - (size_t) n, true);
                         if (r < 0)
-                                return r;
+                                return -EPIPE;
                 }
                 break;
         }
-        return io_full(fd, data, len, true);
+        /* Part of a request is out: whatever fails now, the helper is out
+         * of step and must go (-EPIPE, never -ENOMEM or -E2BIG). */
+        r = io_full(fd, data, len, true);
+        return r < 0 ? -EPIPE : 0;
 }
 
 /* Sends @c to a spawner or rescuer on @fd and reads its reply: the pid, or
@@ -581,11 +588,14 @@ int exec_spawner_receive(bool wait) {
                 return -EINPROGRESS;
         /* The reply is written whole: read what is left of it, if anything. */
         r = n > 0 ? io_full(fd, &reply, sizeof(reply), false) : -ECONNRESET;
-        if (r < 0) {
-                exec_spawner_stop();
+        if (r < 0)
                 return -ENOTCONN;
-        }
-        return spawner_judge(reply);
+        if (reply > 0 || reply == -EAGAIN || reply == -ENOMEM)
+                return reply;
+        /* As spawner_judge(), but the caller stops it, after this reply's
+         * request has its answer. */
+        spawner_broken = true;
+        return -EPROTO;
 }
 
 /* ---------------------------------------------------------------------------

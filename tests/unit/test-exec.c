@@ -1114,6 +1114,74 @@ START_TEST(test_prepare_ahead) {
 }
 END_TEST
 
+/* The pid of our child named @comm, or -1. */
+static pid_t find_child_named(const char *comm) {
+        DIR *d = opendir("/proc");
+        struct dirent *de;
+        pid_t found = -1;
+
+        ck_assert_ptr_nonnull(d);
+        while (found < 0 && (de = readdir(d))) {
+                char path[300], buf[512], name[64];
+                int pid, ppid;
+                FILE *f;
+
+                snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+                f = fopen(path, "re");
+                if (!f)
+                        continue;
+                if (fgets(buf, sizeof(buf), f) && sscanf(buf, "%d (%63[^)]) %*c %d", &pid, name, &ppid) == 3 &&
+                    ppid == getpid() && strcmp(name, comm) == 0)
+                        found = pid;
+                fclose(f);
+        }
+        closedir(d);
+        return found;
+}
+
+/* The spawner dies with replies written and not read: they still reach
+ * their processes, the next one made ahead gets a new spawner, all three
+ * run, and no child is left unreaped. */
+START_TEST(test_prepare_ahead_spawner_dies) {
+        enum { N = 3 };
+        struct run runs[N] = {};
+        char *argv[] = { "true", NULL };
+        struct event_base *base = event_base_new();
+        struct exec_spec spec = spec_self("/bin/true", argv, NULL);
+        pid_t spawner;
+
+        ck_assert_ptr_nonnull(base);
+        ck_assert_int_eq(exec_spawner_start(), 0);
+        spawner = find_child_named("cmwqd-spawner");
+        ck_assert_int_gt(spawner, 0);
+        spec.ahead = true;
+        for (int k = 0; k < N - 1; k++) {
+                runs[k].base = base;
+                ck_assert_int_eq(exec_prepare(base, NULL, &spec, on_done, NULL, &runs[k], &runs[k].proc), 0);
+        }
+        usleep(300 * 1000);     /* the replies are written by now */
+        ck_assert_int_eq(kill(spawner, SIGKILL), 0);
+        usleep(100 * 1000);
+        runs[N - 1].base = base;
+        ck_assert_int_eq(exec_prepare(base, NULL, &spec, on_done, NULL, &runs[N - 1], &runs[N - 1].proc), 0);
+        for (int k = 0; k < N; k++) {
+                ck_assert_int_eq(exec_proc_ready(runs[k].proc), 0);
+                ck_assert_int_eq(exec_go(runs[k].proc), 0);
+        }
+        ck_assert_int_ge(event_base_dispatch(base), 0);
+        for (int k = 0; k < N; k++) {
+                ck_assert_uint_eq(runs[k].n_done, 1);
+                assert_success(&runs[k]);
+                run_clear(&runs[k]);
+        }
+        /* The dead spawner was reaped; only the new one is left. */
+        ck_assert_int_eq(waitpid(spawner, NULL, WNOHANG), -1);
+        ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), 0);
+        exec_spawner_shutdown();
+        event_base_free(base);
+}
+END_TEST
+
 /* Made ahead and given back before the spawner's reply: once the reply
  * comes (here: read first by an exec_start() after it, whose own reply
  * comes behind it), its process is killed and reaped, never having run;
@@ -1970,6 +2038,7 @@ int main(void) {
         tcase_add_test(tc, test_prepare_discard);
         tcase_add_test(tc, test_prepare_ahead);
         tcase_add_test(tc, test_prepare_ahead_discard_before_reply);
+        tcase_add_test(tc, test_prepare_ahead_spawner_dies);
         tcase_add_test(tc, test_prepare_as_nobody);
         tcase_add_test(tc, test_many_concurrent);
         suite_add_tcase(s, tc);
