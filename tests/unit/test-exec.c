@@ -1152,7 +1152,9 @@ START_TEST(test_prepare_ahead_spawner_dies) {
 
         ck_assert_ptr_nonnull(base);
         ck_assert_int_eq(exec_spawner_start(), 0);
-        spawner = find_child_named("cmwqd-spawner");
+        /* Named by itself once it runs: on a loaded machine, a moment. */
+        for (int waited = 0; (spawner = find_child_named("cmwqd-spawner")) < 0 && waited < 1000; waited++)
+                usleep(10 * 1000);
         ck_assert_int_gt(spawner, 0);
         spec.ahead = true;
         for (int k = 0; k < N - 1; k++) {
