@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -21,6 +22,7 @@
 
 #include "exec/cgroup.h"
 #include "exec/exec.h"
+#include "exec/exec-internal.h"     /* exec_spawner_fd() */
 #include "util.h"
 
 /* Generous: the machine running this may be small and busy. */
@@ -1161,7 +1163,16 @@ START_TEST(test_prepare_ahead_spawner_dies) {
                 runs[k].base = base;
                 ck_assert_int_eq(exec_prepare(base, NULL, &spec, on_done, NULL, &runs[k], &runs[k].proc), 0);
         }
-        usleep(300 * 1000);     /* the replies are written by now */
+        /* Both replies written (and not read) before it dies. */
+        for (int waited = 0;; waited++) {
+                int n = 0;
+
+                ck_assert_int_eq(ioctl(exec_spawner_fd(), FIONREAD, &n), 0);
+                if (n >= 2 * (int) sizeof(int32_t))
+                        break;
+                ck_assert_msg(waited < 1000, "the spawner did not reply in 10 s");
+                usleep(10 * 1000);
+        }
         ck_assert_int_eq(kill(spawner, SIGKILL), 0);
         usleep(100 * 1000);
         runs[N - 1].base = base;
