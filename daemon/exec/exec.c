@@ -106,7 +106,6 @@ struct exec_proc {
  * order of the requests, which is the order of its replies; and the
  * event that reads them as they come. */
 static struct list_head exec_spawning = LIST_HEAD_INIT(exec_spawning);
-static unsigned exec_spawn_n;           /* on it */
 static struct event *exec_spawn_event;
 
 /* At most this many requests without their replies read: a spawner whose
@@ -224,7 +223,8 @@ static struct exec_proc *exec_proc_free(struct exec_proc *p) {
         if (!p)
                 return NULL;
         if (list_linked(&p->spawn_entry)) {
-                /* Its reply is still due: it is freed then. */
+                /* Its reply is still due: it is freed then (killed and
+                 * reaped, if the spawner made it). */
                 p->discarded = true;
                 return NULL;
         }
@@ -515,7 +515,6 @@ static void exec_spawn_unwatch(void);
 /* The spawner's reply for @p, the oldest request: its pid, or -errno. */
 static void exec_spawn_done(struct exec_proc *p, int r) {
         list_del_init(&p->spawn_entry);
-        exec_spawn_n--;
         if (list_empty(&exec_spawning))
                 exec_spawn_unwatch();   /* also from its own callback: not used after */
         if (r > 0) {
@@ -539,11 +538,10 @@ static bool exec_spawn_collect_one(bool wait) {
         r = exec_spawner_receive(wait);
         if (r == -EINPROGRESS)
                 return false;
-        if (r == -EPROTO)
-                /* This one could not be made; nor will any be there. */
-                exec_spawn_done(list_first_entry(&exec_spawning, struct exec_proc, spawn_entry), -EAGAIN);
-        else if (r != -ENOTCONN)
-                exec_spawn_done(list_first_entry(&exec_spawning, struct exec_proc, spawn_entry), r);
+        /* -EPROTO: this one could not be made, nor will any be there. */
+        if (r != -ENOTCONN)
+                exec_spawn_done(list_first_entry(&exec_spawning, struct exec_proc, spawn_entry),
+                                r == -EPROTO ? -EAGAIN : r);
         if (r == -EPROTO || r == -ENOTCONN)
                 exec_spawner_stop();    /* the others: exec_spawn_lost() */
         return true;
@@ -596,7 +594,6 @@ void exec_spawn_lost(void) {
 void exec_spawn_forget(void) {
         list_init(&exec_spawning);
         exec_spawn_event = NULL;
-        exec_spawn_n = 0;
 }
 
 void exec_spawn_settle(void) {
@@ -711,7 +708,7 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
          * pile up unread. */
         while (exec_spawn_collect_one(false))
                 ;
-        if (spec->ahead && exec_spawn_n < EXEC_SPAWN_AHEAD_MAX) {
+        if (spec->ahead && list_count(&exec_spawning) < EXEC_SPAWN_AHEAD_MAX) {
                 r = exec_spawner_send(&c, cgroup_dirfd);
                 if (r == -EAGAIN || r == -ENOMEM || r == -E2BIG)
                         return r;
@@ -720,7 +717,6 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
                          * spawner has its own. */
                         p->go_fd = TAKE_FD(go[0]);
                         list_add_tail(&p->spawn_entry, &exec_spawning);
-                        exec_spawn_n++;
                         exec_spawn_watch(base);
                         *ret = TAKE_PTR(p);
                         return 0;
@@ -855,11 +851,6 @@ int exec_start(struct event_base *base, struct sleepwatch *sw, const struct exec
 struct exec_proc *exec_proc_discard(struct exec_proc *p) {
         if (!p)
                 return NULL;
-        if (list_linked(&p->spawn_entry)) {
-                /* Killed and reaped when the spawner tells its pid. */
-                p->discarded = true;
-                return NULL;
-        }
         /* Not exec'd (or failed before), so it cannot hold SIGKILL off or
          * have children: reaping it here is quick. */
         if (p->pid > 0 && !p->reaped)

@@ -518,18 +518,15 @@ static int spawner_ready(void) {
         return 0;
 }
 
-/* What a reply means: the pid, -EAGAIN/-ENOMEM, or -ENOTCONN after which
- * the caller forks itself (the spawner is stopped for good). */
-static int spawner_judge(int32_t reply) {
-        if (reply > 0)
+/* What a reply means: the pid, or -EAGAIN/-ENOMEM (no process could be
+ * made); anything else (CLONE_PARENT refused, a request it could not take)
+ * is -EPROTO, and the spawner is not used again: the caller stops it, and
+ * items are forked here from then on. */
+static int spawner_reply(int32_t reply) {
+        if (reply > 0 || reply == -EAGAIN || reply == -ENOMEM)
                 return reply;
-        if (reply == -EAGAIN || reply == -ENOMEM)
-                return reply;
-        /* Anything else (CLONE_PARENT refused, a request it could not
-         * take): fork here from now on. */
         spawner_broken = true;
-        exec_spawner_stop();
-        return -ENOTCONN;
+        return -EPROTO;
 }
 
 /* Asks the spawner for the child.  Returns its pid; -EAGAIN/-ENOMEM when it
@@ -550,7 +547,12 @@ int exec_spawner_spawn(const struct exec_child *c, int cgroup_dirfd) {
                 exec_spawner_stop();
                 return -ENOTCONN;
         }
-        return spawner_judge(reply);
+        r = spawner_reply(reply);
+        if (r == -EPROTO) {
+                exec_spawner_stop();
+                return -ENOTCONN;
+        }
+        return r;
 }
 
 int exec_spawner_send(const struct exec_child *c, int cgroup_dirfd) {
@@ -590,12 +592,9 @@ int exec_spawner_receive(bool wait) {
         r = n > 0 ? io_full(fd, &reply, sizeof(reply), false) : -ECONNRESET;
         if (r < 0)
                 return -ENOTCONN;
-        if (reply > 0 || reply == -EAGAIN || reply == -ENOMEM)
-                return reply;
-        /* As spawner_judge(), but the caller stops it, after this reply's
-         * request has its answer. */
-        spawner_broken = true;
-        return -EPROTO;
+        /* -EPROTO: the caller stops it, once this reply's request has its
+         * answer. */
+        return spawner_reply(reply);
 }
 
 /* ---------------------------------------------------------------------------
