@@ -470,6 +470,23 @@ static bool file_ino(const char *path, ino_t *ret) {
         return true;
 }
 
+/* One small submission, cancelled, then 20 ms (nothing but the wait when
+ * @quiet): counted in *@acked, its acknowledgement's time in *@worst if it
+ * is the slowest.  Every reply waits for the records before it to be on
+ * disk (a list too): paced, so that most list requests see the loop, not
+ * the disk. */
+static void submit_paced(struct conn *c, bool quiet, size_t *acked, double *worst) {
+        double ack;
+
+        if (!quiet) {
+                cancel_one(c, submit_one(c, "system_freezable", NULL, 0, &ack));
+                (*acked)++;
+                if (ack > *worst)
+                        *worst = ack;
+        }
+        sleep_until(now_s() + 0.02);
+}
+
 /* A compaction with the pending items in place; see the top comment. */
 static void compaction_phase(struct conn *c, const char *socket, pid_t pid, const char *statedir) {
         const size_t big = 256 * 1024;
@@ -528,24 +545,11 @@ static void compaction_phase(struct conn *c, const char *socket, pid_t pid, cons
         t_seen = now_s();
         /* Submissions go on while it runs; until the log is replaced. */
         for (;;) {
-                double ack;
                 long priv;
 
                 if (file_ino(logp, &ino) && ino != ino0 && access(compactp, F_OK) != 0)
                         break;
-                if (quiet) {
-                        sleep_until(now_s() + 0.02);
-                        goto sample;
-                }
-                cancel_one(c, submit_one(c, "system_freezable", NULL, 0, &ack));
-                acked++;
-                /* Every reply waits for the records before it to be on disk
-                 * (a list too): paced, so that most list requests see the
-                 * loop, not the disk. */
-                sleep_until(now_s() + 0.02);
-                if (ack > worst_ack)
-                        worst_ack = ack;
-        sample:
+                submit_paced(c, quiet, &acked, &worst_ack);
                 priv = new_children_private_kib(pid, old);
                 if (priv > child_peak)
                         child_peak = priv;
@@ -555,19 +559,8 @@ static void compaction_phase(struct conn *c, const char *socket, pid_t pid, cons
         t_end = now_s();
         /* And a moment after: the old log's blocks are freed then, which
          * once held up the commits that replies wait for. */
-        while (now_s() < t_end + AFTER_S) {
-                double ack;
-
-                if (quiet) {
-                        sleep_until(now_s() + 0.02);
-                        continue;
-                }
-                cancel_one(c, submit_one(c, "system_freezable", NULL, 0, &ack));
-                acked_after++;
-                sleep_until(now_s() + 0.02);
-                if (ack > worst_ack_after)
-                        worst_ack_after = ack;
-        }
+        while (now_s() < t_end + AFTER_S)
+                submit_paced(c, quiet, &acked_after, &worst_ack_after);
         sleep_until(now_s() + 0.2);
         atomic_store(&p.stop, true);
         pthread_join(p.thread, NULL);
