@@ -57,6 +57,8 @@ struct exec_child {
         int go_fd;
         int error_fd;
         int cgroup_fd;                  /* the item cgroup's cgroup.procs, or -1 */
+        bool signals_default;           /* every disposition SIG_DFL, mask empty
+                                         * already (a spawner's or rescuer's child) */
 };
 
 /* ---- output.c: the captured output ---------------------------------------- */

@@ -837,6 +837,12 @@ START_TEST(test_child_state_reset) {
         sigaddset(&block, SIGUSR1);
         ck_assert_int_eq(sigprocmask(SIG_BLOCK, &block, NULL), 0);
 
+        /* A spawner forked now inherits all of that; its children do not
+         * reset signals again (exec_child.signals_default), so the
+         * spawner must have. */
+        exec_spawner_stop();
+        ck_assert_int_eq(exec_spawner_start(), 0);
+
         run_spec(&run, &spec);
         assert_success(&run);
         assert_buf(run.r.out, run.r.out_len, "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
