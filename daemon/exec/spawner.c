@@ -211,10 +211,41 @@ static int spawn_parse(const struct spawn_request *req, int fds[_SPAWN_FD_MAX], 
                 .go_fd = fds[SPAWN_FD_GO],
                 .error_fd = fds[SPAWN_FD_ERROR],
                 .cgroup_fd = -1,
+                /* spawn_helper_setup() did it, in the process that parses */
+                .signals_default = true,
         };
         *ret_argv = TAKE_PTR(argv);
         *ret_envp = TAKE_PTR(envp);
         return 0;
+}
+
+/* The CPUs the spawner may run on, as it started, and the one it keeps to
+ * now (-1: all of those). */
+static cpu_set_t spawner_allowed;
+static int spawner_on_cpu = -1;
+
+/* Moves the spawner to @cpu, where the child it is about to make will run
+ * (-1: anywhere it may).  A process that is born on one CPU and runs on
+ * another pays for it on the development VM: its exec() and its item's
+ * run took 0.5-0.8 ms longer, more than the fork, done on the item's CPU,
+ * costs there, and the fork itself took half the CPU
+ * (tests/bench/README.md, "Item by item").  Left as it is if the move is
+ * refused (a CPU outside the daemon's cpuset: the child's own
+ * sched_setaffinity() tells). */
+static void spawner_move_to(int cpu) {
+        cpu_set_t set;
+
+        if (cpu == spawner_on_cpu)
+                return;
+        if (cpu >= 0 && cpu < CPU_SETSIZE && CPU_ISSET(cpu, &spawner_allowed)) {
+                CPU_ZERO(&set);
+                CPU_SET(cpu, &set);
+        } else {
+                set = spawner_allowed;
+                cpu = -1;
+        }
+        if (sched_setaffinity(0, sizeof(set), &set) == 0)
+                spawner_on_cpu = cpu;
 }
 
 /* One request: parses it, creates the child, returns its pid or -errno. */
@@ -229,6 +260,7 @@ static int spawner_handle(const struct spawn_request *req, int fds[_SPAWN_FD_MAX
         if (r < 0)
                 return r;
 
+        spawner_move_to(req->cpu);
         pid = spawner_clone(req->n_fds > SPAWN_FD_CGROUP ? fds[SPAWN_FD_CGROUP] : -1, &into_cgroup);
         if (pid == 0) {
                 if (req->n_fds > SPAWN_FD_CGROUP && !into_cgroup) {
@@ -322,6 +354,8 @@ _Noreturn static void spawner_main(int fd, pid_t daemon_pid) {
         /* The daemon waits for our replies: not SCHED_BATCH. */
         struct sched_param param = { .sched_priority = 0 };
         (void) sched_setscheduler(0, SCHED_OTHER, &param);
+        if (sched_getaffinity(0, sizeof(spawner_allowed), &spawner_allowed) < 0)
+                CPU_ZERO(&spawner_allowed);     /* never move */
 
         for (;;) {
                 struct spawn_request req;
