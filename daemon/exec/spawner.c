@@ -24,8 +24,10 @@
  * spawner's, so that the daemon reaps it with wait4() exactly as before
  * (exit status, rusage, the zombie leader pinning its process group id), and
  * CLONE_INTO_CGROUP puts it in its cgroup at birth, without the write to
- * cgroup.procs and its RCU grace period.  The child runs exec_child().  The
- * reply is the pid, or -errno.
+ * cgroup.procs and its RCU grace period.  Before the clone the spawner
+ * moves to the CPU the child will be bound to (spawner_move_to()), so that
+ * the child is born, set up and exec'd where its item runs.  The child runs
+ * exec_child().  The reply is the pid, or -errno.
  *
  * exec_start() waits for that reply, so that a failure to create the
  * process (EAGAIN) is returned to the pool, which retries.  A process made
