@@ -58,7 +58,7 @@ struct exec_child {
         int error_fd;
         int cgroup_fd;                  /* the item cgroup's cgroup.procs, or -1 */
         bool signals_default;           /* every disposition SIG_DFL, mask empty
-                                         * already (a spawner's or rescuer's child) */
+                                         * already (the spawner's child, a rescuer) */
 };
 
 /* ---- output.c: the captured output ---------------------------------------- */

@@ -6,7 +6,8 @@
  * its output captured, reaped through a pidfd.
  *
  * The child, before execve(), in this order:
- *   - signal dispositions and mask reset,
+ *   - signal dispositions and mask reset (a process of the spawner or a
+ *     rescuer has them so from spawn_helper_setup() already),
  *   - joins its own cgroup first, when spec->cgroups is given (see exec/cgroup.h),
  *   - gets a session of its own (setsid()), so it has no controlling
  *     terminal (nothing of the terminal cmwqd may have been started from),

@@ -25,7 +25,7 @@
  * (exit status, rusage, the zombie leader pinning its process group id), and
  * CLONE_INTO_CGROUP puts it in its cgroup at birth, without the write to
  * cgroup.procs and its RCU grace period.  Before the clone the spawner
- * moves to the CPU the child will be bound to (spawner_move_to()), so that
+ * moves to the CPU the child will be bound to (spawner_hold_to()), so that
  * the child is born, set up and exec'd where its item runs.  The child runs
  * exec_child().  The reply is the pid, or -errno.
  *
@@ -221,31 +221,32 @@ static int spawn_parse(const struct spawn_request *req, int fds[_SPAWN_FD_MAX], 
         return 0;
 }
 
-/* The CPUs the spawner may run on, as it started, and the one it keeps to
- * now (-1: all of those). */
+/* The CPUs the spawner may run on, as it started (empty: unknown, never
+ * move), and the one it is held to now (-1: all of those). */
 static cpu_set_t spawner_allowed;
 static int spawner_on_cpu = -1;
 
-/* Moves the spawner to @cpu, where the child it is about to make will run
- * (-1: anywhere it may).  A process that is born on one CPU and runs on
- * another pays for it on the development VM: its exec() and its item's
- * run took 0.5-0.8 ms longer, more than the fork, done on the item's CPU,
- * costs there, and the fork itself took half the CPU
- * (tests/bench/README.md, "Item by item").  Left as it is if the move is
- * refused (a CPU outside the daemon's cpuset: the child's own
- * sched_setaffinity() tells). */
-static void spawner_move_to(int cpu) {
+/* Holds the spawner to @cpu, where the child it is about to make will run,
+ * or (-1, or a CPU it may not use: the child's own sched_setaffinity()
+ * tells that) lets it run on all its CPUs again.  A process that is born on
+ * one CPU and runs on another pays for it on the development VM: its exec()
+ * and its item's run took 0.5-0.8 ms longer, more than the fork costs on
+ * the item's CPU, and the fork itself took half the CPU
+ * (tests/bench/README.md, "Item by item"). */
+static void spawner_hold_to(int cpu) {
         cpu_set_t set;
 
+        if (CPU_COUNT(&spawner_allowed) == 0)
+                return;
+        if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &spawner_allowed))
+                cpu = -1;
         if (cpu == spawner_on_cpu)
                 return;
-        if (cpu >= 0 && cpu < CPU_SETSIZE && CPU_ISSET(cpu, &spawner_allowed)) {
+        if (cpu >= 0) {
                 CPU_ZERO(&set);
                 CPU_SET(cpu, &set);
-        } else {
+        } else
                 set = spawner_allowed;
-                cpu = -1;
-        }
         if (sched_setaffinity(0, sizeof(set), &set) == 0)
                 spawner_on_cpu = cpu;
 }
@@ -262,7 +263,7 @@ static int spawner_handle(const struct spawn_request *req, int fds[_SPAWN_FD_MAX
         if (r < 0)
                 return r;
 
-        spawner_move_to(req->cpu);
+        spawner_hold_to(req->cpu);
         pid = spawner_clone(req->n_fds > SPAWN_FD_CGROUP ? fds[SPAWN_FD_CGROUP] : -1, &into_cgroup);
         if (pid == 0) {
                 if (req->n_fds > SPAWN_FD_CGROUP && !into_cgroup) {
@@ -275,9 +276,12 @@ static int spawner_handle(const struct spawn_request *req, int fds[_SPAWN_FD_MAX
                 }
                 exec_child(&c);
         }
-        if (pid < 0)
-                return -errno;
-        return pid;
+        r = pid < 0 ? -errno : pid;
+        /* Not held to that CPU while it waits for the next request, which
+         * may be for another: it would have to get this one first to move,
+         * behind whatever runs here. */
+        spawner_hold_to(-1);
+        return r;
 }
 
 /* Reads one request and its fds; exits the process when the daemon is gone

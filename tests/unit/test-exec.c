@@ -538,6 +538,26 @@ START_TEST(test_cpu_pinning) {
         }
         ck_assert_uint_gt(n, 0);
 
+        /* An unbound item after bound ones may run on every CPU we may:
+         * the spawner, which made the bound ones on their CPUs, let go. */
+        {
+                char line[256], expected[300];
+                FILE *f = fopen("/proc/self/status", "re");
+
+                ck_assert_ptr_nonnull(f);
+                expected[0] = 0;
+                while (fgets(line, sizeof(line), f))
+                        if (strncmp(line, "Cpus_allowed_list:", 18) == 0)
+                                snprintf(expected, sizeof(expected), "%s", line);
+                fclose(f);
+                ck_assert_str_ne(expected, "");
+                spec.cpu = -1;
+                run_spec(&run, &spec);
+                assert_success(&run);
+                assert_buf(run.r.out, run.r.out_len, expected);
+                run_clear(&run);
+        }
+
         /* A CPU that does not exist is a setup failure, reported as such. */
         spec.cpu = CPU_SETSIZE - 1;
         if (!CPU_ISSET(spec.cpu, &set)) {
