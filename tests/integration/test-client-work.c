@@ -744,10 +744,14 @@ static void preempt_a_fn(struct cmwq_work *w) {
         int r;
 
         atomic_store(&preempted->a_started, 1);
-        /* Hold CPU 0 without blocking, for 8 ms of CPU time (short of the
+        /* Hold CPU 0 without blocking, for 4 ms of CPU time: short of the
          * 10 ms CPU-intensive threshold, however long a loaded CPU makes
-         * that), long enough for the other client's item to arrive. */
-        spin_cpu_ns(8000000);
+         * that, with room to spare, because on a VM whose host does not
+         * report stolen time (/proc/stat's steal stays 0 on the development
+         * VM) what the host takes from the vCPU counts as the thread's CPU
+         * time, to cmwqd as to us; and long enough for the other client's
+         * item to arrive. */
+        spin_cpu_ns(4000000);
         atomic_store(&preempted->a_spin_end, (long) now_ns());
         /* Blocks until B ran: the CPU is free for others. */
         clock_gettime(CLOCK_REALTIME, &until);
@@ -797,11 +801,12 @@ static void cpu0_load_stop_all(pthread_t *threads, int n) {
 }
 
 /* B's callback does not start on CPU 0 while A's computes there, even
- * when A is preempted by other load on CPU 0 (here four spinners of ours)
+ * when A is preempted by other load on CPU 0 (here six spinners of ours:
+ * A's 4 ms of CPU take at least 28 ms then)
  * for longer than cmwqd's grace for yielding: A runs at normal priority,
  * it is not starved by its own settings.  B runs while A is blocked. */
 START_TEST(test_a_preempted_callback_keeps_its_cpu) {
-        pthread_t load[4];
+        pthread_t load[6];
 
         preempted = mmap(NULL, sizeof(*preempted), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         ck_assert_ptr_ne(preempted, MAP_FAILED);
@@ -821,7 +826,7 @@ START_TEST(test_a_preempted_callback_keeps_its_cpu) {
                 cmwq_disconnect(c);
                 _exit(0);
         }
-        cpu0_load_start(load, 4);
+        cpu0_load_start(load, 6);
 
         struct cmwq *c = connect_ok(&d);
         struct cmwq_work w;
@@ -837,7 +842,7 @@ START_TEST(test_a_preempted_callback_keeps_its_cpu) {
 
         int status;
         ck_assert_int_eq(waitpid(a, &status, 0), a);
-        cpu0_load_stop_all(load, 4);
+        cpu0_load_stop_all(load, 6);
         ck_assert_int_eq(status, 0);
 
         long b = atomic_load(&preempted->b_start), blocked = atomic_load(&preempted->a_spin_end);
