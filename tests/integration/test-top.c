@@ -226,8 +226,8 @@ START_TEST(test_openmetrics_of_a_real_daemon) {
                 /* A number: whether a /bin/true counted as CPU-intensive
                  * depends on the machine (time a VM's host takes counts
                  * as the item's CPU where it reports no steal). */
-                ck_assert_msg(strcmp(f[1], "2") == 0 && strcmp(f[4], "-") != 0 &&
-                              strspn(f[4], "0123456789") == strlen(f[4]), "%s", out);
+                ck_assert_msg(strcmp(f[1], "2") == 0 && f[4][0] && strspn(f[4], "0123456789") == strlen(f[4]),
+                              "%s", out);
         }
         free(out);
 
