@@ -976,14 +976,17 @@ static long pools_sum_now(const char *key) {
 struct sleepy_work {
         struct cmwq_work work;
         atomic_int *started;
+        sem_t *release;
 };
 
+/* Blocks until the test lets it go: however slowly a loaded machine starts
+ * the others, none of them finds this thread idle. */
 static void sleepy_fn(struct cmwq_work *w) {
         struct sleepy_work *s = cmwq_container_of(w, struct sleepy_work, work);
-        struct timespec t = { 0, 300 * 1000000L };
 
         atomic_fetch_add(s->started, 1);
-        nanosleep(&t, NULL);
+        while (sem_wait(s->release) < 0 && errno == EINTR)
+                ;
 }
 
 /* A callback thread the scheduler keeps from running (here SCHED_IDLE
@@ -1258,16 +1261,19 @@ START_TEST(test_idle_threads_end_after_the_idle_timeout) {
         enum { N = 10 };
         struct sleepy_work works[N];
         atomic_int started = 0;
+        sem_t release;
         struct cmwq *c;
         struct cmwq_workqueue *wq;
         int threads_before = own_threads(), fds_before = count_fds(d.pid), fds_busy, waited;
 
         ck_assert_int_eq(setenv("CMWQ_IDLE_TIMEOUT", "0.3", 1), 0);
+        ck_assert_int_eq(sem_init(&release, 0, 0), 0);
         c = connect_ok(&d);
         wq = cmwq_alloc_workqueue(c, "sleepy", 0, 0);
         ck_assert_msg(wq, "alloc: %s", cmwq_last_error());
         for (int i = 0; i < N; i++) {
                 works[i].started = &started;
+                works[i].release = &release;
                 CMWQ_WORK_INIT(&works[i].work, sleepy_fn);
                 ck_assert(cmwq_queue_work_on(0, wq, &works[i].work));
         }
@@ -1276,6 +1282,8 @@ START_TEST(test_idle_threads_end_after_the_idle_timeout) {
         ck_assert_int_ge(pools_sum_now("callback_threads"), N);
         fds_busy = count_fds(d.pid);
         ck_assert_int_ge(fds_busy, fds_before + N);
+        for (int i = 0; i < N; i++)
+                ck_assert_int_eq(sem_post(&release), 0);
         ck_assert_int_eq(cmwq_flush_workqueue(wq), 0);
 
         /* Idle now: all but two end, in the daemon's pools and here. */
@@ -1299,11 +1307,14 @@ START_TEST(test_idle_threads_end_after_the_idle_timeout) {
         for (int i = 0; i < N; i++)
                 ck_assert(cmwq_queue_work_on(0, wq, &works[i].work));
         wait_until(&started, N);
+        for (int i = 0; i < N; i++)
+                ck_assert_int_eq(sem_post(&release), 0);
         ck_assert_int_eq(cmwq_flush_workqueue(wq), 0);
         ck_assert_int_ge(pools_sum_now("callbacks"), 2 * N);
 
         ck_assert_int_eq(cmwq_destroy_workqueue(wq), 0);
         cmwq_disconnect(c);
+        sem_destroy(&release);
         unsetenv("CMWQ_IDLE_TIMEOUT");
 }
 END_TEST
