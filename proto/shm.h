@@ -51,7 +51,11 @@
  * grant or the thread's last wake-up, nor later than the thread's CPU time
  * now, and once the thread has been asked to yield (other work waits), no
  * later than what it said then (daemon/callback/callback.c): claiming a fresh start again
- * and again does not keep a thread that will not yield counted.
+ * and again does not keep a thread that will not yield counted.  taken_ns
+ * can make a block of the thread's own count as its wait for a grant, so
+ * that it holds its CPU asleep, as a thread its client keeps asleep
+ * elsewhere does: once other work waits there, until the thread's
+ * CPU-intensive threshold or cmwqd's look in /proc ends it.
  *
  * doc/design.md §6 walks through the protocol with the functions on both
  * sides.
@@ -146,7 +150,8 @@ enum cmwq_shm_linger {
 
 /* One worker thread's control block, a cache line of its own.  A slot freed
  * by a thread that ended (CallbackUnregister) may serve a new one: the
- * daemon sets its grant and yield words to 0 when it registers. */
+ * daemon sets its grant, yield and taken_grant words to 0 when it
+ * registers. */
 struct cmwq_shm_slot {
         /* Written by the daemon. */
         uint32_t grant;         /* grants so far; the futex word */
@@ -174,7 +179,17 @@ struct cmwq_shm_slot {
          * reserved (zero) in version 1 as first released: either end may be
          * older than the other. */
         uint64_t run_cpu_ns;
-        uint8_t reserved1[24];
+        /* When the thread last took a grant: the grant word's value it saw
+         * (taken_grant, written last, with release ordering) and the
+         * CLOCK_MONOTONIC time in ns right after it saw it (taken_ns), from
+         * a client that said so in CallbackAttach (grant_taken).  cmwqd
+         * tells from it that a switch-out stamped before was the thread's
+         * way into its wait for that grant, not its work blocking; not from
+         * a client in another time namespace than cmwqd's.  Was reserved
+         * (zero) in version 1 as first released. */
+        uint64_t taken_ns;
+        uint32_t taken_grant;
+        uint8_t reserved1[12];
 } __attribute__((aligned(64)));
 
 struct cmwq_shm {

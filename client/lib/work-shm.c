@@ -205,13 +205,22 @@ void work_credits_tell(struct client_work *cw, int e, unsigned want, unsigned ba
 /* The thread's CPU clock is read at most once per this much wall time. */
 #define WORK_CPU_READ_PERIOD_USEC 1000u
 
-/* @t took a new grant: its callbacks' starts are reported relative to
- * now (proto/shm.h, run_cpu_ns), and nothing reported under the last
- * grant stands.  One CPU clock read per grant. */
+/* @t took a new grant (t->seen_grant): it says when (proto/shm.h,
+ * taken_ns), first, so that cmwqd can tell its way into the wait for the
+ * grant from its work blocking; its callbacks' starts are reported
+ * relative to now (run_cpu_ns), and nothing reported under the last grant
+ * stands.  One CPU clock read per grant. */
 void thread_report_grant(struct client_work *cw, struct work_thread *t) {
+        struct cmwq_shm_slot *sl = &cw->shm->slots[t->slot];
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        __atomic_store_n(&sl->taken_ns, (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec,
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(&sl->taken_grant, t->seen_grant, __ATOMIC_RELEASE);
         t->grant_cpu_ns = thread_cpu_ns();
         t->cpu_read_usec = mono_usec();
-        __atomic_store_n(&cw->shm->slots[t->slot].run_cpu_ns, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&sl->run_cpu_ns, 0, __ATOMIC_RELAXED);
 }
 
 /* Tells cmwqd where the callback @t starts now counts its CPU time from:
@@ -301,6 +310,8 @@ int work_attach(struct client_work *cw) {
         attach.layout_version = CMWQ_SHM_VERSION;
         attach.has_credits = true;
         attach.credits = true;
+        attach.has_grant_taken = true;
+        attach.grant_taken = true;
         req.body_case = CMWQ__REQUEST__BODY_CALLBACK_ATTACH;
         req.callback_attach = &attach;
         r = client_call(cw->c, &req, &resp);

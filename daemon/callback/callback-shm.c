@@ -204,23 +204,36 @@ static void callback_shm_doorbell(evutil_socket_t fd, short what, void *userdata
         (void) callback_shm_drain(s);
 }
 
-static void futex_wake(uint32_t *word) {
+/* How many waiters it woke (0 on an error). */
+static int futex_wake(uint32_t *word) {
         /* Not FUTEX_PRIVATE: the client waits on its own mapping of the page. */
-        (void) syscall(SYS_futex, word, FUTEX_WAKE, 1, NULL, NULL, 0);
+        long r = syscall(SYS_futex, word, FUTEX_WAKE, 1, NULL, NULL, 0);
+
+        return r > 0 ? (int) r : 0;
 }
 
-void callback_shm_grant(struct callback_shm *s, unsigned slot, uint32_t seq) {
+bool callback_shm_grant(struct callback_shm *s, unsigned slot, uint32_t seq) {
         struct cmwq_shm_slot *sl = &s->shm->slots[slot];
 
         /* Before the grant is seen: it may linger on this one. */
         __atomic_store_n(&sl->linger, CMWQ_SHM_LINGER_NONE, __ATOMIC_RELEASE);
         __atomic_store_n(&sl->grant, seq, __ATOMIC_RELEASE);
-        futex_wake(&sl->grant);
+        return futex_wake(&sl->grant) > 0;
+}
+
+uint64_t callback_shm_grant_taken_ns(struct callback_shm *s, unsigned slot, uint32_t seq) {
+        const struct cmwq_shm_slot *sl = &s->shm->slots[slot];
+
+        if (__atomic_load_n(&sl->taken_grant, __ATOMIC_ACQUIRE) != seq)
+                return UINT64_MAX;
+        return __atomic_load_n(&sl->taken_ns, __ATOMIC_RELAXED);
 }
 
 void callback_shm_reset_slot(struct callback_shm *s, unsigned slot, bool lazy_doorbell) {
         __atomic_store_n(&s->shm->slots[slot].grant, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&s->shm->slots[slot].yield, 0, __ATOMIC_RELEASE);
+        /* Not a take of the new thread's grants by the one before. */
+        __atomic_store_n(&s->shm->slots[slot].taken_grant, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&s->shm->slots[slot].lazy_doorbell, lazy_doorbell, __ATOMIC_RELEASE);
 }
 

@@ -60,10 +60,15 @@ int callback_shm_drain(struct callback_shm *s);
 /* The client broke its region in a way only the caller could tell (@why):
  * as for a broken ring, once, through the broken function. */
 void callback_shm_break(struct callback_shm *s, const char *why);
-/* Grants the thread in @slot its CPU for the @seq-th time and wakes it. */
-void callback_shm_grant(struct callback_shm *s, unsigned slot, uint32_t seq);
+/* Grants the thread in @slot its CPU for the @seq-th time and wakes it.
+ * Returns whether the wake-up found a thread waiting on the slot's grant
+ * word (its client's, honest or not). */
+bool callback_shm_grant(struct callback_shm *s, unsigned slot, uint32_t seq);
+/* When the thread in @slot took its @seq-th grant (CLOCK_MONOTONIC ns), as
+ * its client wrote it; UINT64_MAX if it has not said it took that one. */
+uint64_t callback_shm_grant_taken_ns(struct callback_shm *s, unsigned slot, uint32_t seq);
 /* A thread is registered in @slot, which another may have used before:
- * its grant and yield words start from 0 again.  @lazy_doorbell: cmwqd
+ * its grant, yield and taken_grant words start from 0 again.  @lazy_doorbell: cmwqd
  * sees it switch out at once (proto/shm.h). */
 void callback_shm_reset_slot(struct callback_shm *s, unsigned slot, bool lazy_doorbell);
 /* Other work is about to start on the CPU of the thread in @slot, which

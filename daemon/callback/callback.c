@@ -48,6 +48,7 @@ struct callback_client {
         struct callback_worker *slots[CMWQ_SHM_SLOTS];
         struct list_head holds;         /* struct callback_hold: freezes it has not answered */
         uint32_t freeze_seq;            /* the last freeze notice's number */
+        bool grant_taken;               /* it says when a thread took a grant (taken_ns) */
         bool is_broken;                 /* broke its shared memory: nothing it says there counts */
         bool limit_logged;              /* a thread was refused for the per-user limit */
         struct pool_work_stats stats;
@@ -118,6 +119,14 @@ static struct pool_work_stats *callback_stats(struct pool_work *work) {
         return &container_of(work, struct callback_worker, work)->client->stats;
 }
 
+/* When @w's thread took its current grant, by its client's word: only its
+ * own blocks can be taken for its wait by a lie (proto/shm.h). */
+static uint64_t callback_wait_end(struct sleepwatch_target *t, void *userdata) {
+        struct callback_worker *w = userdata;
+
+        return w->client->is_broken ? 0 : callback_shm_grant_taken_ns(w->client->shm, w->slot, w->grant_seq);
+}
+
 static int callback_execute(struct worker *pw, struct pool_work *work) {
         struct callback_worker *w = container_of(work, struct callback_worker, work);
 
@@ -136,7 +145,14 @@ static int callback_execute(struct worker *pw, struct pool_work *work) {
         sleepwatch_target_assume_running(w->target);
         log_callback(w, "callback: thread %d (PID %d) granted CPU %d", (int) w->tid, (int) w->client->pid,
                      w->pool->cpu);
-        callback_shm_grant(w->client->shm, w->slot, ++w->grant_seq);
+        /* A thread that demanded its CPU may still have been on its way
+         * into the wait for this grant: its switch-out into that wait,
+         * stamped after the line above, is no work blocking.  Its client
+         * says when it took the grant (callback_wait_end()).  If the
+         * wake-up found nobody waiting, the thread sees the grant without
+         * sleeping, and every switch-out from here on is its work's. */
+        if (callback_shm_grant(w->client->shm, w->slot, ++w->grant_seq) && w->client->grant_taken)
+                sleepwatch_target_waking(w->target, callback_wait_end);
         return 0;
 }
 
@@ -563,7 +579,20 @@ static void callback_credits_broken(const char *why, void *userdata) {
         callback_shm_break(c->shm, why);
 }
 
-int callback_client_new(struct callback_registry *r, const struct core_caller *caller, int pidfd, bool credits,
+/* Whether @pid reads the CLOCK_MONOTONIC we and perf's records read: its
+ * time namespace (CRIU, some containers) may shift it by any offset, and
+ * its taken_ns would then say nothing we can compare. */
+static bool callback_client_shares_our_clock(pid_t pid) {
+        struct stat ours, theirs;
+        char path[64];
+
+        if (stat("/proc/self/ns/time", &ours) < 0)
+                return errno == ENOENT;         /* a kernel without time namespaces */
+        snprintf(path, sizeof(path), "/proc/%d/ns/time", (int) pid);
+        return stat(path, &theirs) == 0 && theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino;
+}
+
+int callback_client_new(struct callback_registry *r, const struct core_caller *caller, int pidfd, unsigned flags,
                         callback_freeze_fn freeze, callback_broken_fn broken, void *userdata,
                         struct callback_client **ret, int *ret_memfd, int *ret_eventfd, struct core_error *e) {
         _cleanup_(closep) int owned_pidfd = pidfd;
@@ -576,8 +605,9 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
         c = calloc(1, sizeof(*c));
         if (!c)
                 return core_error_set(e, -ENOMEM, "out of memory");
-        k = callback_shm_new(core_event_base(r->core), core_sleepwatch(r->core), pid, credits, callback_shm_op,
-                             callback_shm_broken, c, &c->shm, ret_memfd, ret_eventfd, e);
+        k = callback_shm_new(core_event_base(r->core), core_sleepwatch(r->core), pid,
+                             flags & CALLBACK_CLIENT_CREDITS, callback_shm_op, callback_shm_broken, c, &c->shm,
+                             ret_memfd, ret_eventfd, e);
         if (k < 0) {
                 free(c);
                 return k;
@@ -585,6 +615,7 @@ int callback_client_new(struct callback_registry *r, const struct core_caller *c
         c->registry = r;
         c->pid = pid;
         c->pidfd = TAKE_FD(owned_pidfd);
+        c->grant_taken = (flags & CALLBACK_CLIENT_GRANT_TAKEN) && callback_client_shares_our_clock(pid);
         c->caller = caller;
         c->freeze = freeze;
         c->broken = broken;

@@ -55,6 +55,12 @@ typedef void (*callback_broken_fn)(const char *why, void *userdata);
 int callback_registry_new(struct core *core, struct callback_registry **ret);
 struct callback_registry *callback_registry_free(struct callback_registry *r);
 
+/* What a client said it does in its CallbackAttach (proto/cmwq.proto). */
+enum {
+        CALLBACK_CLIENT_CREDITS = 1u << 0,      /* it maps the region with its credits entries */
+        CALLBACK_CLIENT_GRANT_TAKEN = 1u << 1,  /* it writes when a thread took a grant (taken_ns) */
+};
+
 /* Makes a client's shared memory and doorbell (callback_shm_new(): send
  * both to the client, then close *@ret_memfd only).  @caller (the
  * connection's, alive as long as the client) decides which queues' freezing
@@ -62,10 +68,10 @@ struct callback_registry *callback_registry_free(struct callback_registry *r);
  * connected (-1: the kernel has none; the client owns it from here on, even
  * on failure): a thread is registered only while that process lives, so
  * never one of a process that got its pid after it died.  The queues frozen
- * now are told at once, before the caller's reply.  @credits: the client
- * maps the region with its credits entries (proto/shm.h); an older client
- * gets the region it knows. */
-int callback_client_new(struct callback_registry *r, const struct core_caller *caller, int pidfd, bool credits,
+ * now are told at once, before the caller's reply.  @flags: CALLBACK_CLIENT_*;
+ * without CALLBACK_CLIENT_CREDITS, an older client gets the region it
+ * knows. */
+int callback_client_new(struct callback_registry *r, const struct core_caller *caller, int pidfd, unsigned flags,
                         callback_freeze_fn freeze, callback_broken_fn broken, void *userdata,
                         struct callback_client **ret, int *ret_memfd, int *ret_eventfd, struct core_error *e);
 struct callback_client *callback_client_free(struct callback_client *c);

@@ -88,6 +88,9 @@ struct sleepwatch_target {
         uint64_t *oncpu_since;  /* per ring: its switch-in there not yet followed by a switch-out, 0: none;
                                  * NULL: not timed so (not a thread, or records were lost) */
         uint64_t oncpu_ns;      /* the intervals closed so far */
+        /* sleepwatch_target_waking(): a thread target's blocking switch-out
+         * stamped before this says its wait ended is that wait; NULL: none. */
+        sleepwatch_wait_end_fn wait_end;
 
         /* proc */
         DIR *task_dir;          /* /proc/PID/task, pins the process */

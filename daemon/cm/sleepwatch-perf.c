@@ -194,6 +194,17 @@ static void target_update_task(struct sleepwatch_target *t, pid_t tid,
         target_mark_dirty(t);
 }
 
+/* What a switch record at @time says of its task: out blocking, unless the
+ * thread was still on its way into the wait its waker has ended
+ * (sleepwatch_target_waking()); in, or out by preemption, running. */
+static enum sleepwatch_task_state target_switch_state(struct sleepwatch_target *t, uint16_t misc, uint64_t time) {
+        if (!(misc & PERF_RECORD_MISC_SWITCH_OUT) || (misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT))
+                return SW_TASK_RUNNING;
+        if (t->wait_end && time < t->wait_end(t, t->userdata))
+                return SW_TASK_RUNNING;
+        return SW_TASK_BLOCKED;
+}
+
 /* Sets every task we know of (and the main process's threads) from /proc,
  * as of now; records older than this are ignored afterwards. */
 static void target_resync(struct sleepwatch_target *t) {
@@ -226,6 +237,7 @@ static void target_resync(struct sleepwatch_target *t) {
                         k->state = state == 'R' ? SW_TASK_RUNNING : SW_TASK_BLOCKED;
                 k->time = now;
         }
+        t->wait_end = NULL;
 
         /* Threads of the main process that started while records were lost
          * (a thread target follows no other thread). */
@@ -275,6 +287,7 @@ void sleepwatch_perf_recheck(struct sleepwatch_target *t) {
                         continue;
                 /* Records of what it did before now are ignored from here on. */
                 k->time = now;
+                t->wait_end = NULL;
                 changed = true;
         }
         if (changed)
@@ -364,12 +377,7 @@ static void sleepwatch_handle_record(struct sleepwatch *sw, const void *rec, siz
         case PERF_RECORD_SWITCH:
                 if (t->oncpu_since && (pid_t) sid.tid == t->only_tid)
                         target_account_switch(t, ring, h->misc & PERF_RECORD_MISC_SWITCH_OUT, sid.time);
-                if (!(h->misc & PERF_RECORD_MISC_SWITCH_OUT))
-                        target_update_task(t, (pid_t) sid.tid, SW_TASK_RUNNING, sid.time);
-                else if (h->misc & PERF_RECORD_MISC_SWITCH_OUT_PREEMPT)
-                        target_update_task(t, (pid_t) sid.tid, SW_TASK_RUNNING, sid.time);
-                else
-                        target_update_task(t, (pid_t) sid.tid, SW_TASK_BLOCKED, sid.time);
+                target_update_task(t, (pid_t) sid.tid, target_switch_state(t, h->misc, sid.time), sid.time);
                 break;
         case PERF_RECORD_FORK:
         case PERF_RECORD_EXIT:

@@ -73,6 +73,7 @@ void sleepwatch_target_assume_running(struct sleepwatch_target *t) {
                 return;
         t->running = true;
         t->sampled_running = true;
+        t->wait_end = NULL;
         /* As a resync does: records older than now are ignored from here on,
          * so a switch-out from before this moment, read late, cannot say
          * the target blocked. */
@@ -81,6 +82,12 @@ void sleepwatch_target_assume_running(struct sleepwatch_target *t) {
                         t->tasks[i].state = SW_TASK_RUNNING;
                         t->tasks[i].time = now;
                 }
+}
+
+void sleepwatch_target_waking(struct sleepwatch_target *t, sleepwatch_wait_end_fn fn) {
+        /* /proc shows a woken task runnable: the sampler needs no word. */
+        if (t && t->mode == SLEEPWATCH_PERF && t->only_tid > 0)
+                t->wait_end = fn;
 }
 
 uint64_t sleepwatch_target_cpu_usec(struct sleepwatch_target *t) {

@@ -139,6 +139,27 @@ bool sleepwatch_target_is_perf(const struct sleepwatch_target *t);
 void sleepwatch_target_assume_running(struct sleepwatch_target *t);
 
 /*
+ * When the thread of a target passed to sleepwatch_target_waking() ended
+ * its wait (CLOCK_MONOTONIC ns), or UINT64_MAX if it has not yet.  Called
+ * with the target's userdata while records are read: no reports, no
+ * freeing.
+ */
+typedef uint64_t (*sleepwatch_wait_end_fn)(struct sleepwatch_target *t, void *userdata);
+
+/*
+ * After sleepwatch_target_assume_running() on a thread target: the caller
+ * has just woken the thread from a wait that it may have entered only
+ * after that call (a callback worker that demanded its CPU and waits for
+ * the grant, which came at once).  Its switch-out into that wait is no
+ * block: until the next sleepwatch_target_assume_running() (or a look at
+ * /proc: sleepwatch_target_recheck(), lost records), a blocking switch-out
+ * stamped before @fn says the wait ended is taken as that wait.
+ * The /proc sampler needs no word (a woken thread shows runnable); neither
+ * does a target that is no thread target.  NULL is fine.
+ */
+void sleepwatch_target_waking(struct sleepwatch_target *t, sleepwatch_wait_end_fn fn);
+
+/*
  * Tells that the target's child has called execve() (the caller sees its
  * close-on-exec error pipe close).  A proc-mode target is not sampled before:
  * sleeps of the child's own set-up are not the item blocking.  Perf targets

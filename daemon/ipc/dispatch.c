@@ -742,7 +742,10 @@ static void dispatch_callback_attach(struct ipc_client *c, const Cmwq__Request *
         else
                 /* Without pidfds (-EOPNOTSUPP) the pid is believed, as before. */
                 r = callback_client_new(registry, &c->caller, r < 0 ? -1 : pidfd,
-                                        req->callback_attach->has_credits && req->callback_attach->credits,
+                                        (req->callback_attach->has_credits && req->callback_attach->credits
+                                                 ? CALLBACK_CLIENT_CREDITS : 0) |
+                                        (req->callback_attach->has_grant_taken && req->callback_attach->grant_taken
+                                                 ? CALLBACK_CLIENT_GRANT_TAKEN : 0),
                                         send_callback_freeze,
                                         callback_broken, c, &c->callback, &memfd, &eventfd, &e);
         if (r < 0) {

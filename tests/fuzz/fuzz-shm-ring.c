@@ -302,7 +302,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (sleepwatch_new(base, SLEEPWATCH_PROC, 0, &sw) < 0 || core_new(base, sw, &config, &core) < 0 ||
             callback_registry_new(core, &registry) < 0)
                 abort();
-        if (callback_client_new(registry, &caller, -1, true, on_freeze, on_broken, NULL, &client, &memfd, &doorbell, &e) < 0) {
+        if (callback_client_new(registry, &caller, -1, CALLBACK_CLIENT_CREDITS | CALLBACK_CLIENT_GRANT_TAKEN, on_freeze,
+                                on_broken, NULL, &client, &memfd, &doorbell, &e) < 0) {
                 fprintf(stderr, "callback_client_new: %s\n", e.message);
                 abort();
         }

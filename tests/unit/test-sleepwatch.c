@@ -98,6 +98,25 @@ static int helper(const char *mode) {
                                 _exit(6);
                 }
         }
+        if (strcmp(mode, "wake") == 0) {
+                /* A callback worker that demanded its CPU: running, then
+                 * into its wait for the grant, woken (it says when, on fd 4,
+                 * as libcmwq-client does in its slot), running, blocked in
+                 * its work; each step on a control byte. */
+                struct timespec ts;
+                uint64_t ns;
+
+                helper_status('r');
+                helper_spin();
+                helper_wait();
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                ns = (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+                if (write(4, &ns, sizeof(ns)) != sizeof(ns))
+                        _exit(6);
+                helper_spin();
+                helper_wait();
+                _exit(0);
+        }
         if (strcmp(mode, "fork") == 0) {
                 pid_t pid = fork();
 
@@ -828,6 +847,82 @@ START_TEST(test_thread_cpu_from_switch_records) {
 }
 END_TEST
 
+/* Until /proc shows @c asleep, without running the loop: no record is read
+ * meanwhile. */
+static void child_wait_asleep(struct child *c) {
+        uint64_t deadline = now_usec(CLOCK_MONOTONIC) + TIMEOUT_USEC;
+
+        while (proc_state_of(c->pid) != 'S') {
+                ck_assert_msg(now_usec(CLOCK_MONOTONIC) < deadline, "the helper did not block");
+                usleep(1000);
+        }
+}
+
+/* When the helper of test_a_woken_thread_has_not_blocked_in_its_wait()
+ * said its wait ended; UINT64_MAX before. */
+static uint64_t helper_wait_end_ns;
+
+static uint64_t helper_wait_end(struct sleepwatch_target *t, void *userdata) {
+        return helper_wait_end_ns;
+}
+
+/* A thread taken as running (a grant) that goes to sleep only afterwards,
+ * in the wait its waker ends (the grant's futex), has not blocked: the
+ * switch-out into that wait is no report.  Once it says its wait ended,
+ * its blocks count again. */
+START_TEST(test_a_woken_thread_has_not_blocked_in_its_wait) {
+        struct event_base *base = event_base_new();
+        struct recorder rec = { 0 };
+        struct sleepwatch *sw;
+        struct child c;
+
+        sw = new_sleepwatch(base, SLEEPWATCH_PERF);
+        if (!sw) {
+                event_base_free(base);
+                return;
+        }
+        child_fork(&c, "wake");
+        child_go(&c);
+        ck_assert_int_eq(child_read_status(&c), 'r');
+        ck_assert_int_eq(sleepwatch_watch_thread(sw, c.pid, c.pid, record_cb, &rec, &rec.target), 0);
+        loop_for(base, 20 * USEC_PER_MSEC);
+        ck_assert_uint_eq(rec.n, 0);
+
+        /* Granted while it still runs; then it enters its wait, which is
+         * read only after the wake-up found it there. */
+        sleepwatch_target_assume_running(rec.target);
+        child_poke(&c);
+        child_wait_asleep(&c);
+        helper_wait_end_ns = UINT64_MAX;
+        sleepwatch_target_waking(rec.target, helper_wait_end);
+        loop_for(base, 50 * USEC_PER_MSEC);
+        ck_assert_msg(rec.n == 0 && sleepwatch_target_is_running(rec.target),
+                      "the switch-out into the grant's wait was reported as a block");
+
+        /* Woken, it runs and says so; then it blocks in its work: that is
+         * a block. */
+        child_poke(&c);
+        {
+                struct pollfd p = { .fd = c.status, .events = POLLIN };
+
+                ck_assert_int_eq(poll(&p, 1, (int) (TIMEOUT_USEC / USEC_PER_MSEC)), 1);
+                ck_assert_int_eq(read(c.status, &helper_wait_end_ns, sizeof(helper_wait_end_ns)),
+                                 sizeof(helper_wait_end_ns));
+        }
+        loop_for(base, 20 * USEC_PER_MSEC);
+        ck_assert_uint_eq(rec.n, 0);
+        child_poke(&c);
+        ck_assert(loop_until(base, &(struct until) { .child = &c, .rec = &rec, .proc_state = 'S', .running = 0 }));
+        ck_assert_uint_eq(rec.n, 1);
+
+        child_poke(&c);
+        rec.target = sleepwatch_target_free(rec.target);
+        child_finish(&c);
+        free_sleepwatch(sw);
+        event_base_free(base);
+}
+END_TEST
+
 int main(int argc, char *argv[]) {
         Suite *s;
         TCase *tc;
@@ -849,6 +944,7 @@ int main(int argc, char *argv[]) {
         tcase_add_loop_test(tc, test_two_targets, SLEEPWATCH_PERF, SLEEPWATCH_PROC + 1);
         tcase_add_test(tc, test_ring_overflow);
         tcase_add_test(tc, test_thread_cpu_from_switch_records);
+        tcase_add_test(tc, test_a_woken_thread_has_not_blocked_in_its_wait);
         tcase_add_loop_test(tc, test_free_is_silent, SLEEPWATCH_PERF, SLEEPWATCH_PROC + 1);
         tcase_add_loop_test(tc, test_target_outlives_detector, SLEEPWATCH_PERF, SLEEPWATCH_PROC + 1);
         tcase_add_loop_test(tc, test_watch_invalid, SLEEPWATCH_PERF, SLEEPWATCH_PROC + 1);
@@ -862,6 +958,7 @@ int main(int argc, char *argv[]) {
         tcase_add_loop_test(tc, test_two_targets, SLEEPWATCH_PERF, SLEEPWATCH_PERF + 1);
         tcase_add_test(tc, test_ring_overflow);
         tcase_add_test(tc, test_thread_cpu_from_switch_records);
+        tcase_add_test(tc, test_a_woken_thread_has_not_blocked_in_its_wait);
         tcase_add_loop_test(tc, test_free_is_silent, SLEEPWATCH_PERF, SLEEPWATCH_PERF + 1);
         tcase_add_loop_test(tc, test_target_outlives_detector, SLEEPWATCH_PERF, SLEEPWATCH_PERF + 1);
         suite_add_tcase(s, tc);
