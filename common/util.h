@@ -34,6 +34,14 @@ static inline uint64_t now_usec(clockid_t clock) {
         return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
 }
 
+/* CLOCK_MONOTONIC in ns: the clock of cmwqd's perf records. */
+static inline uint64_t now_nsec(void) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * UINT64_C(1000000000) + (uint64_t) ts.tv_nsec;
+}
+
 static inline struct timeval timeval_from_usec(uint64_t usec) {
         return (struct timeval) { .tv_sec = usec / USEC_PER_SEC, .tv_usec = usec % USEC_PER_SEC };
 }

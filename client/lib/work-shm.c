@@ -212,14 +212,12 @@ void work_credits_tell(struct client_work *cw, int e, unsigned want, unsigned ba
  * stands.  One CPU clock read per grant. */
 void thread_report_grant(struct client_work *cw, struct work_thread *t) {
         struct cmwq_shm_slot *sl = &cw->shm->slots[t->slot];
-        struct timespec ts;
+        uint64_t taken_ns = now_nsec();
 
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        __atomic_store_n(&sl->taken_ns, (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec,
-                         __ATOMIC_RELAXED);
+        __atomic_store_n(&sl->taken_ns, taken_ns, __ATOMIC_RELAXED);
         __atomic_store_n(&sl->taken_grant, t->seen_grant, __ATOMIC_RELEASE);
         t->grant_cpu_ns = thread_cpu_ns();
-        t->cpu_read_usec = mono_usec();
+        t->cpu_read_usec = taken_ns / 1000;
         __atomic_store_n(&sl->run_cpu_ns, 0, __ATOMIC_RELAXED);
 }
 

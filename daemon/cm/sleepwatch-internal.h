@@ -137,13 +137,6 @@ static inline int safe_close(int fd) {
         return -1;
 }
 
-static inline uint64_t now_nsec(void) {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * UINT64_C(1000000000) + (uint64_t) ts.tv_nsec;
-}
-
 /* ---- sleepwatch.c ---------------------------------------------------------- */
 
 /* Evaluates dirty targets and reports transitions.  A callback may free any

@@ -103,14 +103,12 @@ static int helper(const char *mode) {
                  * into its wait for the grant, woken (it says when, on fd 4,
                  * as libcmwq-client does in its slot), running, blocked in
                  * its work; each step on a control byte. */
-                struct timespec ts;
                 uint64_t ns;
 
                 helper_status('r');
                 helper_spin();
                 helper_wait();
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                ns = (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+                ns = now_nsec();
                 if (write(4, &ns, sizeof(ns)) != sizeof(ns))
                         _exit(6);
                 helper_spin();
@@ -205,13 +203,20 @@ static void child_go(struct child *c) {
         c->go = -1;
 }
 
-/* The helper's next status byte; fails the test if none comes in time. */
-static char child_read_status(struct child *c) {
+/* The helper's next report of @size bytes; fails the test if none comes
+ * in time. */
+static void child_read(struct child *c, void *buf, size_t size) {
         struct pollfd p = { .fd = c->status, .events = POLLIN };
-        char b;
 
         ck_assert_int_eq(poll(&p, 1, (int) (TIMEOUT_USEC / USEC_PER_MSEC)), 1);
-        ck_assert_int_eq(read(c->status, &b, 1), 1);
+        ck_assert_int_eq(read(c->status, buf, size), (ssize_t) size);
+}
+
+/* The helper's next status byte. */
+static char child_read_status(struct child *c) {
+        char b;
+
+        child_read(c, &b, 1);
         return b;
 }
 
@@ -781,11 +786,9 @@ END_TEST
 /* Reads the helper's report of one "cpu" round: its CPU time in it, µs. */
 static uint64_t child_cpu_round(struct child *c) {
         uint64_t span[2];
-        struct pollfd p = { .fd = c->status, .events = POLLIN };
 
         child_poke(c);
-        ck_assert_int_eq(poll(&p, 1, (int) (TIMEOUT_USEC / USEC_PER_MSEC)), 1);
-        ck_assert_int_eq(read(c->status, span, sizeof(span)), (ssize_t) sizeof(span));
+        child_read(c, span, sizeof(span));
         return (span[1] - span[0]) / 1000;
 }
 
@@ -906,13 +909,7 @@ START_TEST(test_a_woken_thread_has_not_blocked_in_its_wait) {
         /* Woken, it runs and says so; then it blocks in its work: that is
          * a block. */
         child_poke(&c);
-        {
-                struct pollfd p = { .fd = c.status, .events = POLLIN };
-
-                ck_assert_int_eq(poll(&p, 1, (int) (TIMEOUT_USEC / USEC_PER_MSEC)), 1);
-                ck_assert_int_eq(read(c.status, &helper_wait_end_ns, sizeof(helper_wait_end_ns)),
-                                 sizeof(helper_wait_end_ns));
-        }
+        child_read(&c, &helper_wait_end_ns, sizeof(helper_wait_end_ns));
         loop_for(base, 20 * USEC_PER_MSEC);
         ck_assert_uint_eq(rec.n, 0);
         child_poke(&c);
