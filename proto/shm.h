@@ -12,7 +12,8 @@
  * passed one could be anything, and closing some kinds can block).  Then:
  *
  *   - the submission ring carries the client's worker threads' requests to
- *     the daemon: "thread in slot S has work for its CPU" (DEMAND), "gives
+ *     the daemon: "thread in slot S has work for its CPU" (DEMAND), "now
+ *     has work for CPU C instead" (MOVE), "gives
  *     its grant back" (IDLE), "runs an item of a CPU_INTENSIVE queue"
  *     (INTENSIVE), "this unbound queue's credits changed" (CREDITS, see
  *     struct cmwq_shm_credits); and the client's answer to the daemon's freeze notices
@@ -69,9 +70,9 @@
 /* Worker threads one client may register: one slot each. */
 #define CMWQ_SHM_SLOTS 1024u
 /* Entries of the submission ring, a power of two.  A thread has at most
- * three requests outstanding (INTENSIVE, IDLE, then DEMAND, after which it
- * waits for a grant), and a FREEZE_ACK follows only a new notice from the
- * daemon, so those never fill it.  CREDITS come one per change of an
+ * three requests outstanding (INTENSIVE, IDLE, then DEMAND or MOVE, after
+ * which it waits for a grant), and a FREEZE_ACK follows only a new notice
+ * from the daemon, so those never fill it.  CREDITS come one per change of an
  * entry's want or returned, at most about max_active per burst of items;
  * should the ring be full, the client waits for room (ringing the
  * doorbell), which slows only itself. */
@@ -84,12 +85,27 @@ enum cmwq_shm_op {
         CMWQ_SHM_OP_FREEZE_ACK = 4,     /* the low 24 bits: a notice's sequence number */
         CMWQ_SHM_OP_CREDITS = 5,        /* the low 24 bits: an entry of credits[] whose want or
                                          * returned changed (CMWQ_SHM_FEATURE_CREDITS) */
+        CMWQ_SHM_OP_MOVE = 6,           /* the low 24 bits: CMWQ_SHM_MOVE_ARG(slot, cpu): an idle
+                                         * thread, pinned there now, demands that CPU
+                                         * (CMWQ_SHM_FEATURE_MOVE) */
 };
+
+/* CMWQ_SHM_OP_MOVE's argument: the slot in the low 10 bits (CMWQ_SHM_SLOTS
+ * is 1024), the CPU above.  The thread goes to that CPU's pool of its
+ * priority, giving back what it had on its old CPU as by IDLE, and demands
+ * it as by DEMAND.  A CPU's work that finds none of the client's threads
+ * idle there takes an idle one of another CPU so, rather than a new one:
+ * a process's CPUs reach their peaks of work blocked at once at different
+ * times (client/lib/work-pool.c, work_pool_take_idle()). */
+#define CMWQ_SHM_MOVE_ARG(slot, cpu) ((((uint32_t) (cpu)) << 10) | ((uint32_t) (slot) & 0x3ffu))
+#define CMWQ_SHM_MOVE_SLOT(arg) ((uint32_t) (arg) & 0x3ffu)
+#define CMWQ_SHM_MOVE_CPU(arg) (((uint32_t) (arg) & 0xffffffu) >> 10)
 
 /* cmwq_shm.features, written by cmwqd when it makes the region (0 from a
  * cmwqd that knows none). */
 #define CMWQ_SHM_FEATURE_LINGER (1u << 0)       /* it honours cmwq_shm_slot.linger */
 #define CMWQ_SHM_FEATURE_CREDITS (1u << 1)      /* it deals credits[] (below) */
+#define CMWQ_SHM_FEATURE_MOVE (1u << 2)         /* it takes CMWQ_SHM_OP_MOVE */
 
 /* Unbound queues a client may hold credits of at once (entries of credits[]). */
 #define CMWQ_SHM_CREDIT_QUEUES 64u

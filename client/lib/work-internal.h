@@ -133,6 +133,7 @@ struct client_work {
         uint64_t linger_usec;           /* 0: threads give their grant back at once */
         uint64_t next_scan;             /* work_pool_next()'s scans so far */
         bool has_credits;               /* cmwqd deals unbound queues' credits */
+        bool can_move;                  /* cmwqd takes CMWQ_SHM_OP_MOVE */
         struct work_credits credits[CMWQ_SHM_CREDIT_QUEUES];
         /* Entries an item waits for credits of, and no thread waits on yet. */
         uint64_t credits_short;
@@ -249,9 +250,10 @@ static inline bool wq_frozen(const struct cmwq_workqueue *wq) {
 int work_attach(struct client_work *cw);
 void work_futex_wake_all(uint32_t *word);
 void work_futex_wait(uint32_t *word, uint32_t val, const struct timespec *timeout);
-/* An entry in the submission ring for @slot; @lazy: the thread whose entry
- * may ring no doorbell.  Work lock held. */
-void work_ring_push(struct client_work *cw, enum cmwq_shm_op op, unsigned slot, const struct work_thread *lazy);
+/* An entry in the submission ring (@arg: a thread's slot, or what @op
+ * takes); @lazy: the thread whose entry may ring no doorbell.  Work lock
+ * held. */
+void work_ring_push(struct client_work *cw, enum cmwq_shm_op op, unsigned arg, const struct work_thread *lazy);
 /* Answers the daemon's last freeze notice once no callback of a frozen queue
  * runs.  Work lock held. */
 void work_freeze_answer_locked(struct client_work *cw);

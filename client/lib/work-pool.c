@@ -331,6 +331,56 @@ static void work_credits_wait(struct client_work *cw, struct work_pool *p) {
         }
 }
 
+/* Bound @p needs a thread and has none idle: an idle thread of another
+ * CPU's pool of its priority goes to @p rather than a new one being made,
+ * taken from the pool that has the most idle.  The kernel keeps each
+ * pool's workers; a process's CPUs reach their peaks of callbacks blocked
+ * at once at different times, and kept per CPU its threads would be the
+ * sum of those peaks.  The thread sleeps on: pinned to @p's CPU from here,
+ * it demands that CPU (CMWQ_SHM_OP_MOVE) and wakes with the grant.  Work
+ * lock held; false: nothing to take (or cmwqd takes no moves). */
+static bool work_pool_take_idle(struct client_work *cw, struct work_pool *p) {
+        struct work_thread **from_link = NULL, *t;
+        struct work_pool *from = NULL;
+        unsigned most = 0;
+        cpu_set_t set;
+
+        if (!cw->can_move || p->cpu > (int) CMWQ_SHM_MOVE_CPU(UINT32_MAX))
+                return false;
+        for (unsigned cpu = 0; cpu < cw->nr_cpus; cpu++) {
+                struct work_pool *q = &cw->pools[cpu * 2 + p->highpri];
+                struct work_thread **first = NULL;
+                unsigned idle = 0;
+
+                if (q == p)
+                        continue;
+                for (struct work_thread **pt = &q->threads; *pt; pt = &(*pt)->next)
+                        if ((*pt)->state == THREAD_IDLE && idle++ == 0)
+                                first = pt;
+                if (idle > most) {
+                        most = idle;
+                        from_link = first;
+                        from = q;
+                }
+        }
+        if (!from)
+                return false;
+        t = *from_link;
+        CPU_ZERO(&set);
+        CPU_SET(p->cpu, &set);
+        if (sched_setaffinity(t->tid, sizeof(set), &set) < 0)
+                return false;
+        *from_link = t->next;
+        from->nr_threads--;
+        t->pool = p;
+        t->next = p->threads;
+        p->threads = t;
+        p->nr_threads++;
+        t->state = THREAD_DEMANDING;
+        work_ring_push(cw, CMWQ_SHM_OP_MOVE, CMWQ_SHM_MOVE_ARG(t->slot, p->cpu), demand_lazy_for(p));
+        return true;
+}
+
 /* Starts or asks for workers while @p has work.  Work lock held. */
 void work_pool_kick(struct client_work *cw, struct work_pool *p) {
         struct work_thread *t;
@@ -402,7 +452,7 @@ void work_pool_kick(struct client_work *cw, struct work_pool *p) {
                 return;         /* the timer thread kicks it then */
         p->retry_usec = 0;
         p->demanding = true;
-        if (!thread_new(cw, p))
+        if (!work_pool_take_idle(cw, p) && !thread_new(cw, p))
                 p->demanding = false;
 }
 
@@ -527,9 +577,10 @@ static enum thread_wait thread_wait_grant(struct client_work *cw, struct work_th
         bool recheck = t->state == THREAD_IDLE && t->credits_recheck, idle_timed = timed;
         uint64_t recheck_at = recheck ? mono_usec() + WORK_CREDITS_RECHECK_USEC : 0;
         enum thread_wait r = THREAD_WAIT_GRANTED;
+        bool bound = t->pool->cpu >= 0;         /* once unlocked, t->pool may change (to a bound one) */
 
         pthread_mutex_unlock(&cw->lock);
-        if (t->pool->cpu >= 0) {
+        if (bound) {
                 uint32_t *word = &cw->shm->slots[t->slot].grant;
 
                 for (;;) {
@@ -807,6 +858,9 @@ static void *work_thread_main(void *userdata) {
 
                 if (waited == THREAD_WAIT_STOPPED || cw->stopping)
                         break;
+                /* Idle and bound, it may have gone to another CPU's pool
+                 * meanwhile (work_pool_take_idle()). */
+                p = t->pool;
                 if (waited == THREAD_WAIT_RECHECK) {
                         if (t->state == THREAD_IDLE) {
                                 t->credits_recheck = work_credits_settle_pool(cw, p);

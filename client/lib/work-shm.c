@@ -52,9 +52,9 @@ void work_futex_wait(uint32_t *word, uint32_t val, const struct timespec *timeou
  * burst of entries costs it one wake-up.  A @lazy entry rings no doorbell
  * at all where the daemon allows it for the @lazy thread (proto/shm.h,
  * lazy_doorbell): it matters only once that thread switches out, and the
- * daemon reads the ring before it acts on that.  Work lock held: one
- * producer. */
-void work_ring_push(struct client_work *cw, enum cmwq_shm_op op, unsigned slot, const struct work_thread *lazy) {
+ * daemon reads the ring before it acts on that.  @arg: the entry's low 24
+ * bits, a slot for a thread's entries.  Work lock held: one producer. */
+void work_ring_push(struct client_work *cw, enum cmwq_shm_op op, unsigned arg, const struct work_thread *lazy) {
         struct cmwq_shm *shm = cw->shm;
         uint32_t tail = cw->sq_tail;
 
@@ -66,7 +66,7 @@ void work_ring_push(struct client_work *cw, enum cmwq_shm_op op, unsigned slot, 
                 (void) eventfd_write(cw->doorbell, 1);
                 usleep(1000);
         }
-        __atomic_store_n(&shm->sq[tail & (CMWQ_SHM_RING - 1)], CMWQ_SHM_ENTRY(op, slot), __ATOMIC_RELAXED);
+        __atomic_store_n(&shm->sq[tail & (CMWQ_SHM_RING - 1)], CMWQ_SHM_ENTRY(op, arg), __ATOMIC_RELAXED);
         cw->sq_tail = tail + 1;
         __atomic_store_n(&shm->sq_tail, cw->sq_tail, __ATOMIC_SEQ_CST);
         if (lazy && __atomic_load_n(&shm->slots[lazy->slot].lazy_doorbell, __ATOMIC_ACQUIRE) == 1)
@@ -343,6 +343,7 @@ int work_attach(struct client_work *cw) {
         }
         cw->shm = shm;
         cw->has_credits = (shm->features & CMWQ_SHM_FEATURE_CREDITS) && st.st_size == (off_t) sizeof(*shm);
+        cw->can_move = shm->features & CMWQ_SHM_FEATURE_MOVE;
         cw->doorbell = TAKE_FD(doorbell);
         return 0;
 }

@@ -65,6 +65,7 @@ static int callback_shm_consume(struct cmwq_shm *shm, bool credits, uint32_t *he
         uint32_t tail = __atomic_load_n(&shm->sq_tail, __ATOMIC_ACQUIRE);
         uint32_t n = tail - *head;
         unsigned done = 0;
+        int r;
 
         if (n > CMWQ_SHM_RING) {
                 *why = "its submission ring holds more entries than it has room for";
@@ -75,11 +76,12 @@ static int callback_shm_consume(struct cmwq_shm *shm, bool credits, uint32_t *he
                 uint32_t o = CMWQ_SHM_ENTRY_OP(e), slot = CMWQ_SHM_ENTRY_SLOT(e);
 
                 (*head)++;
-                if (o < CMWQ_SHM_OP_DEMAND || o > CMWQ_SHM_OP_CREDITS) {
+                if (o < CMWQ_SHM_OP_DEMAND || o > CMWQ_SHM_OP_MOVE) {
                         *why = "an entry of its submission ring has an unknown op";
                         return -EBADMSG;
                 }
-                if (o != CMWQ_SHM_OP_FREEZE_ACK && o != CMWQ_SHM_OP_CREDITS && slot >= CMWQ_SHM_SLOTS) {
+                if (o != CMWQ_SHM_OP_FREEZE_ACK && o != CMWQ_SHM_OP_CREDITS && o != CMWQ_SHM_OP_MOVE &&
+                    slot >= CMWQ_SHM_SLOTS) {
                         *why = "an entry of its submission ring names a slot out of range";
                         return -EBADMSG;
                 }
@@ -87,8 +89,12 @@ static int callback_shm_consume(struct cmwq_shm *shm, bool credits, uint32_t *he
                         *why = "an entry of its submission ring names a credits entry out of range, or one its region has not";
                         return -EBADMSG;
                 }
-                if (op((enum cmwq_shm_op) o, slot, userdata) < 0) {
-                        *why = "an entry of its submission ring names a slot with no registered thread";
+                r = op((enum cmwq_shm_op) o, slot, userdata);
+                if (r < 0) {
+                        *why = r == -EINVAL ? "an entry of its submission ring moves a thread to a CPU cmwqd has "
+                                              "no pool on"
+                                            : "an entry of its submission ring names a slot with no registered "
+                                              "thread";
                         return -EBADMSG;
                 }
         }
@@ -334,7 +340,7 @@ int callback_shm_new(struct event_base *base, struct sleepwatch *sw, pid_t pid, 
         shm->version = CMWQ_SHM_VERSION;
         shm->nr_slots = CMWQ_SHM_SLOTS;
         shm->ring_size = CMWQ_SHM_RING;
-        shm->features = CMWQ_SHM_FEATURE_LINGER | (credits ? CMWQ_SHM_FEATURE_CREDITS : 0);
+        shm->features = CMWQ_SHM_FEATURE_LINGER | CMWQ_SHM_FEATURE_MOVE | (credits ? CMWQ_SHM_FEATURE_CREDITS : 0);
         shm->need_wakeup = 1;
 
         s = calloc(1, sizeof(*s));

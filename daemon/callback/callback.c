@@ -891,6 +891,24 @@ static void callback_worker_intensive(struct callback_worker *w) {
         pool_worker_cpu_intensive(w->granted);
 }
 
+/* Idle @w, pinned to @cpu by its client now, demands that CPU: it goes to
+ * that CPU's pool of its priority (CMWQ_SHM_OP_MOVE).  What it had on its
+ * old one goes back first.  Its sleep detection and its slot stay as
+ * they are: both follow the thread.  -EINVAL: no pool on @cpu. */
+static int callback_worker_move(struct callback_worker *w, unsigned cpu) {
+        struct core *core = w->client->registry->core;
+
+        if (!core_cpu_allowed(core, cpu))
+                return -EINVAL;
+        callback_worker_release(w);
+        w->pool->nr_callback_threads--;
+        w->pool = core_pool_for(core, (int) cpu, w->pool->highpri);
+        w->pool->nr_callback_threads++;
+        log_callback(w, "callback: thread %d (PID %d) moves to CPU %u", (int) w->tid, (int) w->client->pid, cpu);
+        callback_worker_demand(w);
+        return 0;
+}
+
 static int callback_shm_op(enum cmwq_shm_op op, unsigned arg, void *userdata) {
         struct callback_client *c = userdata;
         struct callback_worker *w;
@@ -904,10 +922,12 @@ static int callback_shm_op(enum cmwq_shm_op op, unsigned arg, void *userdata) {
                         callback_credits_changed(c->credits, arg);
                 return 0;
         }
-        w = c->slots[arg];
+        w = c->slots[op == CMWQ_SHM_OP_MOVE ? CMWQ_SHM_MOVE_SLOT(arg) : arg];
         if (!w)
                 return -ENOENT;
         switch (op) {
+        case CMWQ_SHM_OP_MOVE:
+                return callback_worker_move(w, CMWQ_SHM_MOVE_CPU(arg));
         case CMWQ_SHM_OP_DEMAND:
                 callback_worker_demand(w);
                 break;

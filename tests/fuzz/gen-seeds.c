@@ -296,6 +296,23 @@ static void shm_seeds(struct stream *s) {
         SHM0(s, SHM_OP_DOORBELL);
         shm_emit("register-unregister", s);
 
+        /* Threads move to another CPU: one granted, one that demands, one
+         * idle; then one to a CPU with no pool, which breaks the ring. */
+        memset(s, 0, sizeof(*s));
+        shm_push(s, 0, CMWQ_SHM_OP_DEMAND);
+        shm_push(s, 1, CMWQ_SHM_OP_DEMAND);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_u32(s, SHM_OP_PUSH_RAW, CMWQ_SHM_ENTRY(CMWQ_SHM_OP_MOVE, CMWQ_SHM_MOVE_ARG(0, 1)));
+        shm_u32(s, SHM_OP_PUSH_RAW, CMWQ_SHM_ENTRY(CMWQ_SHM_OP_MOVE, CMWQ_SHM_MOVE_ARG(1, 0)));
+        shm_u32(s, SHM_OP_PUSH_RAW, CMWQ_SHM_ENTRY(CMWQ_SHM_OP_MOVE, CMWQ_SHM_MOVE_ARG(2, 1)));
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_push(s, 0, CMWQ_SHM_OP_IDLE);
+        shm_push(s, 2, CMWQ_SHM_OP_IDLE);
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_u32(s, SHM_OP_PUSH_RAW, CMWQ_SHM_ENTRY(CMWQ_SHM_OP_MOVE, CMWQ_SHM_MOVE_ARG(3, 0x3fff)));
+        SHM0(s, SHM_OP_DOORBELL);
+        shm_emit("move", s);
+
         /* A freeze the client answers (notice 1), then one it does not and
          * breaks its ring: the freeze must not wait for it any more. */
         memset(s, 0, sizeof(*s));

@@ -69,6 +69,7 @@ enum scribble {
         SCRIBBLE_BAD_OP,                /* an entry with an op no version has */
         SCRIBBLE_SLOT_OUT_OF_RANGE,     /* an entry naming slot CMWQ_SHM_SLOTS */
         SCRIBBLE_UNREGISTERED_SLOT,     /* an entry naming a slot no thread has */
+        SCRIBBLE_MOVE_NO_POOL,          /* a thread moved to a CPU cmwqd has no pool on */
 };
 
 /* Its exit status: 0 when every check held. */
@@ -181,6 +182,10 @@ static void scribble(struct cmwq_shm *shm, enum scribble how) {
                 break;
         case SCRIBBLE_UNREGISTERED_SLOT:
                 push_entry(shm, CMWQ_SHM_ENTRY(CMWQ_SHM_OP_DEMAND, CMWQ_SHM_SLOTS - 1));
+                break;
+        case SCRIBBLE_MOVE_NO_POOL:
+                /* Slot 0 is a thread of ours (a callback on every CPU ran). */
+                push_entry(shm, CMWQ_SHM_ENTRY(CMWQ_SHM_OP_MOVE, CMWQ_SHM_MOVE_ARG(0, 9999)));
                 break;
         }
 }
@@ -443,6 +448,7 @@ START_TEST(test_each_broken_ring_ends_only_that_client) {
                 { SCRIBBLE_SLOT_OUT_OF_RANGE, "an entry of its submission ring names a slot out of range" },
                 { SCRIBBLE_UNREGISTERED_SLOT,
                   "an entry of its submission ring names a slot with no registered thread" },
+                { SCRIBBLE_MOVE_NO_POOL, "an entry of its submission ring moves a thread to a CPU cmwqd has no pool on" },
         };
         struct cmwq *c = connect_ok(&d);
 

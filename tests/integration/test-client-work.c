@@ -1319,6 +1319,111 @@ START_TEST(test_idle_threads_end_after_the_idle_timeout) {
 }
 END_TEST
 
+/* @key of CPU @cpu's normal-priority pool in the daemon's pools now. */
+static long cpu_pool_now(int cpu, const char *key) {
+        char *out = CTL_OK(&d, "--json", "pools"), head[64], field[64];
+        const char *pool, *at;
+        long n;
+
+        snprintf(head, sizeof(head), "{\"cpu\":%d,\"unbound\":false,\"highpri\":false,", cpu);
+        snprintf(field, sizeof(field), "\"%s\":", key);
+        pool = strstr(out, head);
+        ck_assert_msg(pool, "no pool of CPU %d in %s", cpu, out);
+        at = strstr(pool, field);
+        ck_assert_msg(at && at < strchr(pool, '}'), "no %s in CPU %d's pool: %s", key, cpu, out);
+        n = strtol(at + strlen(field), NULL, 10);
+        free(out);
+        return n;
+}
+
+/* A callback that blocks until released, and says on which thread and CPU
+ * it ran. */
+struct placed_work {
+        struct cmwq_work work;
+        atomic_int *started;
+        sem_t *release;
+        pid_t tid;
+        int cpu;
+};
+
+static void placed_fn(struct cmwq_work *w) {
+        struct placed_work *p = cmwq_container_of(w, struct placed_work, work);
+
+        p->tid = (pid_t) syscall(SYS_gettid);
+        p->cpu = sched_getcpu();
+        atomic_fetch_add(p->started, 1);
+        while (sem_wait(p->release) < 0 && errno == EINTR)
+                ;
+}
+
+/* Queues @n placed items on @cpu, waits until all block at once (a thread
+ * each), then lets them return. */
+static void run_placed(struct cmwq_workqueue *wq, int cpu, struct placed_work *works, int n) {
+        atomic_int started = 0;
+        sem_t release;
+
+        ck_assert_int_eq(sem_init(&release, 0, 0), 0);
+        for (int i = 0; i < n; i++) {
+                works[i].started = &started;
+                works[i].release = &release;
+                CMWQ_WORK_INIT(&works[i].work, placed_fn);
+                ck_assert(cmwq_queue_work_on(cpu, wq, &works[i].work));
+        }
+        wait_until(&started, n);
+        for (int i = 0; i < n; i++)
+                ck_assert_int_eq(sem_post(&release), 0);
+        ck_assert_int_eq(cmwq_flush_workqueue(wq), 0);
+        sem_destroy(&release);
+}
+
+/* A process's idle threads of one CPU serve another CPU's work rather than
+ * new threads being made: its CPUs reach their peaks of blocked callbacks
+ * at different times.  N callbacks block at once on CPU 0 and return; then
+ * N block at once on CPU 1: they run on CPU 1, on threads that ran CPU 0's,
+ * which cmwqd counts on CPU 1 now, and the process has no more threads than
+ * before. */
+START_TEST(test_idle_threads_of_one_cpu_serve_another) {
+        enum { N = 6 };
+        struct placed_work on0[N] = {}, on1[N] = {};
+        struct cmwq *c;
+        struct cmwq_workqueue *wq;
+        int threads;
+        long registered;
+
+        if (nr_cpus() < 2)
+                ck_abort_msg("this test needs 2 CPUs");
+        /* Threads idle at once after their last item (none keeps its grant
+         * a while), so that all N of CPU 0 can be taken. */
+        ck_assert_int_eq(setenv("CMWQ_LINGER", "0", 1), 0);
+        c = connect_ok(&d);
+        wq = cmwq_alloc_workqueue(c, "placed", 0, 0);
+        ck_assert_msg(wq, "alloc: %s", cmwq_last_error());
+
+        run_placed(wq, 0, on0, N);
+        threads = own_threads();
+        registered = pools_sum_now("callback_threads");
+        run_placed(wq, 1, on1, N);
+
+        for (int i = 0; i < N; i++) {
+                bool ran_on_0 = false;
+
+                ck_assert_msg(on1[i].cpu == 1, "callback %d for CPU 1 ran on CPU %d", i, on1[i].cpu);
+                for (int j = 0; j < N; j++)
+                        ran_on_0 = ran_on_0 || on0[j].tid == on1[i].tid;
+                ck_assert_msg(ran_on_0, "callback %d for CPU 1 ran on thread %d, which ran none of CPU 0's", i,
+                              (int) on1[i].tid);
+        }
+        ck_assert_int_eq(own_threads(), threads);
+        /* cmwqd counts them on CPU 1 now, and no new one. */
+        ck_assert_int_ge(cpu_pool_now(1, "callback_threads"), N);
+        ck_assert_int_eq(pools_sum_now("callback_threads"), registered);
+
+        ck_assert_int_eq(cmwq_destroy_workqueue(wq), 0);
+        cmwq_disconnect(c);
+        unsetenv("CMWQ_LINGER");
+}
+END_TEST
+
 START_TEST(test_kill_9_of_a_client_leaves_nothing_behind) {
         int fds_before, fds_after = -1;
         long rss_before, rss_after;
@@ -2119,6 +2224,7 @@ int main(void) {
         tcase_add_test(tc, test_queue_work_runs_on_a_worker_thread);
         tcase_add_test(tc, test_highpri_callbacks_run_at_raised_priority);
         tcase_add_test(tc, test_idle_threads_end_after_the_idle_timeout);
+        tcase_add_test(tc, test_idle_threads_of_one_cpu_serve_another);
         tcase_add_test(tc, test_work_for_a_cpu_cmwqd_does_not_serve_runs_on_one_it_does);
         tcase_add_test(tc, test_a_starved_callback_thread_does_not_hold_its_cpu);
         tcase_add_test(tc, test_a_granted_thread_asleep_elsewhere_does_not_hold_its_cpu);
