@@ -333,7 +333,8 @@ static void work_credits_wait(struct client_work *cw, struct work_pool *p) {
 
 /* Bound @p needs a thread and has none idle: an idle thread of another
  * CPU's pool of its priority goes to @p rather than a new one being made,
- * taken from the pool that has the most idle.  The kernel keeps each
+ * taken from the pool that has the most idle and no work waiting (whose
+ * idle threads would be asked for next).  The kernel keeps each
  * pool's workers; a process's CPUs reach their peaks of callbacks blocked
  * at once at different times, and kept per CPU its threads would be the
  * sum of those peaks.  The thread sleeps on: pinned to @p's CPU from here,
@@ -352,7 +353,7 @@ static bool work_pool_take_idle(struct client_work *cw, struct work_pool *p) {
                 struct work_thread **first = NULL;
                 unsigned idle = 0;
 
-                if (q == p)
+                if (q == p || !wlist_empty(&q->pending))
                         continue;
                 for (struct work_thread **pt = &q->threads; *pt; pt = &(*pt)->next)
                         if ((*pt)->state == THREAD_IDLE && idle++ == 0)
@@ -448,11 +449,16 @@ void work_pool_kick(struct client_work *cw, struct work_pool *p) {
                         work_ring_push(cw, CMWQ_SHM_OP_DEMAND, t->slot, demand_lazy_for(p));
                         return;
                 }
-        if (p->retry_usec > mono_usec())
-                return;         /* the timer thread kicks it then */
-        p->retry_usec = 0;
         p->demanding = true;
-        if (!work_pool_take_idle(cw, p) && !thread_new(cw, p))
+        /* Even while cmwqd refuses new threads: a moved one is not new. */
+        if (work_pool_take_idle(cw, p))
+                return;
+        if (p->retry_usec > mono_usec()) {
+                p->demanding = false;
+                return;         /* the timer thread kicks it then */
+        }
+        p->retry_usec = 0;
+        if (!thread_new(cw, p))
                 p->demanding = false;
 }
 

@@ -25,7 +25,7 @@
 /*
  * Each client's budget of ring entries: a token bucket, refilled at
  * CALLBACK_SHM_RATE entries a second up to a ring's worth (CMWQ_SHM_RING);
- * each entry read costs one.  A well-behaved client needs about two entries
+ * each entry read costs one, a MOVE two.  A well-behaved client needs about two entries
  * per grant (DEMAND, IDLE), and the block-heavy library benchmark makes at
  * most ~20,000 grants a second per process: 50,000 entries a second leaves
  * it room, and the burst a whole ring (all its threads' outstanding
@@ -56,26 +56,28 @@ struct callback_shm {
         bool warned;                    /* it was logged as over its budget */
 };
 
-/* The reader itself: consumes at most @max entries after *@head, checks
- * each and passes it to @op, and publishes the new head.  Returns the number
- * consumed, or -EBADMSG with *@why set when the ring or an entry is broken
- * (or the op function's error). */
+/* The reader itself: consumes entries after *@head until they cost @max,
+ * checks each and passes it to @op, and publishes the new head.  An entry
+ * costs 1, a MOVE 2 (it gives back and demands, as IDLE and DEMAND do), so
+ * the last may go 1 over @max.  Returns the cost, or -EBADMSG with *@why
+ * set when the ring or an entry is broken (or the op function's error). */
 static int callback_shm_consume(struct cmwq_shm *shm, bool credits, uint32_t *head, unsigned max, callback_shm_op_fn op,
                                 void *userdata, const char **why) {
         uint32_t tail = __atomic_load_n(&shm->sq_tail, __ATOMIC_ACQUIRE);
         uint32_t n = tail - *head;
-        unsigned done = 0;
+        unsigned done = 0, cost = 0;
         int r;
 
         if (n > CMWQ_SHM_RING) {
                 *why = "its submission ring holds more entries than it has room for";
                 return -EBADMSG;
         }
-        for (; done < n && done < max; done++) {
+        for (; done < n && cost < max; done++) {
                 uint32_t e = __atomic_load_n(&shm->sq[*head & (CMWQ_SHM_RING - 1)], __ATOMIC_RELAXED);
                 uint32_t o = CMWQ_SHM_ENTRY_OP(e), slot = CMWQ_SHM_ENTRY_SLOT(e);
 
                 (*head)++;
+                cost += o == CMWQ_SHM_OP_MOVE ? 2 : 1;
                 if (o < CMWQ_SHM_OP_DEMAND || o > CMWQ_SHM_OP_MOVE) {
                         *why = "an entry of its submission ring has an unknown op";
                         return -EBADMSG;
@@ -100,7 +102,7 @@ static int callback_shm_consume(struct cmwq_shm *shm, bool credits, uint32_t *he
         }
         /* Room for the client only once the entries are read. */
         __atomic_store_n(&shm->sq_head, *head, __ATOMIC_RELEASE);
-        return (int) done;
+        return (int) cost;
 }
 
 void callback_shm_break(struct callback_shm *s, const char *why) {
@@ -158,7 +160,7 @@ int callback_shm_drain(struct callback_shm *s) {
                         callback_shm_break(s, why);
                         return r;
                 }
-                s->tokens -= (unsigned) r;
+                s->tokens -= (unsigned) r < s->tokens ? (unsigned) r : s->tokens;
                 if (s->tokens == 0) {
                         /* The rest later, when the bucket has some again: a
                          * timer, not an immediate turn, and its doorbell

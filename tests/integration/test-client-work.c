@@ -1414,8 +1414,10 @@ START_TEST(test_idle_threads_of_one_cpu_serve_another) {
                               (int) on1[i].tid);
         }
         ck_assert_int_eq(own_threads(), threads);
-        /* cmwqd counts them on CPU 1 now, and no new one. */
+        /* cmwqd counts them on CPU 1 now, granted them CPU 1 (its pool
+         * started nothing before), and registered no new one. */
         ck_assert_int_ge(cpu_pool_now(1, "callback_threads"), N);
+        ck_assert_int_ge(cpu_pool_now(1, "started"), N);
         ck_assert_int_eq(pools_sum_now("callback_threads"), registered);
 
         ck_assert_int_eq(cmwq_destroy_workqueue(wq), 0);

@@ -239,8 +239,8 @@ typedef void (*cmwq_work_fn)(struct cmwq_work *work);
  * keeps the CPU a moment, asleep ($CMWQ_LINGER seconds, default 0.01), and
  * the next item for that CPU starts on it at once; the daemon takes the CPU
  * back before it starts anything else there.  A CPU's work with no idle
- * thread there takes an idle thread of another CPU (pinned anew) before
- * one is made.  Idle threads beyond a few end
+ * thread there takes an idle one of another CPU (pinned anew) where it
+ * can, rather than make one.  Idle threads beyond a few end
  * after a while ($CMWQ_IDLE_TIMEOUT seconds, default 300); an unbound
  * queue's at once while other processes want its max_active and this one
  * has more threads than its part lets run.
