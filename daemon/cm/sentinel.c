@@ -7,6 +7,18 @@
  * news, kicks the loop and waits for the loop to have looked (a generation
  * counter the loop moves), so that one block costs one kick.  The loop
  * never waits for a sentinel.
+ *
+ * A kick first pins the loop's thread to the sentinel's CPU, and the loop
+ * lets itself go again as it takes the kick (it stays where it is until it
+ * next sleeps).  So the loop wakes on the CPU that is about to idle rather
+ * than on a busy one, and the grant it makes there wakes the CPU's next
+ * thread without an interrupt to another CPU.  Left to the scheduler, the
+ * loop woke on the other CPU, preempting the callback that ran there, and
+ * the grant's wake-up reached the idle CPU by an IPI, which on a
+ * paravirtualised VM the host delivers: about 60 us of idle CPU per block
+ * (tests/bench/README.md, sessions 10 and 15).  A process the loop forks
+ * meanwhile inherits the pin: one that runs items takes the daemon's CPUs
+ * back (exec_cpus_restore()).
  */
 #include <errno.h>
 #include <linux/futex.h>
@@ -61,6 +73,9 @@ struct sentinel {
          * SENTINEL_LOOKED_SLEEPER while a sentinel sleeps on it. */
         uint32_t looked;
         uint32_t stop;
+        pid_t loop_tid;                 /* the loop's thread, which sentinel_new() runs on */
+        cpu_set_t loop_cpus;            /* its CPUs before any kick pinned it */
+        bool loop_cpus_known;
 };
 
 static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *timeout) {
@@ -71,10 +86,18 @@ static bool sentinel_stopping(const struct sentinel *s) {
         return __atomic_load_n(&s->stop, __ATOMIC_ACQUIRE);
 }
 
-static void sentinel_kick_loop(struct sentinel *s) {
+static void sentinel_kick_loop(struct sentinel *s, int cpu) {
         uint32_t gen = __atomic_load_n(&s->looked, __ATOMIC_ACQUIRE) & ~SENTINEL_LOOKED_SLEEPER, v;
         struct timespec wait = timespec_from_usec(SENTINEL_LOOK_WAIT_USEC);
         uint64_t one = 1;
+
+        if (s->loop_cpus_known) {
+                cpu_set_t here;
+
+                CPU_ZERO(&here);
+                CPU_SET(cpu, &here);
+                (void) sched_setaffinity(s->loop_tid, sizeof(here), &here);
+        }
 
         if (write(s->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
                 /* Cannot happen with an eventfd; do not spin on it. */
@@ -111,7 +134,7 @@ static void *sentinel_main(void *userdata) {
                 }
                 if (s->has_news(slot->idx, s->userdata)) {
                         quiet_since = backoff = 0;
-                        sentinel_kick_loop(s);
+                        sentinel_kick_loop(s, slot->cpu);
                         continue;
                 }
                 if (quiet_since == 0)
@@ -135,6 +158,10 @@ static void *sentinel_main(void *userdata) {
 static void sentinel_kick_cb(evutil_socket_t fd, short what, void *userdata) {
         struct sentinel *s = userdata;
         uint64_t n;
+
+        /* Pinned by the kick: free to go again, from where it runs now. */
+        if (s->loop_cpus_known)
+                (void) sched_setaffinity(0, sizeof(s->loop_cpus), &s->loop_cpus);
 
         /* Edge-triggered, every kick is an edge: the counter need not be
          * read (a system call on the way to every grant a kick makes). */
@@ -205,6 +232,8 @@ int sentinel_new(struct event_base *base, const int *cpus, size_t n, sentinel_ne
         if (!s)
                 return -ENOMEM;
         s->kick_fd = -1;
+        s->loop_tid = (pid_t) syscall(SYS_gettid);
+        s->loop_cpus_known = sched_getaffinity(0, sizeof(s->loop_cpus), &s->loop_cpus) == 0;
         s->has_news = has_news;
         s->kick = kick;
         s->userdata = userdata;

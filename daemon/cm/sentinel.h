@@ -12,7 +12,8 @@
  * when the running worker blocks or goes idle and nothing else takes over:
  * the moment the kernel's wq_worker_sleeping() acts on.  It then looks
  * whether the loop has news to read (has_news(), e.g. records in the CPU's
- * perf ring) and, if so, kicks the loop through an eventfd and waits until
+ * perf ring) and, if so, kicks the loop through an eventfd, pulling the
+ * loop's thread onto its CPU for that turn, and waits until
  * the loop has looked (sentinel_looked()).  Records then need not wake the
  * loop one by one, which costs every watched thread a self-IPI per context
  * switch and wakes the daemon for switches it has nothing to do about
@@ -36,7 +37,8 @@ typedef bool (*sentinel_news_fn)(size_t idx, void *userdata);
 /* Called on the loop when a sentinel kicked it. */
 typedef void (*sentinel_kick_fn)(void *userdata);
 
-/* One sentinel per entry of @cpus (n of them), slot i on CPU cpus[i]. */
+/* One sentinel per entry of @cpus (n of them), slot i on CPU cpus[i].
+ * Called on the loop's thread: the kicks pin that thread. */
 int sentinel_new(struct event_base *base, const int *cpus, size_t n, sentinel_news_fn has_news,
                  sentinel_kick_fn kick, void *userdata, struct sentinel **ret);
 struct sentinel *sentinel_free(struct sentinel *s);

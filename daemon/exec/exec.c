@@ -744,8 +744,11 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
                 sigfillset(&all);
                 sigprocmask(SIG_SETMASK, &all, &saved);
                 pid = fork();
-                if (pid == 0)
+                if (pid == 0) {
+                        if (c.cpu < 0)
+                                exec_cpus_restore();
                         exec_child(&c);
+                }
                 r = -errno;
                 sigprocmask(SIG_SETMASK, &saved, NULL);
                 if (pid < 0 && (r == -EAGAIN || r == -ENOMEM) && spec->rescuer && *spec->rescuer) {

@@ -569,6 +569,46 @@ START_TEST(test_cpu_pinning) {
 }
 END_TEST
 
+/* cmwqd's loop is pinned to one CPU for a moment at a time (the idle
+ * sentinels' kicks): a spawner (or rescuer) forked then, and an unbound item
+ * it makes, still run on every CPU the daemon had. */
+START_TEST(test_an_unbound_item_forked_while_pinned_runs_on_every_cpu) {
+        char *argv[] = { "grep", "Cpus_allowed_list", "/proc/self/status", NULL };
+        struct exec_spec spec = spec_self("/bin/grep", argv, NULL);
+        char line[256], expected[300] = "";
+        cpu_set_t all, one;
+        struct run run;
+        FILE *f;
+
+        ck_assert_int_eq(sched_getaffinity(0, sizeof(all), &all), 0);
+        if (CPU_COUNT(&all) < 2)
+                ck_abort_msg("this test needs 2 CPUs");
+        f = fopen("/proc/self/status", "re");
+        ck_assert_ptr_nonnull(f);
+        while (fgets(line, sizeof(line), f))
+                if (strncmp(line, "Cpus_allowed_list:", 18) == 0)
+                        snprintf(expected, sizeof(expected), "%s", line);
+        fclose(f);
+        ck_assert_str_ne(expected, "");
+
+        CPU_ZERO(&one);
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+                if (CPU_ISSET(cpu, &all)) {
+                        CPU_SET(cpu, &one);
+                        break;
+                }
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(one), &one), 0);
+        exec_spawner_stop();
+        ck_assert_int_eq(exec_spawner_start(), 0);
+        spec.cpu = -1;
+        run_spec(&run, &spec);
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(all), &all), 0);
+        assert_success(&run);
+        assert_buf(run.r.out, run.r.out_len, expected);
+        run_clear(&run);
+}
+END_TEST
+
 START_TEST(test_nice) {
         char *argv[] = { "sh", "-c", "cut -d' ' -f19 /proc/self/stat", NULL };
         struct exec_spec spec = spec_self("/bin/sh", argv, NULL);
@@ -2066,6 +2106,7 @@ int main(void) {
         tcase_add_test(tc, test_bare_name_uses_envp_path);
         tcase_add_test(tc, test_resolve_program);
         tcase_add_test(tc, test_cpu_pinning);
+        tcase_add_test(tc, test_an_unbound_item_forked_while_pinned_runs_on_every_cpu);
         tcase_add_test(tc, test_nice);
         tcase_add_test(tc, test_pgroup_kill);
         tcase_add_test(tc, test_timeout);
