@@ -16,6 +16,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "base/cpus.h"
 #include "base/log.h"
 #include "cm/sleepwatch.h"
 #include "core/config-file.h"
@@ -406,6 +407,9 @@ int main(int argc, char **argv) {
         struct sched_param param = { .sched_priority = 0 };
         if (sched_setscheduler(0, SCHED_BATCH, &param) < 0)
                 log_warning_errno(-errno, "Cannot switch to SCHED_BATCH, items may be slowed down: %m");
+
+        /* Before anything can pin the loop to one CPU (cm/sentinel.c). */
+        daemon_cpus_note();
 
         /* Each client and each running item holds fds: use what we may. */
         struct rlimit nofile;

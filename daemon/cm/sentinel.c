@@ -9,16 +9,24 @@
  * never waits for a sentinel.
  *
  * A kick first pins the loop's thread to the sentinel's CPU, and the loop
- * lets itself go again as it takes the kick (it stays where it is until it
- * next sleeps).  So the loop wakes on the CPU that is about to idle rather
- * than on a busy one, and the grant it makes there wakes the CPU's next
- * thread without an interrupt to another CPU.  Left to the scheduler, the
- * loop woke on the other CPU, preempting the callback that ran there, and
- * the grant's wake-up reached the idle CPU by an IPI, which on a
+ * lets go of the pin once it has read the rings (sentinel_looked()).  So the
+ * loop wakes on the CPU that is about to idle rather than on a busy one,
+ * and when its grant is for that CPU, the wake-up of the CPU's next thread
+ * needs no interrupt from another CPU.  Left to the scheduler, the loop
+ * woke on the other CPU, preempting the callback that ran there, and the
+ * grant's wake-up reached the idle CPU by an IPI, which on a
  * paravirtualised VM the host delivers: about 60 us of idle CPU per block
- * (tests/bench/README.md, sessions 10 and 15).  A process the loop forks
- * meanwhile inherits the pin: one that runs items takes the daemon's CPUs
- * back (exec_cpus_restore()).
+ * (tests/bench/README.md, sessions 10 and 15).  Pinning a loop that runs
+ * elsewhere moves it there at once (the kernel's migration thread).
+ *
+ * A pin and the word that says so cannot be one step, and the sentinel may
+ * be kept from running between the two (the loop it has just pulled over
+ * preempts it, then a busy CPU starves it).  So a sentinel counts a pin
+ * started before it pins and done after, and the loop, at each read of
+ * the rings and before each request it answers, lets go while any pin is
+ * unaccounted for: a pin outlives no look of the loop at its news.
+ * Processes and threads the loop makes while pinned inherit the pin; those
+ * whose placement matters take the daemon's CPUs back (base/cpus.h).
  */
 #include <errno.h>
 #include <linux/futex.h>
@@ -33,6 +41,7 @@
 
 #include <event2/event.h>
 
+#include "base/cpus.h"
 #include "base/log.h"
 #include "cm/sentinel.h"
 #include "util.h"
@@ -74,8 +83,9 @@ struct sentinel {
         uint32_t looked;
         uint32_t stop;
         pid_t loop_tid;                 /* the loop's thread, which sentinel_new() runs on */
-        cpu_set_t loop_cpus;            /* its CPUs before any kick pinned it */
-        bool loop_cpus_known;
+        bool pin_loop;                  /* the daemon's CPUs are known: kicks pin the loop */
+        uint32_t pins_started, pins_done;       /* by the sentinels */
+        uint32_t pins_let_go;           /* the loop's: pins_started when it last let go of all */
 };
 
 static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *timeout) {
@@ -91,12 +101,14 @@ static void sentinel_kick_loop(struct sentinel *s, int cpu) {
         struct timespec wait = timespec_from_usec(SENTINEL_LOOK_WAIT_USEC);
         uint64_t one = 1;
 
-        if (s->loop_cpus_known) {
+        if (s->pin_loop) {
                 cpu_set_t here;
 
                 CPU_ZERO(&here);
                 CPU_SET(cpu, &here);
+                __atomic_add_fetch(&s->pins_started, 1, __ATOMIC_SEQ_CST);
                 (void) sched_setaffinity(s->loop_tid, sizeof(here), &here);
+                __atomic_add_fetch(&s->pins_done, 1, __ATOMIC_SEQ_CST);
         }
 
         if (write(s->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
@@ -159,9 +171,6 @@ static void sentinel_kick_cb(evutil_socket_t fd, short what, void *userdata) {
         struct sentinel *s = userdata;
         uint64_t n;
 
-        /* Pinned by the kick: free to go again, from where it runs now. */
-        if (s->loop_cpus_known)
-                (void) sched_setaffinity(0, sizeof(s->loop_cpus), &s->loop_cpus);
 
         /* Edge-triggered, every kick is an edge: the counter need not be
          * read (a system call on the way to every grant a kick makes). */
@@ -172,9 +181,26 @@ static void sentinel_kick_cb(evutil_socket_t fd, short what, void *userdata) {
         sentinel_looked(s);
 }
 
+void sentinel_let_go_of_loop(struct sentinel *s) {
+        uint32_t done, started;
+
+        if (!s || !s->pin_loop)
+                return;
+        /* Done read first: if every pin started was done then, the
+         * restore below comes after all of them. */
+        done = __atomic_load_n(&s->pins_done, __ATOMIC_SEQ_CST);
+        started = __atomic_load_n(&s->pins_started, __ATOMIC_SEQ_CST);
+        if (started == s->pins_let_go)
+                return;
+        daemon_cpus_restore();
+        if (done == started)
+                s->pins_let_go = started;
+}
+
 void sentinel_looked(struct sentinel *s) {
         if (!s)
                 return;
+        sentinel_let_go_of_loop(s);
         uint32_t v = __atomic_load_n(&s->looked, __ATOMIC_ACQUIRE);
 
         while (!__atomic_compare_exchange_n(&s->looked, &v, (v + 1) & ~SENTINEL_LOOKED_SLEEPER, false,
@@ -214,6 +240,7 @@ struct sentinel *sentinel_free(struct sentinel *s) {
         for (size_t i = 0; i < s->n; i++)
                 if (s->slots[i].started)
                         pthread_join(s->slots[i].thread, NULL);
+        sentinel_let_go_of_loop(s);
         if (s->kick_ev)
                 event_free(s->kick_ev);
         if (s->kick_fd >= 0)
@@ -233,7 +260,8 @@ int sentinel_new(struct event_base *base, const int *cpus, size_t n, sentinel_ne
                 return -ENOMEM;
         s->kick_fd = -1;
         s->loop_tid = (pid_t) syscall(SYS_gettid);
-        s->loop_cpus_known = sched_getaffinity(0, sizeof(s->loop_cpus), &s->loop_cpus) == 0;
+        daemon_cpus_note();
+        s->pin_loop = daemon_cpus() != NULL;
         s->has_news = has_news;
         s->kick = kick;
         s->userdata = userdata;

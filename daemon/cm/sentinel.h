@@ -38,12 +38,17 @@ typedef bool (*sentinel_news_fn)(size_t idx, void *userdata);
 typedef void (*sentinel_kick_fn)(void *userdata);
 
 /* One sentinel per entry of @cpus (n of them), slot i on CPU cpus[i].
- * Called on the loop's thread: the kicks pin that thread. */
+ * Called on the loop's thread: the kicks pin that thread, to the CPU of
+ * the sentinel that kicks, until the loop has looked. */
 int sentinel_new(struct event_base *base, const int *cpus, size_t n, sentinel_news_fn has_news,
                  sentinel_kick_fn kick, void *userdata, struct sentinel **ret);
 struct sentinel *sentinel_free(struct sentinel *s);
 
 /* Loop only.  Arms or disarms slot @idx. */
 void sentinel_arm(struct sentinel *s, size_t idx, bool armed);
-/* Loop only: it has read everything there was; waiting sentinels go on. */
+/* Loop only: it has read everything there was; waiting sentinels go on,
+ * and the loop lets go of the pins of their kicks. */
 void sentinel_looked(struct sentinel *s);
+/* Loop only: lets go of the pins of kicks it has not yet let go of (one
+ * system call if there are any): before it answers anything. */
+void sentinel_let_go_of_loop(struct sentinel *s);

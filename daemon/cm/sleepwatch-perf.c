@@ -486,6 +486,7 @@ void sleepwatch_perf_catch_up(struct sleepwatch *sw) {
         /* Inside a read, the reports being made are the news. */
         if (!sw->sentinel || sw->reading)
                 return;
+        sentinel_let_go_of_loop(sw->sentinel);
         for (size_t i = 0; i < sw->n_rings; i++)
                 if (ring_has_news(i, sw)) {
                         sleepwatch_read_rings(sw);

@@ -11,7 +11,6 @@
  * header; the rest of the daemon knows them through exec/exec.h.
  */
 
-#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -40,14 +39,6 @@ struct exec_stream {
         size_t limit;
         bool truncated;
 };
-
-/* The daemon's CPUs as it started (empty: unknown), noted by the first
- * exec_spawner_start(). */
-extern cpu_set_t exec_cpus_allowed;
-/* A process the loop forks takes those back: the loop may be pinned to one
- * CPU for a moment (cm/sentinel.c), and an unbound item would inherit
- * that. */
-void exec_cpus_restore(void);
 
 /* Everything the child needs, prepared by the parent before fork(). */
 struct exec_child {

@@ -49,6 +49,7 @@
 #include <event2/event.h>
 #include <event2/event_struct.h>
 
+#include "base/cpus.h"
 #include "exec/cgroup.h"
 #include "exec/exec-internal.h"
 #include "exec/pids.h"
@@ -745,8 +746,9 @@ int exec_prepare(struct event_base *base, struct sleepwatch *sw, const struct ex
                 sigprocmask(SIG_SETMASK, &all, &saved);
                 pid = fork();
                 if (pid == 0) {
+                        /* Not the one CPU the loop may be pinned to now. */
                         if (c.cpu < 0)
-                                exec_cpus_restore();
+                                daemon_cpus_restore();
                         exec_child(&c);
                 }
                 r = -errno;

@@ -54,6 +54,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/cpus.h"
 #include "exec/exec-internal.h"
 #include "util.h"
 
@@ -221,14 +222,6 @@ static int spawn_parse(const struct spawn_request *req, int fds[_SPAWN_FD_MAX], 
         return 0;
 }
 
-cpu_set_t exec_cpus_allowed;
-
-void exec_cpus_restore(void) {
-        /* A set the kernel refuses now (a smaller cpuset) leaves it as it is. */
-        if (CPU_COUNT(&exec_cpus_allowed) > 0)
-                (void) sched_setaffinity(0, sizeof(exec_cpus_allowed), &exec_cpus_allowed);
-}
-
 /* The CPUs the spawner may run on, the daemon's (empty: unknown, never
  * move), and the one it is held to now (-1: all of those). */
 static cpu_set_t spawner_allowed;
@@ -353,7 +346,8 @@ static void spawn_helper_setup(int fd, pid_t daemon_pid, const char *name) {
         if (getppid() != daemon_pid)
                 _exit(0);
         (void) prctl(PR_SET_NAME, name);
-        exec_cpus_restore();
+        /* Not the one CPU the loop may be pinned to as it forks. */
+        daemon_cpus_restore();
 
         exec_child_close_all_except(fd, fd);
         for (int sig = 1; sig < _NSIG; sig++)
@@ -369,7 +363,8 @@ _Noreturn static void spawner_main(int fd, pid_t daemon_pid) {
         /* The daemon waits for our replies: not SCHED_BATCH. */
         struct sched_param param = { .sched_priority = 0 };
         (void) sched_setscheduler(0, SCHED_OTHER, &param);
-        spawner_allowed = exec_cpus_allowed;
+        if (sched_getaffinity(0, sizeof(spawner_allowed), &spawner_allowed) < 0)
+                CPU_ZERO(&spawner_allowed);     /* never move */
 
         for (;;) {
                 struct spawn_request req;
@@ -432,8 +427,7 @@ int exec_spawner_start(void) {
                 return 0;
         if (spawner_fd >= 0)
                 exec_spawner_stop();    /* inherited through fork() */
-        if (CPU_COUNT(&exec_cpus_allowed) == 0 && sched_getaffinity(0, sizeof(exec_cpus_allowed), &exec_cpus_allowed) < 0)
-                CPU_ZERO(&exec_cpus_allowed);
+        daemon_cpus_note();
 
         spawner_broken = false;
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)

@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/cpus.h"
 #include "base/log.h"
 #include "store/store.h"
 #include "util.h"
@@ -599,8 +600,10 @@ static __attribute__((noreturn)) void store_compact_child(struct store *s, pid_t
         (void) sigprocmask(SIG_UNBLOCK, &all, NULL);
         /* Holds no client's connection open after the daemon closed it. */
         close_all_but(status_fd);
-        /* The loop comes first. */
+        /* The loop comes first.  Not the one CPU the loop may be pinned to
+         * as it forks (cm/sentinel.c). */
         (void) setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + 10);
+        daemon_cpus_restore();
 
         dir_fd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dir_fd < 0 || store_write_snapshot(dir_fd, STORE_COMPACT_NAME, s->snapshot, s->snapshot_userdata, &fd,

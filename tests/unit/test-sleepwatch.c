@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,8 +430,10 @@ START_TEST(test_block_cycle) {
         struct sleepwatch *sw;
         struct child c;
         int fds_before;
+        cpu_set_t cpus_before, cpus_after;
 
         ck_assert_ptr_nonnull(base);
+        ck_assert_int_eq(sched_getaffinity(0, sizeof(cpus_before), &cpus_before), 0);
         sw = new_sleepwatch(base, (enum sleepwatch_mode) _i);
         if (!sw) {
                 event_base_free(base);
@@ -464,6 +467,12 @@ START_TEST(test_block_cycle) {
         ck_assert(!sleepwatch_target_is_running(rec.target));
         ck_assert_uint_ge(rec.n, 3);
         ck_assert(!rec.states[rec.n - 1]);
+
+        /* With sentinels, the block's kick pinned this thread (the loop's)
+         * to the blocking CPU until the loop had looked: not any more. */
+        ck_assert_int_eq(sched_getaffinity(0, sizeof(cpus_after), &cpus_after), 0);
+        ck_assert_msg(CPU_EQUAL(&cpus_before, &cpus_after), "the loop is left on %d of its %d CPUs",
+                      CPU_COUNT(&cpus_after), CPU_COUNT(&cpus_before));
 
         rec.target = sleepwatch_target_free(rec.target);
         child_finish(&c);
