@@ -333,8 +333,10 @@ static void work_credits_wait(struct client_work *cw, struct work_pool *p) {
 
 /* Bound @p needs a thread and has none idle: an idle thread of another
  * CPU's pool of its priority goes to @p rather than a new one being made,
- * taken from the pool that has the most idle and no work waiting (whose
- * idle threads would be asked for next).  The kernel keeps each
+ * taken from the pool that has the most idle.  Also from one with work
+ * waiting (its idle threads wait their turn to demand, one at a time):
+ * spared those, a process whose items wait on every CPU moved no thread
+ * at all (tests/bench/README.md, session 15).  The kernel keeps each
  * pool's workers; a process's CPUs reach their peaks of callbacks blocked
  * at once at different times, and kept per CPU its threads would be the
  * sum of those peaks.  The thread sleeps on: pinned to @p's CPU from here,
@@ -353,7 +355,7 @@ static bool work_pool_take_idle(struct client_work *cw, struct work_pool *p) {
                 struct work_thread **first = NULL;
                 unsigned idle = 0;
 
-                if (q == p || !wlist_empty(&q->pending))
+                if (q == p)
                         continue;
                 for (struct work_thread **pt = &q->threads; *pt; pt = &(*pt)->next)
                         if ((*pt)->state == THREAD_IDLE && idle++ == 0)
