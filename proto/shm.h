@@ -100,6 +100,10 @@ enum cmwq_shm_op {
 #define CMWQ_SHM_MOVE_ARG(slot, cpu) ((((uint32_t) (cpu)) << 10) | ((uint32_t) (slot) & 0x3ffu))
 #define CMWQ_SHM_MOVE_SLOT(arg) ((uint32_t) (arg) & 0x3ffu)
 #define CMWQ_SHM_MOVE_CPU(arg) (((uint32_t) (arg) & 0xffffffu) >> 10)
+/* The highest CPU a MOVE can name (14 bits): a thread of a pool above it
+ * is not moved. */
+#define CMWQ_SHM_MOVE_CPU_MAX CMWQ_SHM_MOVE_CPU(UINT32_MAX)
+_Static_assert(CMWQ_SHM_SLOTS - 1 == CMWQ_SHM_MOVE_SLOT(UINT32_MAX), "a MOVE names every slot");
 
 /* cmwq_shm.features, written by cmwqd when it makes the region (0 from a
  * cmwqd that knows none). */

@@ -348,7 +348,7 @@ static bool work_pool_take_idle(struct client_work *cw, struct work_pool *p) {
         unsigned most = 0;
         cpu_set_t set;
 
-        if (!cw->can_move || p->cpu > (int) CMWQ_SHM_MOVE_CPU(UINT32_MAX))
+        if (!cw->can_move || p->cpu > (int) CMWQ_SHM_MOVE_CPU_MAX)
                 return false;
         for (unsigned cpu = 0; cpu < cw->nr_cpus; cpu++) {
                 struct work_pool *q = &cw->pools[cpu * 2 + p->highpri];

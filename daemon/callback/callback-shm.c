@@ -88,7 +88,8 @@ static int callback_shm_consume(struct cmwq_shm *shm, bool credits, uint32_t *he
                         return -EBADMSG;
                 }
                 if (o == CMWQ_SHM_OP_CREDITS && (!credits || slot >= CMWQ_SHM_CREDIT_QUEUES)) {
-                        *why = "an entry of its submission ring names a credits entry out of range, or one its region has not";
+                        *why = "an entry of its submission ring names a credits entry out of range, "
+                               "or one its region has not";
                         return -EBADMSG;
                 }
                 r = op((enum cmwq_shm_op) o, slot, userdata);

@@ -171,7 +171,6 @@ static void sentinel_kick_cb(evutil_socket_t fd, short what, void *userdata) {
         struct sentinel *s = userdata;
         uint64_t n;
 
-
         /* Edge-triggered, every kick is an edge: the counter need not be
          * read (a system call on the way to every grant a kick makes). */
         if (!s->kick_edge && read(fd, &n, sizeof(n)) < 0) {

@@ -973,19 +973,24 @@ static long pools_sum_now(const char *key) {
         return n;
 }
 
-struct sleepy_work {
+/* A callback that blocks until the test lets it go, and says on which
+ * thread and CPU it ran: however slowly a loaded machine starts the others,
+ * none of them finds its thread idle. */
+struct placed_work {
         struct cmwq_work work;
         atomic_int *started;
         sem_t *release;
+        pid_t tid;
+        int cpu;
 };
 
-/* Blocks until the test lets it go: however slowly a loaded machine starts
- * the others, none of them finds this thread idle. */
-static void sleepy_fn(struct cmwq_work *w) {
-        struct sleepy_work *s = cmwq_container_of(w, struct sleepy_work, work);
+static void placed_fn(struct cmwq_work *w) {
+        struct placed_work *p = cmwq_container_of(w, struct placed_work, work);
 
-        atomic_fetch_add(s->started, 1);
-        while (sem_wait(s->release) < 0 && errno == EINTR)
+        p->tid = (pid_t) syscall(SYS_gettid);
+        p->cpu = sched_getcpu();
+        atomic_fetch_add(p->started, 1);
+        while (sem_wait(p->release) < 0 && errno == EINTR)
                 ;
 }
 
@@ -1259,7 +1264,7 @@ END_TEST
  * their slot and the daemon's perf fd back; work then still runs. */
 START_TEST(test_idle_threads_end_after_the_idle_timeout) {
         enum { N = 10 };
-        struct sleepy_work works[N];
+        struct placed_work works[N] = {};
         atomic_int started = 0;
         sem_t release;
         struct cmwq *c;
@@ -1274,7 +1279,7 @@ START_TEST(test_idle_threads_end_after_the_idle_timeout) {
         for (int i = 0; i < N; i++) {
                 works[i].started = &started;
                 works[i].release = &release;
-                CMWQ_WORK_INIT(&works[i].work, sleepy_fn);
+                CMWQ_WORK_INIT(&works[i].work, placed_fn);
                 ck_assert(cmwq_queue_work_on(0, wq, &works[i].work));
         }
         /* Each blocks at once: one thread each, all registered. */
@@ -1334,26 +1339,6 @@ static long cpu_pool_now(int cpu, const char *key) {
         n = strtol(at + strlen(field), NULL, 10);
         free(out);
         return n;
-}
-
-/* A callback that blocks until released, and says on which thread and CPU
- * it ran. */
-struct placed_work {
-        struct cmwq_work work;
-        atomic_int *started;
-        sem_t *release;
-        pid_t tid;
-        int cpu;
-};
-
-static void placed_fn(struct cmwq_work *w) {
-        struct placed_work *p = cmwq_container_of(w, struct placed_work, work);
-
-        p->tid = (pid_t) syscall(SYS_gettid);
-        p->cpu = sched_getcpu();
-        atomic_fetch_add(p->started, 1);
-        while (sem_wait(p->release) < 0 && errno == EINTR)
-                ;
 }
 
 /* Queues @n placed items on @cpu, waits until all block at once (a thread
