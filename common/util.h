@@ -42,6 +42,18 @@ static inline uint64_t now_nsec(void) {
         return (uint64_t) ts.tv_sec * UINT64_C(1000000000) + (uint64_t) ts.tv_nsec;
 }
 
+/* A spinning thread's pause: tells the CPU (and a hypervisor) that it
+ * waits, on the architectures that have a way to. */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__) || (defined(__arm__) && __ARM_ARCH >= 7)
+        __asm__ __volatile__("yield" ::: "memory");
+#else
+        __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
 static inline struct timeval timeval_from_usec(uint64_t usec) {
         return (struct timeval) { .tv_sec = usec / USEC_PER_SEC, .tv_usec = usec % USEC_PER_SEC };
 }

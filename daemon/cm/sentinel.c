@@ -33,6 +33,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -162,7 +163,7 @@ static void *sentinel_main(void *userdata) {
                         quiet_since = now_usec(CLOCK_MONOTONIC);
                         continue;
                 }
-                __builtin_ia32_pause();
+                cpu_relax();
         }
         return NULL;
 }
@@ -176,8 +177,7 @@ static void sentinel_kick_cb(evutil_socket_t fd, short what, void *userdata) {
         if (!s->kick_edge && read(fd, &n, sizeof(n)) < 0) {
                 /* EAGAIN: kicked and read already; the rings are read anyway. */
         }
-        s->kick(s->userdata);
-        sentinel_looked(s);
+        s->kick(s->userdata);   /* ends with sentinel_looked() */
 }
 
 void sentinel_let_go_of_loop(struct sentinel *s) {
@@ -288,10 +288,16 @@ int sentinel_new(struct event_base *base, const int *cpus, size_t n, sentinel_ne
         }
         for (size_t i = 0; i < n; i++) {
                 struct sentinel_slot *slot = &s->slots[i];
+                const cpu_set_t *allowed = daemon_cpus();
                 pthread_attr_t attr;
                 cpu_set_t set;
+                char name[16];
 
                 *slot = (struct sentinel_slot) { .s = s, .idx = i, .cpu = cpus[i] };
+                /* Outside a cpuset, pthread_create() would refuse the
+                 * affinity, and with it every sentinel. */
+                if (allowed && !CPU_ISSET_S((size_t) cpus[i], sizeof(*allowed), allowed))
+                        continue;
                 CPU_ZERO(&set);
                 CPU_SET(cpus[i], &set);
                 pthread_attr_init(&attr);
@@ -304,6 +310,8 @@ int sentinel_new(struct event_base *base, const int *cpus, size_t n, sentinel_ne
                         return -r;
                 }
                 slot->started = true;
+                snprintf(name, sizeof(name), "sentinel/%d", cpus[i]);
+                (void) pthread_setname_np(slot->thread, name);
         }
         *ret = s;
         return 0;

@@ -34,12 +34,16 @@ struct sentinel;
 /* Called on a sentinel's thread: whether the loop has something new to
  * read for CPU slot @idx.  Must be thread-safe (lock-free reads only). */
 typedef bool (*sentinel_news_fn)(size_t idx, void *userdata);
-/* Called on the loop when a sentinel kicked it. */
+/* Called on the loop when a sentinel kicked it: reads the news, then
+ * calls sentinel_looked(). */
 typedef void (*sentinel_kick_fn)(void *userdata);
 
-/* One sentinel per entry of @cpus (n of them), slot i on CPU cpus[i].
- * Called on the loop's thread: the kicks pin that thread, to the CPU of
- * the sentinel that kicks, until the loop has looked. */
+/* One sentinel per entry of @cpus (n of them), slot i on CPU cpus[i],
+ * named "sentinel/CPU" (ps -L).  None on a CPU the daemon may not run on
+ * (its affinity or cpuset at start-up, base/cpus.h): it has no pool
+ * there, and no thread of its could be put there.  Called on the loop's
+ * thread: the kicks pin that thread, to the CPU of the sentinel that
+ * kicks, until the loop has looked. */
 int sentinel_new(struct event_base *base, const int *cpus, size_t n, sentinel_news_fn has_news,
                  sentinel_kick_fn kick, void *userdata, struct sentinel **ret);
 struct sentinel *sentinel_free(struct sentinel *s);

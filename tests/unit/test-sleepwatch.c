@@ -13,6 +13,7 @@
  */
 
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -481,6 +482,69 @@ START_TEST(test_block_cycle) {
 
         free_sleepwatch(sw);
         event_base_free(base);
+}
+END_TEST
+
+/* The threads of this process whose name starts with @prefix. */
+static int count_threads_named(const char *prefix) {
+        char path[300], comm[32];
+        struct dirent *de;
+        DIR *d = opendir("/proc/self/task");
+        int n = 0;
+
+        ck_assert_ptr_nonnull(d);
+        while ((de = readdir(d))) {
+                FILE *f;
+
+                if (de->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/self/task/%s/comm", de->d_name);
+                f = fopen(path, "re");
+                if (!f)
+                        continue;       /* ended meanwhile */
+                if (fgets(comm, sizeof(comm), f) && strncmp(comm, prefix, strlen(prefix)) == 0)
+                        n++;
+                fclose(f);
+        }
+        closedir(d);
+        return n;
+}
+
+/* A daemon started on some of the CPUs only (taskset, a cpuset) has a
+ * sentinel on each of those, named after it, and none elsewhere, where it
+ * has no pool.  In a cpuset, pthread_create() refuses a thread pinned
+ * outside it, and every sentinel went with the one it refused (checked by
+ * hand: a cgroup cpuset is more than a unit test should set up; the
+ * affinity here takes the same way through daemon_cpus()). */
+START_TEST(test_sentinels_only_where_the_daemon_may_run) {
+        struct event_base *base;
+        struct sleepwatch *sw;
+        cpu_set_t all, one;
+        char name[32];
+        int keep = -1;
+
+        ck_assert_int_eq(sched_getaffinity(0, sizeof(all), &all), 0);
+        if (CPU_COUNT(&all) < 2)
+                ck_abort_msg("this test needs 2 CPUs");
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+                if (CPU_ISSET(cpu, &all))
+                        keep = cpu;
+        CPU_ZERO(&one);
+        CPU_SET(keep, &one);
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(one), &one), 0);
+
+        base = event_base_new();
+        ck_assert_ptr_nonnull(base);
+        sw = new_sleepwatch(base, SLEEPWATCH_PERF);
+        if (sw) {
+                snprintf(name, sizeof(name), "sentinel/%d", keep);
+                ck_assert_int_eq(count_threads_named(name), 1);
+                ck_assert_int_eq(count_threads_named("sentinel/"), 1);
+                free_sleepwatch(sw);
+                ck_assert_int_eq(count_threads_named("sentinel/"), 0);
+        }
+        event_base_free(base);
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(all), &all), 0);
 }
 END_TEST
 
@@ -964,6 +1028,7 @@ int main(int argc, char *argv[]) {
         tcase_set_timeout(tc, 120);
         tcase_add_unchecked_fixture(tc, sentinels_on, NULL);
         tcase_add_loop_test(tc, test_block_cycle, SLEEPWATCH_PERF, SLEEPWATCH_PERF + 1);
+        tcase_add_test(tc, test_sentinels_only_where_the_daemon_may_run);
         tcase_add_test(tc, test_forked_child_counts);
         tcase_add_loop_test(tc, test_two_targets, SLEEPWATCH_PERF, SLEEPWATCH_PERF + 1);
         tcase_add_test(tc, test_ring_overflow);
