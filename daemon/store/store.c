@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -58,6 +59,7 @@ struct store {
         char *dir;
         char *path;
         int dir_fd;
+        int lock_fd;                    /* STORE_LOCK_NAME, locked */
         struct event_base *base;
         store_snapshot_fn snapshot;
         void *snapshot_userdata;
@@ -835,6 +837,36 @@ static void store_cond_init(pthread_cond_t *cond) {
         pthread_condattr_destroy(&attr);
 }
 
+/* Two daemons on one state directory would each replace the log the other
+ * appends to, hand out the same item ids and run the same items: the one
+ * that has it holds a lock on STORE_LOCK_NAME for as long as it runs (a
+ * flock(), released with its last fd however it ends; the children that
+ * outlive an exec() do not inherit it), and writes its pid there. */
+static int store_lock_dir(struct store *s) {
+        _cleanup_(closep) int fd = -1;
+        char holder[32];
+        ssize_t n;
+
+        fd = openat(s->dir_fd, STORE_LOCK_NAME, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return log_error_errno(-errno, "Cannot open %s/%s: %m", s->dir, STORE_LOCK_NAME);
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+                if (errno != EWOULDBLOCK)
+                        return log_error_errno(-errno, "Cannot lock %s/%s: %m", s->dir, STORE_LOCK_NAME);
+                n = pread(fd, holder, sizeof(holder) - 1, 0);
+                holder[n > 0 ? n : 0] = 0;
+                holder[strcspn(holder, "\n")] = 0;
+                log_error("The state directory %s is in use by another cmwqd%s%s%s: two daemons must not share one",
+                          s->dir, holder[0] ? " (process " : "", holder, holder[0] ? ")" : "");
+                return -EBUSY;
+        }
+        n = snprintf(holder, sizeof(holder), "%d\n", (int) getpid());
+        if (ftruncate(fd, 0) < 0 || pwrite(fd, holder, (size_t) n, 0) != n)
+                log_warning_errno(-errno, "Cannot write this daemon's pid to %s/%s: %m", s->dir, STORE_LOCK_NAME);
+        s->lock_fd = TAKE_FD(fd);
+        return 0;
+}
+
 int store_open(const char *dir, store_record_cb replay, void *userdata, struct store **ret) {
         struct store *s;
         struct store_buf image = {};
@@ -844,7 +876,7 @@ int store_open(const char *dir, store_record_cb replay, void *userdata, struct s
         s = calloc(1, sizeof(*s));
         if (!s)
                 return -ENOMEM;
-        s->fd = s->dir_fd = s->wake_fd = s->compact_status_fd = -1;
+        s->fd = s->dir_fd = s->lock_fd = s->wake_fd = s->compact_status_fd = -1;
         list_init(&s->listeners);
         pthread_mutex_init(&s->lock, NULL);
         store_cond_init(&s->cond);
@@ -865,6 +897,9 @@ int store_open(const char *dir, store_record_cb replay, void *userdata, struct s
                 r = log_error_errno(-errno, "Cannot open the state directory %s: %m", dir);
                 goto fail;
         }
+        r = store_lock_dir(s);
+        if (r < 0)
+                goto fail;
         s->fd = openat(s->dir_fd, STORE_LOG_NAME, O_RDWR | O_CREAT | O_CLOEXEC | O_APPEND, 0600);
         if (s->fd < 0) {
                 r = log_error_errno(-errno, "Cannot open the state log %s: %m", s->path);
@@ -1012,6 +1047,9 @@ struct store *store_free(struct store *s) {
                 close(s->fd);
         if (s->dir_fd >= 0)
                 close(s->dir_fd);
+        /* Last: nothing of this daemon writes there any more. */
+        if (s->lock_fd >= 0)
+                close(s->lock_fd);
         store_buf_done(&s->pending);
         store_buf_done(&s->tail);
         pthread_mutex_destroy(&s->lock);

@@ -50,6 +50,9 @@ struct store;
 
 #define STORE_LOG_NAME "log"
 #define STORE_COMPACT_NAME "log.compact"
+/* Held (flock()) by the daemon that uses the directory, with its pid in it:
+ * store_open() fails with -EBUSY while another one holds it. */
+#define STORE_LOCK_NAME "lock"
 /* Compact when the log is past this and twice its size after the last
  * compaction. */
 #define STORE_COMPACT_MIN_BYTES (4u * 1024u * 1024u)

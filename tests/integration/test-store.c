@@ -1086,6 +1086,65 @@ START_TEST(test_crash_during_background_compaction) {
 }
 END_TEST
 
+/* cmwqd started a second time on a state directory in use (by mistake,
+ * on another socket) refuses to start and says which daemon has it; the
+ * first one's log stays the log: what it acknowledges afterwards is there
+ * after its restart, under the same id.  Before, the second replaced the
+ * log the first went on appending to (a deleted file), and both ran the
+ * recovered items. */
+START_TEST(test_a_second_daemon_on_the_state_dir_refuses_to_start) {
+        char second_socket[400], second_log[400], logp[400], lockp[400], pid[32], *err, *lock, *id;
+        struct stat before, after;
+        int status = 0, waited;
+        pid_t p;
+
+        log_path(logp, sizeof(logp));
+        ck_assert_int_eq(stat(logp, &before), 0);
+        snprintf(second_socket, sizeof(second_socket), "%s/second.sock", d.dir);
+        snprintf(second_log, sizeof(second_log), "%s/second.log", d.dir);
+
+        p = test_fork();
+        if (p == 0) {
+                int fd = open(second_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+                if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+                        _exit(126);
+                setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/nonexistent/cmwq-test/system_bus_socket", 1);
+                execl(getenv("CMWQD"), getenv("CMWQD"), "--socket", second_socket, "--config", "/dev/null",
+                      "--state-dir", d.state_dir, (char *) NULL);
+                _exit(127);
+        }
+        for (waited = 0; waitpid(p, &status, WNOHANG) == 0; waited += 20) {
+                if (waited >= 15000) {
+                        kill(p, SIGKILL);
+                        waitpid(p, &status, 0);
+                        ck_abort_msg("a second cmwqd on the state directory in use ran; its log:\n%s",
+                                     read_file(second_log));
+                }
+                sleep_ms(20);
+        }
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "the second cmwqd ended with status %d", status);
+        err = read_file(second_log);
+        snprintf(pid, sizeof(pid), "(process %d)", (int) d.pid);
+        ck_assert_msg(strstr(err, "is in use by another cmwqd") && strstr(err, pid),
+                      "the second cmwqd did not say the state directory is in use by %d:\n%s", (int) d.pid, err);
+        free(err);
+        snprintf(lockp, sizeof(lockp), "%s/lock", d.state_dir);
+        lock = read_file(lockp);
+        ck_assert_int_eq(atoi(lock), d.pid);
+        free(lock);
+
+        /* The first daemon's log is untouched and still the log. */
+        ck_assert_int_eq(stat(logp, &after), 0);
+        ck_assert_uint_eq(after.st_ino, before.st_ino);
+        id = CTL_OK(&d, "submit", "system", "--delay", "3600", "--", "/bin/true");
+        cmwqd_terminate(&d);
+        cmwqd_launch(&d, NULL);
+        assert_state(id, "delayed");
+        free(id);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("store");
         TCase *tc = tcase_create("store");
@@ -1110,6 +1169,7 @@ int main(void) {
         tcase_add_test(tc, test_no_store_keeps_nothing);
         tcase_add_test(tc, test_per_user_queues_come_back_as_theirs);
         tcase_add_test(tc, test_full_state_dir_refuses_changes_and_recovers);
+        tcase_add_test(tc, test_a_second_daemon_on_the_state_dir_refuses_to_start);
         suite_add_tcase(s, tc);
         /* The disk fails under a compaction. */
         tcase_add_checked_fixture(tf, setup, teardown);
