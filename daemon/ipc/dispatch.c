@@ -22,6 +22,7 @@ struct ipc_call {
         struct ipc_client *client;
         uint64_t request_id;
         Cmwq__Request__BodyCase kind;
+        bool already_pending;           /* a submit that waits for the item its key had pending */
 };
 
 static struct core *client_core(struct ipc_client *c) {
@@ -114,7 +115,8 @@ static void item_info_encode(Cmwq__ItemInfo *info, const struct core_item_info *
                 info->error = (char *) v->error;
 }
 
-static void send_item(struct ipc_client *c, uint64_t id, const struct item *i, bool as_submit) {
+/* @as_submit: a submit's reply, @already_pending its flag. */
+static void send_item(struct ipc_client *c, uint64_t id, const struct item *i, bool as_submit, bool already_pending) {
         Cmwq__Response resp = CMWQ__RESPONSE__INIT;
         Cmwq__SubmitReply submit = CMWQ__SUBMIT_REPLY__INIT;
         struct core_item_info v;
@@ -126,6 +128,8 @@ static void send_item(struct ipc_client *c, uint64_t id, const struct item *i, b
         if (as_submit) {
                 submit.id = v.id;
                 submit.item = &info;
+                submit.has_already_pending = true;
+                submit.already_pending = already_pending;
                 resp.body_case = CMWQ__RESPONSE__BODY_SUBMIT;
                 resp.submit = &submit;
         } else {
@@ -224,7 +228,8 @@ static void ipc_call_done(struct core_waiter *w, int r) {
                 if (!i)
                         ipc_client_send_error(c, call->request_id, -ENOENT, "the item is gone from the history", false);
                 else
-                        send_item(c, call->request_id, i, call->kind == CMWQ__REQUEST__BODY_SUBMIT);
+                        send_item(c, call->request_id, i, call->kind == CMWQ__REQUEST__BODY_SUBMIT,
+                                  call->already_pending);
                 break;
         case CMWQ__REQUEST__BODY_FREEZE:
                 if (r == -ETIMEDOUT)
@@ -326,6 +331,10 @@ static void dispatch_submit(struct ipc_client *c, const Cmwq__Request *req) {
 
         r = core_submit(client_core(c), &c->caller, &a, call ? &call->waiter : NULL, &id, &already, &e);
         if (r == 1) {
+                call->already_pending = already;
+                if (already)
+                        log_debug("Client pid %d waits for item %" PRIu64 ", which had its work key pending",
+                                  (int) c->caller.pid, id);
                 ipc_call_park(c, call);
                 return;
         }
@@ -359,7 +368,7 @@ static void dispatch_item(struct ipc_client *c, const Cmwq__Request *req) {
                 if (r < 0)
                         send_core_error(c, req->id, &e);
                 else
-                        send_item(c, req->id, i, false);
+                        send_item(c, req->id, i, false, false);
                 return;
         }
 
@@ -378,7 +387,7 @@ static void dispatch_item(struct ipc_client *c, const Cmwq__Request *req) {
                 free(call);
                 i = core_item_lookup(core, id);
                 if (i)
-                        send_item(c, req->id, i, false);
+                        send_item(c, req->id, i, false, false);
                 else
                         send_done(c, req->id);
                 return;

@@ -388,6 +388,7 @@ END_TEST
 
 /* --key: a key that is pending is not queued again; once run, it can be. */
 START_TEST(test_work_key) {
+        struct ctl_async waiter;
         struct ctl_result r;
         char blog[400], klog[400], *b, *k1, *k3, expect[64];
 
@@ -406,8 +407,29 @@ START_TEST(test_work_key) {
         ck_assert_str_eq(r.out, expect);
         ck_assert_msg(strstr(r.err, "already pending"), "stderr: %s", r.err);
         ctl_result_free(&r);
+        /* With --wait: the pending item's result, and the note says whose
+         * (before, the result came as if the command given had run).  B
+         * goes once cmwqd has the waiting submission (its debug log). */
+        CTL_START(&d, &waiter, "submit", "kq", "--key", "K", "--wait", "--", "/bin/echo", "not run");
+        snprintf(expect, sizeof(expect), "Client pid %d waits for item %s,", (int) waiter.pid, k1);
+        for (int waited = 0;; waited += 20) {
+                char *log = read_file(d.log);
+                bool parked = strstr(log, expect);
+
+                free(log);
+                if (parked)
+                        break;
+                ck_assert_msg(waited < 30000, "cmwqd did not log '%s'", expect);
+                sleep_ms(20);
+        }
 
         free(CTL_OK(&d, "cancel", b));
+        ck_assert_msg(ctl_finish(&waiter, 30000, &r), "submit --key --wait did not end");
+        ck_assert_msg(r.status == 0, "submit --key --wait exited %d: %s", r.status, r.err);
+        snprintf(expect, sizeof(expect), "already pending as item %s", k1);
+        ck_assert_msg(strstr(r.err, expect), "submit --key --wait did not say the key was pending: %s", r.err);
+        ck_assert_msg(!strstr(r.out, "not run"), "the command given ran: %s", r.out);
+        ctl_result_free(&r);
         CTL(&d, &r, "wait", k1);
         ck_assert_msg(r.status == 0, "wait exited %d: %s", r.status, r.err);
         ctl_result_free(&r);
