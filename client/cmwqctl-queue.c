@@ -10,6 +10,7 @@
 #include "cmwqctl-print.h"
 #include "cmwqctl-util.h"
 #include "request.h"
+#include "request-limits.h"
 #include "util.h"
 
 /* The kernel's WQ_MAX_ACTIVE, the documented upper limit of max_active: a
@@ -54,6 +55,9 @@ int verb_create(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
         r = parse_name(verb->name, a->args[0], &create.name);
         if (r != 0)
                 return r;
+        if (!cmwq_workqueue_name_valid(create.name))
+                return usage_error("create: invalid workqueue NAME: 1-%u characters of A-Z a-z 0-9 _ - . : @",
+                                   CMWQ_WORKQUEUE_NAME_MAX);
         return call_simple(ctx, request_create(&req, &create));
 }
 

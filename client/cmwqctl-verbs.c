@@ -120,7 +120,8 @@ int ctl_parse(const CtlVerb *verb, int argc, char **argv, CtlArgs *ret, int *ret
                 ret->n_args = argc - optind;
         }
         if (ret->n_args < verb->min_args)
-                return usage_error("%s: missing %s", name, verb->what);
+                return usage_error("%s: missing %s", name,
+                                   ret->n_args > 0 && verb->what_more ? verb->what_more : verb->what);
         if (ret->n_args > verb->max_args)
                 return usage_error("%s: unexpected argument '%s'", name, ret->args[verb->max_args]);
         if (ret_next)

@@ -90,6 +90,7 @@ struct CtlVerb {
         const char *summary;            /* lines apart by '\n' */
         int min_args, max_args;         /* positional arguments */
         const char *what;               /* "missing ...": "workqueue NAME" */
+        const char *what_more;          /* the same once the first is given: "N" (NULL: what) */
         CtlValue complete;              /* what the positional arguments are */
         unsigned flags;                 /* CTL_VERB_* */
         int request;                    /* for handlers shared by verbs: the request it sends */

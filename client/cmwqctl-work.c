@@ -15,6 +15,7 @@
 #include "cmwqctl-util.h"
 #include "frame.h"
 #include "request.h"
+#include "request-limits.h"
 #include "util.h"
 
 extern char **environ;
@@ -175,15 +176,19 @@ int verb_submit(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
                 r = parse_seconds_option(verb->name, "delay", v, &submit.delay_usec);
                 if (r != 0)
                         return r;
+                if (submit.delay_usec > CMWQ_DELAY_MAX_USEC)
+                        return usage_error("submit: --delay '%s' is over the limit of 30 days", v);
         }
         if ((v = a->opt[OPT_TIMEOUT])) {
                 r = parse_seconds_option(verb->name, "timeout", v, &submit.timeout_usec);
                 if (r != 0)
                         return r;
+                if (submit.timeout_usec > CMWQ_DELAY_MAX_USEC)
+                        return usage_error("submit: --timeout '%s' is over the limit of 30 days", v);
         }
         if ((v = a->opt[OPT_KEY])) {
-                if (!*v)
-                        return usage_error("submit: --key must not be empty");
+                if (!*v || strlen(v) > CMWQ_WORK_KEY_MAX)
+                        return usage_error("submit: --key must be 1-%u bytes", CMWQ_WORK_KEY_MAX);
                 submit.key = v;
         }
         submit.wait = a->opt[OPT_WAIT] != NULL;

@@ -92,11 +92,17 @@ int unexpected_reply(void) {
 }
 
 int option_error(const char *verb, int c, char **argv) {
-        const char *sep = verb ? ": " : "";
+        const char *sep = verb ? ": " : "", *arg = argv[optind - 1], *eq = strchr(arg, '=');
 
         verb = verb ?: "";
         if (c == ':')
-                return usage_error("%s%soption '%s' requires an argument", verb, sep, argv[optind - 1]);
+                return usage_error("%s%soption '%s' requires an argument", verb, sep, arg);
+        /* "--json=yes": getopt names the option by its short letter, which
+         * the user did not type. */
+        if (strncmp(arg, "--", 2) == 0 && eq && optopt != 0)
+                return usage_error("%s%soption '%.*s' takes no value", verb, sep, (int) (eq - arg), arg);
+        if (strncmp(arg, "--", 2) == 0)
+                return usage_error("%s%sunknown option '%s'", verb, sep, arg);
         if (optopt > 0 && optopt < 0x80 && isprint(optopt))
                 return usage_error("%s%sunknown option '-%c'", verb, sep, optopt);
         return usage_error("%s%sunknown option '%s'", verb, sep, argv[optind - 1]);
@@ -272,7 +278,8 @@ const CtlVerb ctl_verbs[] = {
           .request = CMWQ__REQUEST__BODY_DESTROY, .run = verb_name_only },
         { .name = "set-max-active", .group = WORKQUEUES, .args = "NAME N",
           .summary = "Set a workqueue's max_active (0: the default, 256)",
-          .min_args = 2, .max_args = 2, .what = "workqueue NAME and N", .complete = CTL_VALUE_QUEUE,
+          .min_args = 2, .max_args = 2, .what = "workqueue NAME and N", .what_more = "N",
+          .complete = CTL_VALUE_QUEUE,
           .run = verb_set_max_active },
         { .name = "flush", .group = WORKQUEUES, .args = "NAME",
           .summary = "Wait for every item queued before this call",

@@ -55,7 +55,7 @@ enum {
 
 #define WQ_DFL_ACTIVE 256u
 #define WQ_MAX_ACTIVE 512u
-#define WQ_NAME_MAX 64u
+#define WQ_NAME_MAX CMWQ_WORKQUEUE_NAME_MAX
 
 #define WATCHDOG_DEFAULT_USEC (30ULL * 1000000)  /* the kernel's wq_watchdog_thresh */
 #define WATCHDOG_DISABLED UINT64_MAX

@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "request-limits.h"
 #include "list.h"
 
 struct core_error;
@@ -39,8 +40,8 @@ struct pwq_share;
 #define ITEM_ENV_MAX 4096u                      /* environment entries */
 #define ITEM_STRINGS_BYTES_MAX (256u * 1024u)   /* argv + env + cwd bytes */
 #define ITEM_PAYLOAD_MAX (1024u * 1024u)        /* stdin payload */
-#define ITEM_KEY_MAX 256u
-#define ITEM_DELAY_MAX_USEC (30ULL * 24 * 3600 * 1000000)
+#define ITEM_KEY_MAX CMWQ_WORK_KEY_MAX
+#define ITEM_DELAY_MAX_USEC CMWQ_DELAY_MAX_USEC
 
 enum limit_id {
         LIMIT_WORKQUEUES,

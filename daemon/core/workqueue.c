@@ -111,17 +111,6 @@ static bool workqueue_owned_by(const struct workqueue *wq, const struct core_cal
         return caller_is_privileged(caller) || (!wq->builtin && wq->owner == caller->uid);
 }
 
-static int workqueue_name_valid(const char *name) {
-        size_t n = strlen(name);
-
-        if (n == 0 || n > WQ_NAME_MAX)
-                return false;
-        for (const char *p = name; *p; p++)
-                if (!isalnum((unsigned char) *p) && !strchr("_-.:@", *p))
-                        return false;
-        return true;
-}
-
 /* "UID/NAME": true and the parts when @name has that form. */
 static bool split_qualified(const char *name, uid_t *ret_uid, const char **ret_name) {
         const char *slash = strchr(name, '/');
@@ -200,7 +189,7 @@ static int workqueue_create(struct core *c, const struct core_caller *caller, co
         r = core_store_refuse_change(c, e);
         if (r < 0)
                 return r;
-        if (!workqueue_name_valid(name))
+        if (!cmwq_workqueue_name_valid(name))
                 return core_error_set(e, -EINVAL,
                                       "invalid workqueue name '%.64s': 1-%u characters of A-Z a-z 0-9 _ - . : @",
                                       name, WQ_NAME_MAX);

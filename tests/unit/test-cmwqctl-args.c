@@ -152,6 +152,10 @@ static void assert_usage_error(const Run *r, const char *needle) {
 }
 
 #define NO_SOCKET "/nonexistent-cmwq-test/cmwqd.sock"
+#define X16 "xxxxxxxxxxxxxxxx"
+#define X64 X16 X16 X16 X16
+#define NAME_65 X64 "x"
+#define KEY_257 X64 X64 X64 X64 "x"
 
 START_TEST(test_bad_command_lines) {
         static const struct {
@@ -184,14 +188,24 @@ START_TEST(test_bad_command_lines) {
                 { { "submit", "q", "--timeout", "1e3", "--", "/bin/true", NULL }, "invalid --timeout" },
                 { { "submit", "q", "--timeout", "99999999999999999999", "--", "/bin/true", NULL }, "too large" },
                 { { "submit", "q", "--delay", NULL },                           "requires an argument" },
-                { { "submit", "q", "--wait=yes", "--", "/bin/true", NULL },     "unknown option '--wait=yes'" },
+                { { "submit", "q", "--wait=yes", "--", "/bin/true", NULL },     "option '--wait' takes no value" },
+                { { "--json=yes", "list", NULL },                               "option '--json' takes no value" },
+                { { "list", "--json=1", NULL },                                 "option '--json' takes no value" },
+                { { "--bogus=1", "list", NULL },                                "unknown option '--bogus=1'" },
+                { { "submit", "q", "--delay", "2592001", "--", "/bin/true", NULL }, "over the limit of 30 days" },
+                { { "submit", "q", "--timeout", "99999999999", "--", "/bin/true", NULL }, "over the limit of 30 days" },
+                { { "submit", "q", "--key", "", "--", "/bin/true", NULL },      "--key must be 1-256 bytes" },
+                { { "submit", "q", "--key", KEY_257, "--", "/bin/true", NULL }, "--key must be 1-256 bytes" },
+                { { "create", NAME_65, NULL },                                  "invalid workqueue NAME: 1-64" },
+                { { "create", "a/b", NULL },                                    "invalid workqueue NAME" },
                 { { "submit", "q", "--stdin", "/nonexistent-cmwq-test", "--", "/bin/true", NULL },
                                                                                 "cannot read --stdin file" },
                 { { "wait", NULL },                                             "missing work ID" },
                 { { "wait", "abc", NULL },                                      "invalid work ID 'abc'" },
                 { { "show", "-5", NULL },                                       "unknown option '-5'" },
                 { { "cancel", "1", "2", NULL },                                 "unexpected argument '2'" },
-                { { "set-max-active", "q", NULL },                              "missing" },
+                { { "set-max-active", "q", NULL },                              "set-max-active: missing N" },
+                { { "set-max-active", NULL },                                   "missing workqueue NAME and N" },
                 { { "set-max-active", "q", "x", NULL },                         "invalid max_active 'x'" },
                 { { "flush", NULL },                                            "missing workqueue NAME" },
                 { { "drain", "a", "b", NULL },                                  "unexpected argument 'b'" },
