@@ -92,9 +92,38 @@ static void log_journal(int level, int error, const char *file, int line, const 
         sd_journal_sendv(iov, (int) n);
 }
 
+/* Copies @text into @out (@size bytes) with its control characters
+ * escaped (\n, \xNN): what a client chose (a program's path, a queue's
+ * name, a key) makes no line of its own in the log, which could pass for
+ * one of cmwqd's. */
+static void log_escape_controls(const char *text, char *out, size_t size) {
+        static const char hex[] = "0123456789abcdef";
+        size_t n = 0;
+
+        for (const unsigned char *p = (const unsigned char *) text; *p && n + 5 < size; p++) {
+                if (*p >= 0x20 && *p != 0x7f) {
+                        out[n++] = (char) *p;
+                        continue;
+                }
+                out[n++] = '\\';
+                if (*p == '\n')
+                        out[n++] = 'n';
+                else if (*p == '\t')
+                        out[n++] = 't';
+                else if (*p == '\r')
+                        out[n++] = 'r';
+                else {
+                        out[n++] = 'x';
+                        out[n++] = hex[*p >> 4];
+                        out[n++] = hex[*p & 0xf];
+                }
+        }
+        out[n] = '\0';
+}
+
 static int log_va(int level, int error, const char *file, int line, const struct log_fields *f, const char *fmt,
                   va_list ap) {
-        char buf[sizeof(MESSAGE_PREFIX) - 1 + 2048] = MESSAGE_PREFIX;
+        char raw[2048], buf[sizeof(MESSAGE_PREFIX) - 1 + 2048] = MESSAGE_PREFIX;
         char *text = buf + sizeof(MESSAGE_PREFIX) - 1;
 
         if (level > max_level)
@@ -102,7 +131,8 @@ static int log_va(int level, int error, const char *file, int line, const struct
 
         /* %m must mean the error we were handed, not whatever errno is. */
         errno = error < 0 ? -error : error;
-        vsnprintf(text, sizeof(buf) - (sizeof(MESSAGE_PREFIX) - 1), fmt, ap);
+        vsnprintf(raw, sizeof(raw), fmt, ap);
+        log_escape_controls(raw, text, sizeof(buf) - (sizeof(MESSAGE_PREFIX) - 1));
 
         if (to_journal)
                 log_journal(level, error, file, line, f, buf);

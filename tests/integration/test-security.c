@@ -376,6 +376,30 @@ START_TEST(test_stdin_file_is_read_by_cmwqctl_not_the_daemon) {
 }
 END_TEST
 
+/* What a user chooses (here a program's path) appears in cmwqd's log with
+ * its control characters escaped: a newline in it makes no line of its
+ * own that could pass for one of cmwqd's.  Before, "cmwqd[error]: ..."
+ * stood on a line of its own. */
+START_TEST(test_a_user_cannot_forge_log_lines) {
+        char program[400], *out, *log;
+        const char *forged = "cmwqd[error]: FORGED by the user";
+
+        test_path(&d, "prog", program, sizeof(program));
+        snprintf(program + strlen(program), sizeof(program) - strlen(program), "\n%s", forged);
+        write_file(program, "#!/bin/sh\nexit 0\n", 0755);
+
+        out = CTL_AS_OK(USER_UID, "submit", "system", "--wait", "--", program);
+        free(out);
+        log = read_file(d.log);
+        ck_assert_msg(strstr(log, "\\ncmwqd[error]: FORGED by the user"), "the path is not in the log, escaped:\n%s",
+                      log);
+        for (const char *line = log; line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+                ck_assert_msg(strncmp(line, forged, strlen(forged)) != 0, "a forged line in the log:\n%s", log);
+        free(log);
+        ck_assert_int_eq(unlink(program), 0);
+}
+END_TEST
+
 /* Another user's queue and items: invisible, untouchable, unchanged. */
 START_TEST(test_other_user_cannot_touch_a_queue_or_its_items) {
         char *running, *delayed, *done, *out, *state, *max_active_line;
@@ -1057,6 +1081,7 @@ int main(void) {
         tcase_add_test(tc, test_plugin_path_tricks);
         tcase_add_test(tc, test_item_gets_no_daemon_rlimit_or_keyring);
         tcase_add_test(tc, test_item_has_no_controlling_terminal);
+        tcase_add_test(tc, test_a_user_cannot_forge_log_lines);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
