@@ -210,7 +210,7 @@ static int store_write_snapshot(int dir_fd, const char *name, store_snapshot_fn 
         struct store_writer w = { .fd = -1 };
         int r;
 
-        w.fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0600);
+        w.fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND | O_NOFOLLOW, 0600);
         if (w.fd < 0)
                 return -errno;
         r = write_all(w.fd, (const uint8_t *) STORE_MAGIC, STORE_MAGIC_SIZE);
@@ -837,6 +837,31 @@ static void store_cond_init(pthread_cond_t *cond) {
         pthread_condattr_destroy(&attr);
 }
 
+/* The log holds every user's arguments, environment and output, and the
+ * daemon (root, for the system instance) creates and renames files there:
+ * whoever else may write the directory could read them or, with a
+ * symlink, have the daemon overwrite a file of their choosing.  So the
+ * directory must be the daemon's own and nobody else's to write. */
+static int store_check_dir(struct store *s) {
+        struct stat st;
+
+        if (fstat(s->dir_fd, &st) < 0)
+                return log_error_errno(-errno, "Cannot look at the state directory %s: %m", s->dir);
+        if (st.st_uid != geteuid()) {
+                log_error("The state directory %s belongs to uid %u, not to this daemon's (%u): "
+                          "refusing to keep the state there",
+                          s->dir, (unsigned) st.st_uid, (unsigned) geteuid());
+                return -EPERM;
+        }
+        if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+                log_error("The state directory %s may be written by others (mode %04o): refusing to keep the "
+                          "state there (chmod go-w it, or 0700 as cmwqd makes it)",
+                          s->dir, (unsigned) (st.st_mode & 07777));
+                return -EPERM;
+        }
+        return 0;
+}
+
 /* Two daemons on one state directory would each replace the log the other
  * appends to, hand out the same item ids and run the same items: the one
  * that has it holds a lock on STORE_LOCK_NAME for as long as it runs (a
@@ -897,10 +922,13 @@ int store_open(const char *dir, store_record_cb replay, void *userdata, struct s
                 r = log_error_errno(-errno, "Cannot open the state directory %s: %m", dir);
                 goto fail;
         }
+        r = store_check_dir(s);
+        if (r < 0)
+                goto fail;
         r = store_lock_dir(s);
         if (r < 0)
                 goto fail;
-        s->fd = openat(s->dir_fd, STORE_LOG_NAME, O_RDWR | O_CREAT | O_CLOEXEC | O_APPEND, 0600);
+        s->fd = openat(s->dir_fd, STORE_LOG_NAME, O_RDWR | O_CREAT | O_CLOEXEC | O_APPEND | O_NOFOLLOW, 0600);
         if (s->fd < 0) {
                 r = log_error_errno(-errno, "Cannot open the state log %s: %m", s->path);
                 goto fail;

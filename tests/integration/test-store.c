@@ -1086,6 +1086,34 @@ START_TEST(test_crash_during_background_compaction) {
 }
 END_TEST
 
+/* Runs cmwqd on @socket and the state directory of d, its stderr to
+ * @log_path, expecting it to exit at start-up: its exit status.  Fails the
+ * test if it is still running after 15 s. */
+static int cmwqd_start_refused(const char *socket, const char *log_path) {
+        int status = 0;
+        pid_t p = test_fork();
+
+        if (p == 0) {
+                int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+                if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+                        _exit(126);
+                setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/nonexistent/cmwq-test/system_bus_socket", 1);
+                execl(getenv("CMWQD"), getenv("CMWQD"), "--socket", socket, "--config", "/dev/null", "--state-dir",
+                      d.state_dir, (char *) NULL);
+                _exit(127);
+        }
+        for (int waited = 0; waitpid(p, &status, WNOHANG) == 0; waited += 20) {
+                if (waited >= 15000) {
+                        kill(p, SIGKILL);
+                        waitpid(p, &status, 0);
+                        ck_abort_msg("cmwqd ran where it should have refused to; its log:\n%s", read_file(log_path));
+                }
+                sleep_ms(20);
+        }
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 /* cmwqd started a second time on a state directory in use (by mistake,
  * on another socket) refuses to start and says which daemon has it; the
  * first one's log stays the log: what it acknowledges afterwards is there
@@ -1095,35 +1123,13 @@ END_TEST
 START_TEST(test_a_second_daemon_on_the_state_dir_refuses_to_start) {
         char second_socket[400], second_log[400], logp[400], lockp[400], pid[32], *err, *lock, *id;
         struct stat before, after;
-        int status = 0, waited;
-        pid_t p;
 
         log_path(logp, sizeof(logp));
         ck_assert_int_eq(stat(logp, &before), 0);
         snprintf(second_socket, sizeof(second_socket), "%s/second.sock", d.dir);
         snprintf(second_log, sizeof(second_log), "%s/second.log", d.dir);
 
-        p = test_fork();
-        if (p == 0) {
-                int fd = open(second_log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-
-                if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
-                        _exit(126);
-                setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/nonexistent/cmwq-test/system_bus_socket", 1);
-                execl(getenv("CMWQD"), getenv("CMWQD"), "--socket", second_socket, "--config", "/dev/null",
-                      "--state-dir", d.state_dir, (char *) NULL);
-                _exit(127);
-        }
-        for (waited = 0; waitpid(p, &status, WNOHANG) == 0; waited += 20) {
-                if (waited >= 15000) {
-                        kill(p, SIGKILL);
-                        waitpid(p, &status, 0);
-                        ck_abort_msg("a second cmwqd on the state directory in use ran; its log:\n%s",
-                                     read_file(second_log));
-                }
-                sleep_ms(20);
-        }
-        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "the second cmwqd ended with status %d", status);
+        ck_assert_int_eq(cmwqd_start_refused(second_socket, second_log), 1);
         err = read_file(second_log);
         snprintf(pid, sizeof(pid), "(process %d)", (int) d.pid);
         ck_assert_msg(strstr(err, "is in use by another cmwqd") && strstr(err, pid),
@@ -1139,6 +1145,38 @@ START_TEST(test_a_second_daemon_on_the_state_dir_refuses_to_start) {
         ck_assert_uint_eq(after.st_ino, before.st_ino);
         id = CTL_OK(&d, "submit", "system", "--delay", "3600", "--", "/bin/true");
         cmwqd_terminate(&d);
+        cmwqd_launch(&d, NULL);
+        assert_state(id, "delayed");
+        free(id);
+}
+END_TEST
+
+/* The log holds every user's arguments, environment and output, and root
+ * writes and renames files there: cmwqd keeps no state in a directory
+ * others may write (where a symlink could make it overwrite any file) or
+ * that is not its own, and says why.  Made right again, it starts with its
+ * state. */
+START_TEST(test_a_state_dir_others_may_write_is_refused) {
+        char refused_log[400], *err, *id;
+
+        id = CTL_OK(&d, "submit", "system", "--delay", "3600", "--", "/bin/true");
+        cmwqd_terminate(&d);
+        snprintf(refused_log, sizeof(refused_log), "%s/refused.log", d.dir);
+
+        ck_assert_int_eq(chmod(d.state_dir, 0777), 0);
+        ck_assert_int_eq(cmwqd_start_refused(d.socket, refused_log), 1);
+        err = read_file(refused_log);
+        ck_assert_msg(strstr(err, "may be written by others (mode 0777)"), "cmwqd did not say why:\n%s", err);
+        free(err);
+
+        ck_assert_int_eq(chmod(d.state_dir, 0700), 0);
+        ck_assert_int_eq(chown(d.state_dir, 65534, 65534), 0);
+        ck_assert_int_eq(cmwqd_start_refused(d.socket, refused_log), 1);
+        err = read_file(refused_log);
+        ck_assert_msg(strstr(err, "belongs to uid 65534"), "cmwqd did not say why:\n%s", err);
+        free(err);
+
+        ck_assert_int_eq(chown(d.state_dir, 0, 0), 0);
         cmwqd_launch(&d, NULL);
         assert_state(id, "delayed");
         free(id);
@@ -1170,6 +1208,7 @@ int main(void) {
         tcase_add_test(tc, test_per_user_queues_come_back_as_theirs);
         tcase_add_test(tc, test_full_state_dir_refuses_changes_and_recovers);
         tcase_add_test(tc, test_a_second_daemon_on_the_state_dir_refuses_to_start);
+        tcase_add_test(tc, test_a_state_dir_others_may_write_is_refused);
         suite_add_tcase(s, tc);
         /* The disk fails under a compaction. */
         tcase_add_checked_fixture(tf, setup, teardown);
