@@ -490,7 +490,7 @@ static int method_list_workqueues(sd_bus_message *m, void *userdata, sd_bus_erro
 }
 
 static int pool_info_append(const struct core_pool_info *p, void *userdata) {
-        return sd_bus_message_append(userdata, "(ibuuuutuuut)", (int32_t) p->cpu, (int) p->highpri,
+        return sd_bus_message_append(userdata, "(ibuuutuuut)", (int32_t) p->cpu, (int) p->highpri,
                                      (uint32_t) p->workers, (uint32_t) p->running, (uint32_t) p->idle,
                                      (uint64_t) p->pending, (uint32_t) p->busy, (uint32_t) p->blocked,
                                      (uint32_t) p->callback_threads, (uint64_t) p->callbacks);
@@ -503,7 +503,7 @@ static int method_list_pools(sd_bus_message *m, void *userdata, sd_bus_error *er
 
         r = sd_bus_message_new_method_return(m, &reply);
         if (r >= 0)
-                r = sd_bus_message_open_container(reply, 'a', "(ibuuuutuuut)");
+                r = sd_bus_message_open_container(reply, 'a', "(ibuuutuuut)");
         core_refresh_pool_counts(d->core);
         if (r >= 0)
                 r = core_for_each_pool(d->core, pool_info_append, reply);
@@ -595,7 +595,7 @@ static const sd_bus_vtable manager_vtable[] = {
         SD_BUS_METHOD_WITH_ARGS("ListWorkqueues", SD_BUS_NO_ARGS,
                                 SD_BUS_RESULT("a(souuubbbttt)", workqueues), method_list_workqueues,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
-        SD_BUS_METHOD_WITH_ARGS("ListPools", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(ibuuuutuuut)", pools),
+        SD_BUS_METHOD_WITH_ARGS("ListPools", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(ibuuutuuut)", pools),
                                 method_list_pools, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetStatistics", SD_BUS_NO_ARGS, SD_BUS_RESULT("a(stttttttttt)", workqueues),
                                 method_get_statistics, SD_BUS_VTABLE_UNPRIVILEGED),

@@ -933,12 +933,31 @@ START_TEST(test_manager_methods) {
                 ck_assert(found);
                 sd_bus_message_unref(reply);
 
-                reply = call_ok(PATH, MANAGER, "ListPools", NULL);
-                ck_assert_int_ge(sd_bus_message_enter_container(reply, 'a', "(ibuuuutuuut)"), 0);
-                while (sd_bus_message_skip(reply, "(ibuuuutuuut)") > 0)
-                        n++;
-                ck_assert_int_eq(n, 2 * (int) sysconf(_SC_NPROCESSORS_CONF) + 2);
-                sd_bus_message_unref(reply);
+                /* Every pool once, as declared (the signature had a field
+                 * more than the values given, read from garbage). */
+                {
+                        int32_t cpu;
+                        int highpri, pools_seen[2 * 1024 + 2] = {};
+                        uint32_t w, on_cpu, idle, busy, blocked, cb_threads;
+                        uint64_t queued, cbs;
+                        int r;
+
+                        ck_assert_int_lt(sysconf(_SC_NPROCESSORS_CONF), 1024);
+                        reply = call_ok(PATH, MANAGER, "ListPools", NULL);
+                        ck_assert_str_eq(sd_bus_message_get_signature(reply, true), "a(ibuuutuuut)");
+                        ck_assert_int_ge(sd_bus_message_enter_container(reply, 'a', "(ibuuutuuut)"), 0);
+                        while ((r = sd_bus_message_read(reply, "(ibuuutuuut)", &cpu, &highpri, &w, &on_cpu, &idle,
+                                                        &queued, &busy, &blocked, &cb_threads, &cbs)) > 0) {
+                                ck_assert_int_ge(cpu, -1);
+                                ck_assert_int_lt(cpu, (int) sysconf(_SC_NPROCESSORS_CONF));
+                                ck_assert_int_eq(pools_seen[(cpu + 1) * 2 + !!highpri]++, 0);
+                                ck_assert_uint_le(on_cpu, w);
+                                n++;
+                        }
+                        ck_assert_int_eq(r, 0);
+                        ck_assert_int_eq(n, 2 * (int) sysconf(_SC_NPROCESSORS_CONF) + 2);
+                        sd_bus_message_unref(reply);
+                }
 
                 found = false;
                 reply = call_ok(PATH, MANAGER, "GetStatistics", NULL);
