@@ -106,7 +106,7 @@ static void help(void) {
                "  -h, --help                  show this help and exit\n"
                "  -V, --version               show the version and exit\n"
                "\n"
-               "SIGTERM or SIGINT stops the daemon. See cmwqd(8), cmwqd.conf(5).\n",
+               "SIGTERM or SIGINT stops the daemon; SIGHUP is ignored. See cmwqd(8), cmwqd.conf(5).\n",
                SYSTEM_SOCKET_PATH, CONFIG_FILE_DEFAULT, (double) FREEZE_TIMEOUT_DEFAULT_USEC / USEC_PER_SEC,
                SYSTEM_STATE_DIR);
 }
@@ -274,6 +274,14 @@ static void on_signal(evutil_socket_t sig, short what, void *userdata) {
         event_base_loopbreak(base);
 }
 
+/* SIGHUP's default would end the daemon without a word and leave its
+ * items running unwatched (the terminal of a cmwqd started from a shell
+ * closes); it re-reads nothing at run time either. */
+static void on_sighup(evutil_socket_t sig, short what, void *userdata) {
+        log_notice("Received SIGHUP: ignored (cmwqd reads its configuration at start only; restart it to apply "
+                   "a new one)");
+}
+
 /* The plugin directories of doc/design.md §2.1, user ones first for --user. */
 static char **default_plugin_dirs(bool user_mode) {
         char **l = calloc(4, sizeof(char *));
@@ -348,7 +356,7 @@ int main(int argc, char **argv) {
         _cleanup_(freep) char *user_socket = NULL, *user_state = NULL;
         _cleanup_(strv_freep) char **dirs = NULL;
         struct event_base *base = NULL;
-        struct event *sigterm = NULL, *sigint = NULL;
+        struct event *sigterm = NULL, *sigint = NULL, *sighup = NULL;
         struct sleepwatch *sw = NULL;
         struct cgroup_root *cgroups = NULL;
         struct pids_root *pids = NULL;
@@ -420,6 +428,7 @@ int main(int argc, char **argv) {
 
         /* Clients that vanish must not kill us; items get default dispositions back. */
         signal(SIGPIPE, SIG_IGN);
+        signal(SIGHUP, SIG_IGN);        /* until on_sighup() says so */
 
         /* The helper that creates the items' processes, forked now, while
          * our heap is small (see exec/spawner.c). */
@@ -512,7 +521,9 @@ int main(int argc, char **argv) {
         /* Before anyone can reach us: whoever sees us up may stop us. */
         sigterm = evsignal_new(base, SIGTERM, on_signal, base);
         sigint = evsignal_new(base, SIGINT, on_signal, base);
-        if (!sigterm || !sigint || evsignal_add(sigterm, NULL) < 0 || evsignal_add(sigint, NULL) < 0) {
+        sighup = evsignal_new(base, SIGHUP, on_sighup, base);
+        if (!sigterm || !sigint || !sighup || evsignal_add(sigterm, NULL) < 0 || evsignal_add(sigint, NULL) < 0 ||
+            evsignal_add(sighup, NULL) < 0) {
                 log_error("Failed to set up signal handling");
                 goto out;
         }
@@ -582,6 +593,8 @@ out:
                 event_free(sigterm);
         if (sigint)
                 event_free(sigint);
+        if (sighup)
+                event_free(sighup);
         if (base)
                 event_base_free(base);
         free(o.plugin_dirs);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The shell user's first steps: create, submit, wait, show, list, destroy. */
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +159,41 @@ START_TEST(test_exec_failure_reported) {
 }
 END_TEST
 
+/* cmwqd started from a shell gets SIGHUP when the terminal closes: it
+ * says so in its log and goes on serving, its running item with it.
+ * Before, it died without a word and left the item running unwatched. */
+START_TEST(test_sighup_is_ignored) {
+        char *id, *out, *log = NULL;
+        int waited;
+
+        id = CTL_OK(&d, "submit", "system", "--", "/bin/sleep", "60");
+        for (waited = 0;; waited += 20) {
+                out = CTL_OK(&d, "show", id);
+                if (strstr(out, "state:         running")) {
+                        free(out);
+                        break;
+                }
+                free(out);
+                ck_assert_msg(waited < 15000, "item %s did not start", id);
+                usleep(20000);
+        }
+
+        ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+        for (waited = 0; !log || !strstr(log, "Received SIGHUP: ignored"); waited += 20) {
+                free(log);
+                ck_assert_msg(waited < 15000, "cmwqd did not log the SIGHUP");
+                usleep(20000);
+                log = read_file(d.log);
+        }
+        free(log);
+        out = CTL_OK(&d, "show", id);
+        ck_assert_msg(strstr(out, "state:         running"), "after SIGHUP: %s", out);
+        free(out);
+        free(CTL_OK(&d, "cancel", id));
+        free(id);
+}
+END_TEST
+
 static long context_switches(pid_t pid) {
         char path[64], *status, *p;
         long total = 0;
@@ -242,6 +278,7 @@ int main(void) {
         tcase_add_test(tc, test_items_pending_together_run_with_their_own_environments);
         tcase_add_test(tc, test_cwd_is_the_submitters);
         tcase_add_test(tc, test_exec_failure_reported);
+        tcase_add_test(tc, test_sighup_is_ignored);
         tcase_add_test(tc, test_idle_daemon_never_wakes_up);
         tcase_add_test(tc, test_plugin_found_in_plugin_dir);
         suite_add_tcase(s, tc);
