@@ -20,6 +20,8 @@
 #define CMWQ_WORK_KEY_MAX 256u
 /* An item's delay, and its timeout: at most 30 days. */
 #define CMWQ_DELAY_MAX_USEC (UINT64_C(30) * 24 * 3600 * 1000000)
+/* How long a freeze request waits for running items: the same. */
+#define CMWQ_FREEZE_TIMEOUT_MAX_USEC CMWQ_DELAY_MAX_USEC
 
 static inline bool cmwq_workqueue_name_valid(const char *name) {
         size_t n = strlen(name);

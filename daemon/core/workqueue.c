@@ -874,6 +874,9 @@ int core_freeze(struct core *c, const struct core_caller *caller, const char *na
                 uint64_t timeout_usec, struct core_waiter *w, struct core_error *e) {
         int r;
 
+        /* Before anything is frozen; a deadline past UINT64_MAX came at once. */
+        if (timeout_usec > CMWQ_FREEZE_TIMEOUT_MAX_USEC)
+                return core_error_set(e, -EINVAL, "freeze timeout is over the limit of 30 days");
         r = freezer_apply(c, caller, name, "freeze", workqueue_freeze, e);
         if (r < 0)
                 return r;

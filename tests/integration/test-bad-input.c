@@ -866,24 +866,24 @@ START_TEST(test_workqueue_requests_invalid_values) {
 }
 END_TEST
 
-/* Root's freeze with an absurd timeout while an item runs, and a client that
- * goes away while its freeze waits. */
+/* Root's freeze with an absurd timeout while an item runs is refused, and
+ * nothing is frozen (before, the deadline wrapped past UINT64_MAX and the
+ * freeze timed out at once, its queues left frozen); one at the limit waits,
+ * and its client may go away meanwhile. */
 START_TEST(test_freeze_with_huge_timeout) {
         Cmwq__Request req = CMWQ__REQUEST__INIT;
         Cmwq__FreezeRequest freeze = CMWQ__FREEZE_REQUEST__INIT;
         struct pollfd pfd;
-        char *id;
+        char *id, *out;
         int fd;
 
         id = CTL_OK(&d, "submit", "system_freezable", "--", "/bin/sleep", "30");
         fd = greeted_connect();
         freeze.name = (char *) "system_freezable";
         freeze.has_timeout_usec = true;
-        freeze.timeout_usec = UINT64_MAX;
-        req.id = next_id++;
         req.body_case = CMWQ__REQUEST__BODY_FREEZE;
         req.freeze = &freeze;
-        /* Wait for the item to run, so that the freeze has to wait. */
+        /* Wait for the item to run, so that a freeze has to wait. */
         for (int waited = 0; waited < 10000; waited += 20) {
                 char *shown = CTL_OK(&d, "show", id);
                 bool running = strstr(shown, "running") != NULL;
@@ -893,17 +893,25 @@ START_TEST(test_freeze_with_huge_timeout) {
                         break;
                 usleep(20 * 1000);
         }
+        freeze.timeout_usec = UINT64_MAX;
+        req.id = next_id++;
+        expect_error(fd, &req, CMWQ__ERROR__INVALID_ARGUMENT, "over the limit of 30 days", "a UINT64_MAX freeze timeout");
+        out = CTL_OK(&d, "submit", "system_freezable", "--wait", "--", "/bin/echo", "not frozen");
+        ck_assert_str_eq(out, "not frozen");
+        free(out);
+
+        freeze.timeout_usec = UINT64_C(30) * 24 * 3600 * 1000000;
+        req.id = next_id++;
         ck_assert(send_request(fd, &req));
         pfd = (struct pollfd) { .fd = fd, .events = POLLIN };
-        /* Either it waits (the item runs for 30 s) or it answers; it must
-         * not fail the daemon. */
-        (void) poll(&pfd, 1, 300);
+        /* It waits (the item runs for 30 s): no answer yet. */
+        ck_assert_int_eq(poll(&pfd, 1, 300), 0);
         close(fd);
-        assert_serving("a freeze with a huge timeout");
+        assert_serving("a freeze with a 30-day timeout whose client went away");
         free(CTL_OK(&d, "thaw"));
         free(CTL_OK(&d, "cancel", id));
         free(id);
-        assert_serving("thaw after a freeze with a huge timeout");
+        assert_serving("thaw after a freeze with a long timeout");
 }
 END_TEST
 

@@ -212,6 +212,7 @@ START_TEST(test_bad_command_lines) {
                 { { "destroy", NULL },                                          "missing workqueue NAME" },
                 { { "thaw", "--timeout", "1", NULL },                           "unknown option '--timeout'" },
                 { { "freeze", "--timeout", "soon", NULL },                      "invalid --timeout" },
+                { { "freeze", "--timeout", "2592001", NULL },                   "over the limit of 30 days" },
                 { { "freeze", "a", "b", NULL },                                 "unexpected argument 'b'" },
         };
 
