@@ -787,19 +787,19 @@ START_TEST(test_create_bad_values_refused) {
         struct ctl_result r;
         char *list;
 
+        /* Outside their documented ranges: usage errors (exit 2, cmwqctl(1)),
+         * judged by cmwqctl before it connects. */
         CTL(&d, &r, "create", "bad/name");
-        ck_assert_msg(r.status == 1, "create bad/name exited %d: %s", r.status, r.err);
-        ck_assert_msg(strncmp(r.err, "cmwqctl:", 8) == 0 && strstr(r.err, "name"), "stderr: %s", r.err);
+        ck_assert_msg(r.status == 2, "create bad/name exited %d: %s", r.status, r.err);
+        ck_assert_msg(strncmp(r.err, "cmwqctl:", 8) == 0 && strstr(r.err, "NAME"), "stderr: %s", r.err);
         ck_assert_msg(strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "more than one line: %s", r.err);
         ctl_result_free(&r);
         CTL(&d, &r, "create", "has space");
-        ck_assert_msg(r.status == 1, "create 'has space' exited %d: %s", r.status, r.err);
+        ck_assert_msg(r.status == 2, "create 'has space' exited %d: %s", r.status, r.err);
         ctl_result_free(&r);
 
-        /* The exit status of this one is not pinned here (1 from cmwqd or 2
-         * from cmwqctl's own range check); the refusal is. */
         CTL(&d, &r, "create", "mq2", "--max-active", "513");
-        ck_assert_msg(r.status == 1 || r.status == 2, "create --max-active 513 exited %d: %s", r.status, r.err);
+        ck_assert_msg(r.status == 2, "create --max-active 513 exited %d: %s", r.status, r.err);
         ck_assert_msg(strncmp(r.err, "cmwqctl:", 8) == 0 && strstr(r.err, "512"), "stderr: %s", r.err);
         ctl_result_free(&r);
 
