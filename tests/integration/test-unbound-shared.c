@@ -699,6 +699,11 @@ END_TEST
 #define IDLE_QUEUE "shared-idle"
 #define IDLE_MAX_ACTIVE 16
 #define IDLE_ITEMS 160
+/* A's backlog: while it lasts, both processes want more than their part.
+ * Long enough that on a loaded machine B's first callbacks (it connects,
+ * queues and is given credits meanwhile) end well before it does: with
+ * 160 the window was about 150 ms, and once B ended none within it. */
+#define IDLE_A_ITEMS 480
 
 static int threads_of_self(void) {
         char line[128];
@@ -734,7 +739,7 @@ static void idle_b_fn(struct cmwq_work *w) {
  * it lets B come, and watches its own threads while it still has a
  * backlog of its own. */
 static int idle_a_child(int who) {
-        static struct cmwq_work works[IDLE_ITEMS];
+        static struct cmwq_work works[IDLE_A_ITEMS];
         struct cmwq_workqueue *wq;
         struct cmwq *c;
         int r, least;
@@ -742,7 +747,7 @@ static int idle_a_child(int who) {
         wq = child_open(who, IDLE_QUEUE, &c);
         if (!wq)
                 return 2;
-        r = queue_all(who, wq, works, IDLE_ITEMS, idle_a_fn);
+        r = queue_all(who, wq, works, IDLE_A_ITEMS, idle_a_fn);
         if (r != 0)
                 return r;
         if (!child_wait(&sh->idle_a_running, IDLE_MAX_ACTIVE)) {
@@ -755,7 +760,7 @@ static int idle_a_child(int who) {
         least = load(&sh->idle_a_peak);
         /* While a quarter of A's backlog is left, both want more than their
          * part: each is limited to half. */
-        while (load(&sh->idle_a_done) < IDLE_ITEMS * 3 / 4) {
+        while (load(&sh->idle_a_done) < IDLE_A_ITEMS * 3 / 4) {
                 int n = threads_of_self();
 
                 if (load(&sh->idle_b_done) > 0 && n > 0 && n < least)
@@ -795,10 +800,10 @@ START_TEST(test_a_process_lets_idle_threads_go_while_another_wants_its_credits) 
         }
         store(&sh->queue_ready, 1);
         if (!wait_kids(120, true))
-                ck_abort_msg("the clients did not finish within 120 s (%d and %d of %d items each)",
-                             load(&sh->idle_a_done), load(&sh->idle_b_done), IDLE_ITEMS);
+                ck_abort_msg("the clients did not finish within 120 s (%d of %d and %d of 160 items)",
+                             load(&sh->idle_a_done), IDLE_A_ITEMS, load(&sh->idle_b_done));
         assert_kids_exited_0();
-        ck_assert_int_eq(load(&sh->idle_a_done), IDLE_ITEMS);
+        ck_assert_int_eq(load(&sh->idle_a_done), IDLE_A_ITEMS);
         ck_assert_int_eq(load(&sh->idle_b_done), IDLE_ITEMS);
         ck_assert_int_le(load(&sh->max_running), IDLE_MAX_ACTIVE);
         peak = load(&sh->idle_a_peak);
