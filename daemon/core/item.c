@@ -95,7 +95,10 @@ void core_item_info(const struct item *i, struct core_item_info *ret) {
                 .timed_out = i->timed_out,
                 .cpu_intensive = i->cpu_intensive,
         };
-        if (run->exec_errno)
+        if (run->exec_errno & EXEC_ERRNO_IN_CWD)
+                snprintf(ret->error, sizeof(ret->error), "cannot enter the working directory %s: %s", item_cwd(i),
+                         exec_strerror(run->exec_errno));
+        else if (run->exec_errno)
                 snprintf(ret->error, sizeof(ret->error), "cannot run %s: %s", i->argv[0],
                          exec_strerror(run->exec_errno));
 }

@@ -288,7 +288,7 @@ _Noreturn void exec_child(const struct exec_child *c) {
 
         /* As the user: a directory they may not enter is EACCES. */
         if (chdir(c->cwd) < 0)
-                exec_child_fail(error_fd, errno);
+                exec_child_fail(error_fd, EXEC_ERRNO_IN_CWD | errno);
 
         /* Everything is ready: from "go" on only execve() is left (go_fd is
          * close-on-exec), so that a prepared item starts as fast as a

@@ -468,7 +468,7 @@ static void exec_close_pair(int fds[2]) {
 const char *exec_strerror(int exec_errno) {
         if (exec_errno == EXEC_ERRNO_NO_USER)
                 return "the submitting uid has no entry in the user database, so its groups are unknown";
-        return strerror(exec_errno);
+        return strerror(exec_errno & ~EXEC_ERRNO_IN_CWD);
 }
 static void exec_close_pairp(int (*fds)[2]) {
         exec_close_pair(*fds);

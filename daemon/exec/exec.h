@@ -87,7 +87,11 @@ struct exec_spec {
  * child fails with ESRCH otherwise.  exec_strerror() says so. */
 #define EXEC_ERRNO_NO_USER ESRCH
 
-/* What an item's exec_errno means, for a person. */
+/* Or'ed into the errno of an item whose process could not enter its
+ * working directory (as its user), rather than run its program. */
+#define EXEC_ERRNO_IN_CWD 0x10000
+
+/* What an item's exec_errno means, for a person (without the step). */
 const char *exec_strerror(int exec_errno);
 
 struct exec_result {

@@ -700,6 +700,10 @@ START_TEST(test_cwd_the_user_cannot_enter) {
         ck_assert_msg(r.status == 127, "exit %d (want 127: the item did not start), stdout '%s', stderr '%s'",
                       r.status, r.out, r.err);
         ck_assert_msg(strstr(r.err, "Permission denied"), "stderr: %s", r.err);
+        /* Blamed on the directory, not on the program (it was). */
+        ck_assert_msg(strstr(r.err, "cannot enter the working directory") && strstr(r.err, dir) &&
+                              !strstr(r.err, "cannot run"),
+                      "stderr: %s", r.err);
         ck_assert_msg(!strstr(r.out, "SECRET"), "the item listed a directory its user cannot enter: %s", r.out);
         ctl_result_free(&r);
 

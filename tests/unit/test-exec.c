@@ -353,11 +353,11 @@ START_TEST(test_cwd) {
         assert_buf(run.r.out, run.r.out_len, "/\n");
         run_clear(&run);
 
-        /* A directory that does not exist fails before exec, and says why. */
+        /* A directory that does not exist fails before exec, and says it was the directory. */
         expected = path_join(dir, "missing");
         spec.cwd = expected;
         run_spec(&run, &spec);
-        ck_assert_int_eq(run.r.exec_errno, ENOENT);
+        ck_assert_int_eq(run.r.exec_errno, EXEC_ERRNO_IN_CWD | ENOENT);
         ck_assert_int_eq(run.r.exit_status, 127);
         ck_assert_uint_eq(run.r.out_len, 0);
         run_clear(&run);
@@ -864,7 +864,7 @@ START_TEST(test_chdir_eacces) {
         spec.uid = NOBODY;
         run_spec(&run, &spec);
         /* chdir() happens as the user, not as root. */
-        ck_assert_int_eq(run.r.exec_errno, EACCES);
+        ck_assert_int_eq(run.r.exec_errno, EXEC_ERRNO_IN_CWD | EACCES);
         ck_assert_int_eq(run.r.exit_status, 127);
         ck_assert_uint_eq(run.r.out_len, 0);
         run_clear(&run);
@@ -1335,7 +1335,7 @@ START_TEST(test_prepare_as_nobody) {
         ck_assert_uint_eq(run.n_done, 0);
         ck_assert_int_eq(exec_go(run.proc), 0);
         run_finish(&run);
-        ck_assert_int_eq(run.r.exec_errno, EACCES);
+        ck_assert_int_eq(run.r.exec_errno, EXEC_ERRNO_IN_CWD | EACCES);
         ck_assert_int_eq(run.r.exit_status, 127);
         run_clear(&run);
         ck_assert_int_eq(rmdir(dir), 0);
