@@ -545,7 +545,10 @@ int main(int argc, char **argv) {
         /* D-Bus is the second front end: without a bus the socket serves alone. */
         if (!o.no_dbus) {
                 r = ipc_dbus_new(base, core, o.user_mode, &dbus);
-                if (r < 0)
+                if (r == -EEXIST)
+                        log_notice("The name %s is taken on the %s bus (another cmwqd?); serving the socket only",
+                                   CMWQ_DBUS_NAME, o.user_mode ? "session" : "system");
+                else if (r < 0)
                         log_notice_errno(r, "D-Bus is not available (%m); serving the socket only, without %s on the %s bus",
                                          CMWQ_DBUS_NAME, o.user_mode ? "session" : "system");
                 else {

@@ -307,7 +307,11 @@ static int on_bus_message(sd_bus_message *m, void *userdata, sd_bus_error *ret_e
 
         if (!sd_bus_message_is_signal(m, "org.freedesktop.DBus.Local", "Disconnected"))
                 return 0;
-        log_warning("Lost the system bus: freezable workqueues are no longer frozen on suspend");
+        /* Only where they were: without logind nothing froze them. */
+        if (s->inhibitor_fd >= 0)
+                log_warning("Lost the system bus: freezable workqueues are no longer frozen on suspend");
+        else
+                log_notice("Lost the system bus");
         /* An inhibitor nobody can act on would only delay every sleep. */
         sleep_freezer_release_inhibitor(s);
         sleep_freezer_thaw(s, "Lost the system bus");

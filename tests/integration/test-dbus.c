@@ -1836,6 +1836,26 @@ START_TEST(test_bus_restart_releases_bus_clients) {
 }
 END_TEST
 
+/* A second cmwqd on the bus (its own socket and state) finds the name
+ * taken: it says so, not "D-Bus is not available (File exists)", and its
+ * socket serves. */
+START_TEST(test_a_second_daemon_finds_the_name_taken) {
+        struct cmwqd second;
+        char *out, *log;
+
+        cmwqd_start(&second, (const char *const[]) { "--user", NULL });
+        out = CTL_OK(&second, "list");
+        ck_assert_msg(strstr(out, "system_freezable"), "%s", out);
+        free(out);
+        log = read_file(second.log);
+        ck_assert_msg(strstr(log, "The name " NAME " is taken on the session bus"), "log:\n%s", log);
+        ck_assert_msg(!strstr(log, "File exists"), "log:\n%s", log);
+        free(log);
+        cmwqd_stop(&second);
+        ck_assert(name_has_owner(bus));
+}
+END_TEST
+
 /* No bus: one readable line, and the socket serves alone.  --no-dbus: the
  * bus is not touched. */
 START_TEST(test_without_a_bus) {
@@ -1902,6 +1922,7 @@ int main(void) {
         tcase_add_test(tc, test_item_gets_no_group_of_a_program_the_caller_execd);
         tcase_add_test(tc, test_both_front_ends_see_the_same_state);
         tcase_add_test(tc, test_reconnects_when_the_bus_restarts);
+        tcase_add_test(tc, test_a_second_daemon_finds_the_name_taken);
         tcase_add_test(tc, test_without_a_bus);
         tcase_add_test(tc, test_system_bus_policy_file);
         tcase_add_test(tc, test_no_acknowledgement_at_shutdown_without_the_disk);
