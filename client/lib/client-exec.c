@@ -122,6 +122,12 @@ static int submit_fill(struct request_submit_args *s, struct cmwq_workqueue *wq,
 
         if (!wq || !a || !a->argv || !a->argv[0])
                 return client_error(-EINVAL, "an exec item needs a workqueue and argv[0]");
+        /* On the wire a CPU is an int32 whose -1 means the caller's: a
+         * larger one must not turn into that. */
+        if (a->pin_cpu && a->cpu > INT32_MAX)
+                return client_error(-EINVAL, "CPU %u does not exist", a->cpu);
+        if (a->stdin_len > 0 && !a->stdin_data)
+                return client_error(-EINVAL, "stdin_len is %zu but stdin_data is NULL", a->stdin_len);
 
         s->workqueue = wq->name;
         s->n_argv = strv_count(a->argv);

@@ -1448,6 +1448,77 @@ END_TEST
 
 /* ---- the daemon goes away -------------------------------------------------- */
 
+/* A work item pending or running on a queue of one connection stays with
+ * it until idle: queued meanwhile on another connection's queue it is
+ * refused (before, it was taken, never ran, and its flush hung).  Idle
+ * again, it may go anywhere. */
+START_TEST(test_work_busy_on_one_connection_is_refused_by_another) {
+        struct cmwq *c1 = connect_ok(&d), *c2 = connect_ok(&d);
+        struct cmwq_workqueue *a = cmwq_alloc_workqueue(c1, "conn-a", CMWQ_WQ_UNBOUND, 0);
+        struct cmwq_workqueue *b = cmwq_alloc_workqueue(c2, "conn-b", CMWQ_WQ_UNBOUND, 0);
+        struct placed_work w = {};
+        atomic_int started = 0;
+        sem_t release;
+
+        ck_assert_msg(a && b, "alloc: %s", cmwq_last_error());
+        ck_assert_int_eq(sem_init(&release, 0, 0), 0);
+        w.started = &started;
+        w.release = &release;
+        CMWQ_WORK_INIT(&w.work, placed_fn);
+        ck_assert(cmwq_queue_work(b, &w.work));
+        wait_until(&started, 1);
+        ck_assert(!cmwq_queue_work(a, &w.work));
+        ck_assert(!cmwq_queue_work_on(0, a, &w.work));
+        ck_assert_int_eq(sem_post(&release), 0);
+        ck_assert_int_eq(cmwq_flush_work(&w.work), 1);
+
+        ck_assert(cmwq_queue_work(a, &w.work));
+        wait_until(&started, 2);
+        ck_assert_int_eq(sem_post(&release), 0);
+        ck_assert_int_eq(cmwq_flush_work(&w.work), 1);
+        ck_assert_int_eq(cmwq_flush_workqueue(a), 0);
+        ck_assert_int_eq(cmwq_flush_workqueue(b), 0);
+        sem_destroy(&release);
+        ck_assert_int_eq(cmwq_destroy_workqueue(a), 0);
+        ck_assert_int_eq(cmwq_destroy_workqueue(b), 0);
+        cmwq_disconnect(c1);
+        cmwq_disconnect(c2);
+}
+END_TEST
+
+struct counted_delayed {
+        struct cmwq_delayed_work dw;
+        atomic_int runs;
+};
+
+static void counted_delayed_fn(struct cmwq_work *w) {
+        struct counted_delayed *cd = cmwq_container_of(cmwq_to_delayed_work(w), struct counted_delayed, dw);
+
+        atomic_fetch_add(&cd->runs, 1);
+}
+
+/* A delay past the end of the clock is "never", not "now" (the deadline
+ * wrapped and the work ran at once). */
+START_TEST(test_a_delay_past_the_clock_end_is_never) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *wq = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct counted_delayed cd[2] = {};
+        const uint64_t delays[2] = { UINT64_MAX, UINT64_MAX - 1000 };
+
+        for (int i = 0; i < 2; i++) {
+                CMWQ_DELAYED_WORK_INIT(&cd[i].dw, counted_delayed_fn);
+                ck_assert(cmwq_queue_delayed_work(wq, &cd[i].dw, delays[i]));
+        }
+        usleep(300 * 1000);
+        for (int i = 0; i < 2; i++) {
+                ck_assert_int_eq(atomic_load(&cd[i].runs), 0);
+                ck_assert(cmwq_delayed_work_pending(&cd[i].dw));
+                ck_assert(cmwq_cancel_delayed_work(&cd[i].dw));
+        }
+        cmwq_disconnect(c);
+}
+END_TEST
+
 struct flusher {
         struct cmwq_work *work;
         int r;
@@ -2228,6 +2299,8 @@ int main(void) {
         tcase_add_test(tc, test_a_preempted_callback_keeps_its_cpu);
         tcase_add_test(tc, test_kill_9_of_a_client_leaves_nothing_behind);
         tcase_add_test(tc, test_daemon_death_ends_a_waiting_flush);
+        tcase_add_test(tc, test_work_busy_on_one_connection_is_refused_by_another);
+        tcase_add_test(tc, test_a_delay_past_the_clock_end_is_never);
         tcase_add_test(tc, test_bound_max_active_limits_callbacks_per_cpu);
         tcase_add_test(tc, test_cpu_intensive_callbacks_do_not_hold_back_their_cpu);
         tcase_add_test(tc, test_freeze_stops_callbacks_of_a_freezable_queue);

@@ -176,6 +176,13 @@ START_TEST(test_exec_sync_argv_env_cwd_stdin) {
         cmwq_exec_result_free(res);
 
         ck_assert_int_eq(cmwq_exec_sync(wq, &(struct cmwq_exec_args) { .argv = NULL }, &res), -EINVAL);
+        /* A CPU past int32 was the wire's -1, "the caller's": it ran unpinned. */
+        ck_assert_int_eq(cmwq_exec_sync(wq, &(struct cmwq_exec_args) { .argv = ARGV("/bin/true"), .pin_cpu = true,
+                                                                      .cpu = 0xffffffffu }, &res),
+                         -EINVAL);
+        ck_assert_int_eq(cmwq_exec_sync(wq, &(struct cmwq_exec_args) { .argv = ARGV("/bin/true"), .stdin_len = 10 },
+                                        &res),
+                         -EINVAL);
         cmwq_disconnect(c);
 }
 END_TEST

@@ -193,9 +193,10 @@ const char *cmwq_workqueue_name(const struct cmwq_workqueue *wq);
  * queue's own items queue on it meanwhile; none of it runs later.  Exec
  * items queued with a delay_usec run at their time, and this waits for
  * them.  The handle is freed whatever the result: pass it to nothing after.
- * Must not race with other queueing on @wq.  Returns 0, -EPERM (a built-in
- * queue, or not the caller's), -ENOENT (already gone), -ECONNRESET (then
- * pending callbacks were dropped, not run).
+ * Must not race with other queueing on @wq, and must not be called from a
+ * work item of @wq (it would wait for itself).  Returns 0, -EPERM (a
+ * built-in queue, or not the caller's), -ENOENT (already gone),
+ * -ECONNRESET (then pending callbacks were dropped, not run).
  */
 int cmwq_destroy_workqueue(struct cmwq_workqueue *wq);
 
@@ -219,7 +220,8 @@ int cmwq_flush_workqueue(struct cmwq_workqueue *wq);
  * Wait until @wq is empty, including items that requeue themselves (a
  * callback queueing itself, an exec item exiting 75) while it drains; other
  * queueing on @wq fails meanwhile (cmwq_queue_work() returns false,
- * cmwq_exec() -EBUSY).  Returns as cmwq_flush_workqueue().
+ * cmwq_exec() -EBUSY).  Returns as cmwq_flush_workqueue().  Must not be
+ * called from a work item of @wq.
  */
 int cmwq_drain_workqueue(struct cmwq_workqueue *wq);
 
@@ -285,8 +287,10 @@ struct cmwq_delayed_work {
 /*
  * Queue @work on @wq, on the CPU the caller runs on.  Returns true if it was
  * queued, false if it was already pending (nothing changes then: it runs
- * once), if it is being cancelled, or if @wq is draining and the caller is
- * not one of @wq's own work items.
+ * once), if it is being cancelled, if @wq is draining and the caller is
+ * not one of @wq's own work items, or if the connection to cmwqd is lost
+ * (nothing would run it).  A work item stays with the connection of the
+ * first queue it was queued on until it is idle again.
  *
  * Guarantees, as the kernel's: once queued, @work runs at least once after
  * this call; it never runs on two threads at once, whatever the number of
@@ -307,8 +311,9 @@ struct cmwq_delayed_work {
  */
 bool cmwq_queue_work(struct cmwq_workqueue *wq, struct cmwq_work *work);
 
-/* As cmwq_queue_work(), on CPU @cpu (ignored for an unbound queue).  False
- * also when @cpu is not a CPU of this machine. */
+/* As cmwq_queue_work(), on CPU @cpu (ignored for an unbound queue); -1:
+ * the caller's current CPU, as cmwq_queue_work().  False also when @cpu is
+ * not a CPU of this machine (nor -1). */
 bool cmwq_queue_work_on(int cpu, struct cmwq_workqueue *wq, struct cmwq_work *work);
 
 /*
@@ -351,7 +356,8 @@ int cmwq_cancel_delayed_work_sync(struct cmwq_delayed_work *dwork);
  * if it waited, 0 if @work was idle, a negative errno (-ECONNRESET, or
  * -EPROTO when cmwqd ended the connection) once the connection is lost, idle
  * or not (pending callbacks are dropped then).  Later queueings are not
- * waited for.
+ * waited for.  Must not be called from @work itself (it would wait for
+ * itself).
  */
 int cmwq_flush_work(struct cmwq_work *work);
 
@@ -375,10 +381,12 @@ struct cmwq_exec_args {
         size_t stdin_len;
         bool pin_cpu;                   /* run on @cpu (cmwq_queue_work_on()); */
         unsigned cpu;                   /*   else on the caller's current CPU */
-        uint64_t delay_usec;            /* start no earlier than this from now */
-        uint64_t timeout_usec;          /* kill its process group after this; 0: never */
-        const char *key;                /* one pending item per key: queueing a key
-                                         * that is pending is a no-op */
+        uint64_t delay_usec;            /* start no earlier than this from now
+                                         * (at most 30 days) */
+        uint64_t timeout_usec;          /* kill its process group after this; 0: never
+                                         * (at most 30 days) */
+        const char *key;                /* one pending item per key (1-256 bytes):
+                                         * queueing a key that is pending is a no-op */
 };
 
 enum cmwq_exec_state {
