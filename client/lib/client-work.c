@@ -389,24 +389,6 @@ static struct client_work *work_to_queue(struct cmwq_workqueue *wq, const struct
         return cw;
 }
 
-static struct client_work *work_of(const struct cmwq_work *w);
-
-/* @work is pending or running on a queue of another connection, whose
- * lock guards its state there: it stays with that connection until it is
- * idle (queued here meanwhile, it never ran and a flush of it hung).  Not
- * under @cw's lock: one connection's lock at a time. */
-static bool work_busy_elsewhere(struct client_work *cw, const struct cmwq_work *w) {
-        struct client_work *other = work_of(w);
-        bool busy;
-
-        if (!other || other == cw)
-                return false;
-        pthread_mutex_lock(&other->lock);
-        busy = w->_state & (WORK_PENDING | WORK_TIMER | WORK_CANCELING | WORK_RUNNING);
-        pthread_mutex_unlock(&other->lock);
-        return busy;
-}
-
 bool cmwq_queue_work_on(int cpu, struct cmwq_workqueue *wq, struct cmwq_work *work) {
         struct client_work *cw = work_to_queue(wq, work);
         bool queued = false;
@@ -414,8 +396,6 @@ bool cmwq_queue_work_on(int cpu, struct cmwq_workqueue *wq, struct cmwq_work *wo
         if (!cw)
                 return false;
         if (cpu < -1 || (cpu >= 0 && (unsigned) cpu >= cw->nr_cpus))
-                return false;
-        if (work_busy_elsewhere(cw, work))
                 return false;
         pthread_mutex_lock(&cw->lock);
         if (!work_conn_dead(cw) && !cw->stopping && may_queue(wq, work)) {
@@ -471,7 +451,7 @@ bool cmwq_queue_delayed_work(struct cmwq_workqueue *wq, struct cmwq_delayed_work
         struct client_work *cw = work_to_queue(wq, dwork ? &dwork->work : NULL);
         bool queued;
 
-        if (!cw || work_busy_elsewhere(cw, &dwork->work))
+        if (!cw)
                 return false;
         pthread_mutex_lock(&cw->lock);
         queued = queue_delayed_locked(cw, wq, dwork, delay_usec);
@@ -500,7 +480,7 @@ bool cmwq_mod_delayed_work(struct cmwq_workqueue *wq, struct cmwq_delayed_work *
         struct client_work *cw = work_to_queue(wq, dwork ? &dwork->work : NULL);
         bool was;
 
-        if (!cw || work_busy_elsewhere(cw, &dwork->work))
+        if (!cw)
                 return false;
         pthread_mutex_lock(&cw->lock);
         if (dwork->work._state & WORK_CANCELING)

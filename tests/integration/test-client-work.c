@@ -1448,46 +1448,6 @@ END_TEST
 
 /* ---- the daemon goes away -------------------------------------------------- */
 
-/* A work item pending or running on a queue of one connection stays with
- * it until idle: queued meanwhile on another connection's queue it is
- * refused (before, it was taken, never ran, and its flush hung).  Idle
- * again, it may go anywhere. */
-START_TEST(test_work_busy_on_one_connection_is_refused_by_another) {
-        struct cmwq *c1 = connect_ok(&d), *c2 = connect_ok(&d);
-        struct cmwq_workqueue *a = cmwq_alloc_workqueue(c1, "conn-a", CMWQ_WQ_UNBOUND, 0);
-        struct cmwq_workqueue *b = cmwq_alloc_workqueue(c2, "conn-b", CMWQ_WQ_UNBOUND, 0);
-        struct placed_work w = {};
-        atomic_int started = 0;
-        sem_t release;
-
-        ck_assert_msg(a && b, "alloc: %s", cmwq_last_error());
-        ck_assert_int_eq(sem_init(&release, 0, 0), 0);
-        w.started = &started;
-        w.release = &release;
-        CMWQ_WORK_INIT(&w.work, placed_fn);
-        ck_assert(cmwq_queue_work(b, &w.work));
-        wait_until(&started, 1);
-        ck_assert(!cmwq_queue_work(a, &w.work));
-        ck_assert(!cmwq_queue_work_on(0, a, &w.work));
-        ck_assert_int_eq(sem_post(&release), 0);
-        /* 1 if it was still running, 0 if it had returned already. */
-        ck_assert_int_ge(cmwq_flush_work(&w.work), 0);
-        ck_assert_int_eq(atomic_load(&started), 1);
-
-        ck_assert(cmwq_queue_work(a, &w.work));
-        wait_until(&started, 2);
-        ck_assert_int_eq(sem_post(&release), 0);
-        ck_assert_int_ge(cmwq_flush_work(&w.work), 0);
-        ck_assert_int_eq(cmwq_flush_workqueue(a), 0);
-        ck_assert_int_eq(cmwq_flush_workqueue(b), 0);
-        sem_destroy(&release);
-        ck_assert_int_eq(cmwq_destroy_workqueue(a), 0);
-        ck_assert_int_eq(cmwq_destroy_workqueue(b), 0);
-        cmwq_disconnect(c1);
-        cmwq_disconnect(c2);
-}
-END_TEST
-
 struct counted_delayed {
         struct cmwq_delayed_work dw;
         atomic_int runs;
@@ -2301,7 +2261,6 @@ int main(void) {
         tcase_add_test(tc, test_a_preempted_callback_keeps_its_cpu);
         tcase_add_test(tc, test_kill_9_of_a_client_leaves_nothing_behind);
         tcase_add_test(tc, test_daemon_death_ends_a_waiting_flush);
-        tcase_add_test(tc, test_work_busy_on_one_connection_is_refused_by_another);
         tcase_add_test(tc, test_a_delay_past_the_clock_end_is_never);
         tcase_add_test(tc, test_bound_max_active_limits_callbacks_per_cpu);
         tcase_add_test(tc, test_cpu_intensive_callbacks_do_not_hold_back_their_cpu);

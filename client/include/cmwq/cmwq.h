@@ -289,8 +289,10 @@ struct cmwq_delayed_work {
  * queued, false if it was already pending (nothing changes then: it runs
  * once), if it is being cancelled, if @wq is draining and the caller is
  * not one of @wq's own work items, or if the connection to cmwqd is lost
- * (nothing would run it).  A work item stays with the connection of the
- * first queue it was queued on until it is idle again.
+ * (nothing would run it).  While @work is pending or running on a queue
+ * of one connection, it must not be queued on a queue of another
+ * connection (it would not run, and a flush of it would wait for ever);
+ * idle again, it may go anywhere.
  *
  * Guarantees, as the kernel's: once queued, @work runs at least once after
  * this call; it never runs on two threads at once, whatever the number of
