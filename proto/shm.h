@@ -176,13 +176,17 @@ struct cmwq_shm_slot {
         /* Written by the daemon. */
         uint32_t grant;         /* grants so far; the futex word */
         uint32_t yield;         /* == grant: give this grant back after the current item */
-        /* 1: cmwqd sees this thread switch out within microseconds (perf),
-         * and drains the ring before it acts on that; so the thread may
-         * skip the doorbell for the entries it pushes just before it
-         * gives up its CPU (IDLE) and for demands on the CPU it holds
-         * (DEMAND while granted there): cmwqd learns of them at its next
-         * switch, when they matter, without a wake-up of their own.  0
-         * (the /proc sampler, or an older cmwqd): every entry rings. */
+        /* 1: cmwqd reads this thread's switches within a few ms (perf, its
+         * CPU busy), and drains the ring before it acts on one; so the
+         * thread may skip the doorbell for the entries it pushes just
+         * before it gives up its CPU (IDLE) and for demands on the CPU it
+         * holds (DEMAND or MOVE while granted there): cmwqd learns of them
+         * at its next switch, when they matter, without a wake-up of their
+         * own.  0 (the /proc sampler, its CPU not watched, or not granted):
+         * every entry rings.  It may turn to 0 at any time; cmwqd then
+         * reads the ring once more, and the thread's store of sq_tail and
+         * its load of this word are sequentially consistent, so that an
+         * entry pushed by a thread that still saw 1 is read. */
         uint32_t lazy_doorbell;
         /* Written by both (enum cmwq_shm_linger); 0 in version 1 as first
          * released, and never lingered on without CMWQ_SHM_FEATURE_LINGER. */

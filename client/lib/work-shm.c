@@ -69,7 +69,10 @@ void work_ring_push(struct client_work *cw, enum cmwq_shm_op op, unsigned arg, c
         __atomic_store_n(&shm->sq[tail & (CMWQ_SHM_RING - 1)], CMWQ_SHM_ENTRY(op, arg), __ATOMIC_RELAXED);
         cw->sq_tail = tail + 1;
         __atomic_store_n(&shm->sq_tail, cw->sq_tail, __ATOMIC_SEQ_CST);
-        if (lazy && __atomic_load_n(&shm->slots[lazy->slot].lazy_doorbell, __ATOMIC_ACQUIRE) == 1)
+        /* Sequentially consistent with the store of sq_tail above: cmwqd
+         * reads the ring after it turns the word to 0, so either it sees
+         * this entry then or we see the 0 now. */
+        if (lazy && __atomic_load_n(&shm->slots[lazy->slot].lazy_doorbell, __ATOMIC_SEQ_CST) == 1)
                 return;
         if (__atomic_load_n(&shm->need_wakeup, __ATOMIC_SEQ_CST) &&
             __atomic_exchange_n(&shm->need_wakeup, 0, __ATOMIC_SEQ_CST))

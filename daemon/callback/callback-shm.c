@@ -44,6 +44,7 @@ struct callback_shm {
         int eventfd;
         struct event *doorbell;         /* not listened to while out of budget */
         struct event *resume;           /* out of budget: read again when there is some */
+        struct event *recheck;          /* a lazy_doorbell turned 0: read before the loop sleeps */
         struct sleepwatch *sleepwatch;  /* caught up before a doorbell's entries are acted on */
         uint32_t head;                  /* ours: the client may scribble on sq_head */
         callback_shm_op_fn op;
@@ -213,6 +214,13 @@ static void callback_shm_doorbell(evutil_socket_t fd, short what, void *userdata
         (void) callback_shm_drain(s);
 }
 
+static void callback_shm_recheck(evutil_socket_t fd, short what, void *userdata) {
+        struct callback_shm *s = userdata;
+
+        sleepwatch_catch_up(s->sleepwatch);
+        (void) callback_shm_drain(s);
+}
+
 /* How many waiters it woke (0 on an error). */
 static int futex_wake(uint32_t *word) {
         /* Not FUTEX_PRIVATE: the client waits on its own mapping of the page. */
@@ -238,12 +246,21 @@ uint64_t callback_shm_grant_taken_ns(struct callback_shm *s, unsigned slot, uint
         return __atomic_load_n(&sl->taken_ns, __ATOMIC_RELAXED);
 }
 
-void callback_shm_reset_slot(struct callback_shm *s, unsigned slot, bool lazy_doorbell) {
+void callback_shm_reset_slot(struct callback_shm *s, unsigned slot) {
         __atomic_store_n(&s->shm->slots[slot].grant, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&s->shm->slots[slot].yield, 0, __ATOMIC_RELEASE);
         /* Not a take of the new thread's grants by the one before. */
         __atomic_store_n(&s->shm->slots[slot].taken_grant, 0, __ATOMIC_RELEASE);
-        __atomic_store_n(&s->shm->slots[slot].lazy_doorbell, lazy_doorbell, __ATOMIC_RELEASE);
+        __atomic_store_n(&s->shm->slots[slot].lazy_doorbell, 0, __ATOMIC_SEQ_CST);
+}
+
+void callback_shm_set_lazy_doorbell(struct callback_shm *s, unsigned slot, bool lazy) {
+        /* Sequentially consistent, as the client's store of sq_tail and its
+         * load of this word (proto/shm.h): after a 0 here, either the
+         * client saw it and rings, or the drain below sees its entry. */
+        __atomic_store_n(&s->shm->slots[slot].lazy_doorbell, lazy, __ATOMIC_SEQ_CST);
+        if (!lazy)
+                event_active(s->recheck, EV_TIMEOUT, 1);
 }
 
 enum cmwq_shm_linger callback_shm_linger_revoke(struct callback_shm *s, unsigned slot) {
@@ -362,11 +379,14 @@ int callback_shm_new(struct event_base *base, struct sleepwatch *sw, pid_t pid, 
         s->refilled_usec = now_usec(CLOCK_REALTIME);
         s->doorbell = event_new(base, efd, EV_READ | EV_PERSIST, callback_shm_doorbell, s);
         s->resume = evtimer_new(base, callback_shm_resume, s);
-        if (!s->doorbell || !s->resume || event_add(s->doorbell, NULL) < 0) {
+        s->recheck = event_new(base, -1, 0, callback_shm_recheck, s);
+        if (!s->doorbell || !s->resume || !s->recheck || event_add(s->doorbell, NULL) < 0) {
                 if (s->doorbell)
                         event_free(s->doorbell);
                 if (s->resume)
                         event_free(s->resume);
+                if (s->recheck)
+                        event_free(s->recheck);
                 munmap(shm, size);
                 free(s);
                 return core_error_set(e, -ENOMEM, "out of memory");
@@ -383,6 +403,7 @@ struct callback_shm *callback_shm_free(struct callback_shm *s) {
                 return NULL;
         event_free(s->doorbell);
         event_free(s->resume);
+        event_free(s->recheck);
         close(s->eventfd);
         munmap(s->shm, s->size);
         free(s);

@@ -68,9 +68,12 @@ bool callback_shm_grant(struct callback_shm *s, unsigned slot, uint32_t seq);
  * its client wrote it; UINT64_MAX if it has not said it took that one. */
 uint64_t callback_shm_grant_taken_ns(struct callback_shm *s, unsigned slot, uint32_t seq);
 /* A thread is registered in @slot, which another may have used before:
- * its grant, yield and taken_grant words start from 0 again.  @lazy_doorbell: cmwqd
- * sees it switch out at once (proto/shm.h). */
-void callback_shm_reset_slot(struct callback_shm *s, unsigned slot, bool lazy_doorbell);
+ * its grant, yield, taken_grant and lazy_doorbell words start from 0 again. */
+void callback_shm_reset_slot(struct callback_shm *s, unsigned slot);
+/* Whether the thread in @slot may push entries without ringing (proto/shm.h,
+ * lazy_doorbell).  Turned off, the ring is read again before the event loop
+ * next waits: an entry pushed by a thread that still saw it on is read then. */
+void callback_shm_set_lazy_doorbell(struct callback_shm *s, unsigned slot, bool lazy);
 /* Other work is about to start on the CPU of the thread in @slot, which
  * holds its grant, blocked: it may not linger on this grant from now on
  * (proto/shm.h, enum cmwq_shm_linger).  Returns what the word said: IDLE

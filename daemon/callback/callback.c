@@ -65,6 +65,8 @@ struct callback_worker {
         struct worker *granted;         /* the pool's worker while it holds a grant */
         struct sleepwatch_target *target;
         bool yield_sent;
+        bool lazy_allowed;              /* perf watches it: it may skip the doorbell (proto/shm.h) */
+        bool lazy_doorbell;             /* what its slot's lazy_doorbell says */
         uint64_t granted_usec;          /* CLOCK_MONOTONIC, while granted */
         uint64_t granted_finished;      /* its completion record then */
         uint64_t counted_finished;      /* its completion record, as last added to the pool's count */
@@ -127,6 +129,22 @@ static uint64_t callback_wait_end(struct sleepwatch_target *t, void *userdata) {
         return w->client->is_broken ? 0 : callback_shm_grant_taken_ns(w->client->shm, w->slot, w->grant_seq);
 }
 
+/* A thread may leave entries unrung for cmwqd to find at its next switch
+ * (proto/shm.h, lazy_doorbell) only while that switch is read within a few
+ * ms: while its CPU is watched.  Its CPU goes unwatched once nothing there
+ * counts running and nothing waits, and a granted thread that blocked may
+ * then wake, push a demand for its CPU and give its grant back without
+ * anyone reading it; its client's work for that CPU would wait for the next
+ * request that happens to read the ring. */
+static void callback_worker_set_lazy(struct callback_worker *w, bool watched) {
+        bool lazy = w->lazy_allowed && watched;
+
+        if (lazy == w->lazy_doorbell)
+                return;
+        w->lazy_doorbell = lazy;
+        callback_shm_set_lazy_doorbell(w->client->shm, w->slot, lazy);
+}
+
 static int callback_execute(struct worker *pw, struct pool_work *work) {
         struct callback_worker *w = container_of(work, struct callback_worker, work);
 
@@ -143,6 +161,8 @@ static int callback_execute(struct worker *pw, struct pool_work *work) {
         w->granted_cpu_usec = pw->cpu_baseline_usec;
         /* It waits for this grant asleep; from now on it runs. */
         sleepwatch_target_assume_running(w->target);
+        callback_worker_set_lazy(w, sleepwatch_cpu_watched(core_sleepwatch(w->client->registry->core),
+                                                           w->pool->cpu));
         log_callback(w, "callback: thread %d (PID %d) granted CPU %d", (int) w->tid, (int) w->client->pid,
                      w->pool->cpu);
         /* A thread that demanded its CPU may still have been on its way
@@ -507,11 +527,29 @@ static void callback_count_all(void *userdata) {
                                 callback_worker_count(w);
 }
 
+/* The granted threads of @cpu's pools may skip the doorbell, or no longer
+ * (callback_worker_set_lazy()). */
+static void callback_cpu_watch_changed(int cpu, void *userdata) {
+        struct callback_registry *r = userdata;
+        bool watched = sleepwatch_cpu_watched(core_sleepwatch(r->core), cpu);
+
+        for (int highpri = 0; highpri < 2; highpri++) {
+                struct pool *p = core_pool_for(r->core, cpu, highpri);
+                struct worker *pw;
+
+                list_for_each_entry(pw, &p->busy_list, entry)
+                        /* Not yet callback_execute()'s: it sets its own. */
+                        if (pw->current && pw->current->ops == &callback_ops && pw->userdata)
+                                callback_worker_set_lazy(pw->userdata, watched);
+        }
+}
+
 static const struct core_callback_hooks callback_hooks = {
         .freeze_changed = callback_freeze_changed,
         .pool_contended = callback_pool_contended,
         .switches_seen = callback_switches_seen,
         .count_callbacks = callback_count_all,
+        .cpu_watch_changed = callback_cpu_watch_changed,
 };
 
 int callback_registry_new(struct core *core, struct callback_registry **ret) {
@@ -843,7 +881,8 @@ int callback_worker_register(struct callback_client *c, pid_t tid, unsigned slot
         }
         w->pool->nr_callback_threads++;
         /* A slot freed by a thread that ended: the new one starts afresh. */
-        callback_shm_reset_slot(c->shm, slot, sleepwatch_target_is_perf(w->target));
+        callback_shm_reset_slot(c->shm, slot);
+        w->lazy_allowed = sleepwatch_target_is_perf(w->target);
         /* Whatever the slot says now was not run on this pool's watch. */
         callback_shm_records(c->shm, slot, &(uint64_t) { 0 }, &w->counted_finished);
         log_debug("callback: PID %d registered worker thread %d on CPU %u%s", (int) c->pid, (int) tid, cpu,

@@ -517,6 +517,17 @@ void sleepwatch_cpu_busy(struct sleepwatch *sw, int cpu, bool busy) {
         }
 }
 
+bool sleepwatch_cpu_watched(const struct sleepwatch *sw, int cpu) {
+        if (!sw || sw->mode != SLEEPWATCH_PERF)
+                return false;
+        if (!sw->sentinel)
+                return true;    /* every record wakes the loop */
+        for (size_t i = 0; i < sw->n_rings; i++)
+                if (sw->rings[i].cpu == cpu)
+                        return sw->cpu_busy[i] > 0;
+        return false;
+}
+
 /* ---- perf: event setup -------------------------------------------------- */
 
 static int perf_open(struct perf_event_attr *attr, pid_t pid, int cpu) {

@@ -279,8 +279,9 @@ struct core {
         /* Told when a queue is frozen or thawed (callback work, whose
          * items the core does not see). */
         void (*freeze_changed)(struct workqueue *wq, void *userdata);
-        void *freeze_changed_userdata;
+        void *callback_hooks_userdata;
         void (*count_callbacks)(void *userdata);       /* same userdata */
+        void (*cpu_watch_changed)(int cpu, void *userdata);     /* same userdata */
         struct store *store;            /* NULL: nothing is kept across restarts */
         struct store_listener store_listener;
         bool restoring;                 /* replaying the log: record nothing */

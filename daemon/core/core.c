@@ -117,6 +117,8 @@ static void core_pool_busy_changed(struct pool *p, bool busy, void *userdata) {
         struct core *c = userdata;
 
         sleepwatch_cpu_busy(c->sleepwatch, p->cpu, busy);
+        if (c->cpu_watch_changed)
+                c->cpu_watch_changed(p->cpu, c->callback_hooks_userdata);
 }
 
 struct pool *core_pool_for(struct core *c, int cpu, bool highpri) {
@@ -158,7 +160,8 @@ void core_set_callback_hooks(struct core *c, const struct core_callback_hooks *h
                 sleepwatch_set_batch_hook(c->sleepwatch, hooks->switches_seen, userdata);
         c->freeze_changed = hooks->freeze_changed;
         c->count_callbacks = hooks->count_callbacks;
-        c->freeze_changed_userdata = userdata;
+        c->cpu_watch_changed = hooks->cpu_watch_changed;
+        c->callback_hooks_userdata = userdata;
         /* The CPU pools only: an unbound pool runs no callbacks. */
         for (unsigned cpu = 0; cpu < c->nr_cpus; cpu++)
                 for (int hi = 0; hi < 2; hi++) {
@@ -171,7 +174,7 @@ void core_set_callback_hooks(struct core *c, const struct core_callback_hooks *h
 
 void core_refresh_pool_counts(struct core *c) {
         if (c->count_callbacks)
-                c->count_callbacks(c->freeze_changed_userdata);
+                c->count_callbacks(c->callback_hooks_userdata);
 }
 
 size_t core_nr_pools(const struct core *c) {

@@ -183,6 +183,9 @@ struct core_callback_hooks {
         /* Before a view of the pools: bring their counts of callbacks
          * returned up to date (a thread may hold its grant a while). */
         void (*count_callbacks)(void *userdata);
+        /* Whether the sleep detector watches @cpu closely may have changed
+         * (sleepwatch_cpu_watched()); from inside pool operations. */
+        void (*cpu_watch_changed)(int cpu, void *userdata);
 };
 /* @hooks NULL: none any more. */
 void core_set_callback_hooks(struct core *c, const struct core_callback_hooks *hooks, void *userdata);

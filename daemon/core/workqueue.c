@@ -828,7 +828,7 @@ static void workqueue_freeze(struct workqueue *wq) {
         list_for_each_entry(i, &wq->items, wq_entry)
                 item_release_claim(i);
         if (wq->core->freeze_changed)
-                wq->core->freeze_changed(wq, wq->core->freeze_changed_userdata);
+                wq->core->freeze_changed(wq, wq->core->callback_hooks_userdata);
         core_notify_workqueue_changed(wq);
 }
 
@@ -842,7 +842,7 @@ static void workqueue_thaw(struct workqueue *wq) {
         for (size_t k = 0; k < wq->n_pwqs; k++)
                 pwq_activate_inactive(&wq->pwqs[k]);
         if (wq->core->freeze_changed)
-                wq->core->freeze_changed(wq, wq->core->freeze_changed_userdata);
+                wq->core->freeze_changed(wq, wq->core->callback_hooks_userdata);
         core_notify_workqueue_changed(wq);
 }
 

@@ -1866,6 +1866,70 @@ START_TEST(test_a_single_block_lets_the_next_item_run) {
 }
 END_TEST
 
+/* A callback that blocked long enough for cmwqd to see it, on a CPU with
+ * nothing else to run, wakes unseen: cmwqd watches the switches of a CPU
+ * closely only while something runs or waits there.  What its thread then
+ * tells cmwqd -- a demand for its CPU when the callback queues more, its
+ * grant given back -- must still reach cmwqd, and work queued later must
+ * run.  (cmwqd once let such a thread skip the doorbell, as if its CPU were
+ * watched: the demand lay unread until some other request came, and the
+ * client's work on that CPU waited for it.) */
+struct late_demand {
+        struct cmwq_work blocker, next, after;
+        struct cmwq_workqueue *wq;
+        atomic_int next_runs, after_runs;
+};
+
+static void late_demand_block(struct cmwq_work *w) {
+        struct late_demand *l = cmwq_container_of(w, struct late_demand, blocker);
+
+        usleep(30000);
+        ck_assert(cmwq_queue_work_on(0, l->wq, &l->next));
+}
+
+static void late_demand_next(struct cmwq_work *w) {
+        atomic_fetch_add(&cmwq_container_of(w, struct late_demand, next)->next_runs, 1);
+}
+
+static void late_demand_after(struct cmwq_work *w) {
+        atomic_fetch_add(&cmwq_container_of(w, struct late_demand, after)->after_runs, 1);
+}
+
+static void sleep_20ms(struct cmwq_work *w) {
+        (void) w;
+        usleep(20000);
+}
+
+START_TEST(test_a_callback_that_woke_unseen_still_reaches_cmwqd) {
+        struct cmwq *c = connect_ok(&d);
+        struct late_demand l = { .wq = cmwq_system_workqueue(c, CMWQ_SYSTEM) };
+        struct cmwq_work warm[4];
+
+        CMWQ_WORK_INIT(&l.blocker, late_demand_block);
+        CMWQ_WORK_INIT(&l.next, late_demand_next);
+        CMWQ_WORK_INIT(&l.after, late_demand_after);
+        /* Idle threads on both CPUs, for the demand to name one. */
+        for (int i = 0; i < 4; i++) {
+                CMWQ_WORK_INIT(&warm[i], sleep_20ms);
+                ck_assert(cmwq_queue_work_on((unsigned) (i % nr_cpus()), l.wq, &warm[i]));
+        }
+        for (int i = 0; i < 4; i++)
+                cmwq_flush_work(&warm[i]);
+
+        for (int round = 1; round <= 5; round++) {
+                /* Past the threads' linger (10 ms): each item starts on a
+                 * new grant. */
+                usleep(50000);
+                ck_assert(cmwq_queue_work_on(0, l.wq, &l.blocker));
+                wait_until(&l.next_runs, round);
+                usleep(50000);
+                ck_assert(cmwq_queue_work_on(0, l.wq, &l.after));
+                wait_until(&l.after_runs, round);
+        }
+        cmwq_disconnect(c);
+}
+END_TEST
+
 /* ---- order, priority and destroy, as the kernel's ------------------------ */
 
 /* An item of an ordered queue queued again while it runs goes behind what
@@ -2266,6 +2330,7 @@ int main(void) {
         tcase_add_test(tc, test_cpu_intensive_callbacks_do_not_hold_back_their_cpu);
         tcase_add_test(tc, test_freeze_stops_callbacks_of_a_freezable_queue);
         tcase_add_test(tc, test_a_single_block_lets_the_next_item_run);
+        tcase_add_test(tc, test_a_callback_that_woke_unseen_still_reaches_cmwqd);
         tcase_add_test(tc, test_ordered_queue_runs_a_requeued_item_in_queue_order);
         tcase_add_test(tc, test_highpri_unbound_and_ordered_callbacks_run_at_raised_priority);
         tcase_add_test(tc, test_destroy_runs_delayed_work_waiting_for_its_timer);
