@@ -135,7 +135,7 @@ struct cmwq_workqueue *cmwq_system_workqueue(struct cmwq *c, enum cmwq_system_qu
 }
 
 const char *cmwq_workqueue_name(const struct cmwq_workqueue *wq) {
-        return wq->name;
+        return wq ? wq->name : NULL;
 }
 
 /* A request naming one queue that answers "done" or an error. */
@@ -164,6 +164,8 @@ int cmwq_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active
         struct request req;
         int r;
 
+        if (!wq)
+                return client_error(-EINVAL, "no workqueue");
         r = client_call_simple(wq->c, request_set_max_active(&req, wq->name, max_active), "cannot set max_active");
         if (r >= 0)
                 client_workqueue_set_max_active(wq, max_active);
@@ -171,16 +173,22 @@ int cmwq_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active
 }
 
 int cmwq_flush_workqueue(struct cmwq_workqueue *wq) {
-        int r = client_workqueue_flush_callbacks(wq, false);
+        int r;
 
+        if (!wq)
+                return client_error(-EINVAL, "no workqueue");
+        r = client_workqueue_flush_callbacks(wq, false);
         if (r < 0)
                 return r;
         return workqueue_call(wq, CMWQ__REQUEST__BODY_FLUSH, "cannot flush the workqueue");
 }
 
 int cmwq_drain_workqueue(struct cmwq_workqueue *wq) {
-        int r = client_workqueue_flush_callbacks(wq, true);
+        int r;
 
+        if (!wq)
+                return client_error(-EINVAL, "no workqueue");
+        r = client_workqueue_flush_callbacks(wq, true);
         if (r < 0)
                 return r;
         return workqueue_call(wq, CMWQ__REQUEST__BODY_DRAIN, "cannot drain the workqueue");

@@ -300,6 +300,8 @@ int client_call_async(struct cmwq *c, Cmwq__Request *req, struct client_call *ca
 }
 
 int cmwq_get_fd(struct cmwq *c) {
+        if (!c)
+                return client_error(-EINVAL, "no connection");
         return c->epoll_fd;
 }
 
@@ -308,6 +310,8 @@ int cmwq_process(struct cmwq *c) {
         uint64_t counter;
         int n = 0, dead;
 
+        if (!c)
+                return client_error(-EINVAL, "no connection");
         list_init(&ready);
         pthread_mutex_lock(&c->lock);
         if (!c->reading && !c->dead) {

@@ -475,6 +475,40 @@ START_TEST(test_exports_only_cmwq_symbols) {
 }
 END_TEST
 
+/* A NULL connection or queue -- an allocation that failed, not checked --
+ * is refused with the header's error, and a NULL work item is an idle one:
+ * not a crash of the caller (libcmwq-client(3), Conventions). */
+START_TEST(test_null_handles_are_refused) {
+        struct cmwq_exec_result *res = NULL;
+        struct cmwq_work w;
+        uint64_t id;
+
+        CMWQ_WORK_INIT(&w, NULL);
+        ck_assert_int_eq(cmwq_get_fd(NULL), -EINVAL);
+        ck_assert_int_eq(cmwq_process(NULL), -EINVAL);
+        ck_assert_ptr_null(cmwq_workqueue_name(NULL));
+        ck_assert_ptr_null(cmwq_alloc_workqueue(NULL, "q", 0, 0));
+        ck_assert_ptr_null(cmwq_open_workqueue(NULL, "q"));
+        ck_assert_ptr_null(cmwq_system_workqueue(NULL, CMWQ_SYSTEM));
+        ck_assert_int_eq(cmwq_workqueue_set_max_active(NULL, 1), -EINVAL);
+        ck_assert_int_eq(cmwq_flush_workqueue(NULL), -EINVAL);
+        ck_assert_int_eq(cmwq_drain_workqueue(NULL), -EINVAL);
+        ck_assert_int_eq(cmwq_destroy_workqueue(NULL), -EINVAL);
+        ck_assert(!cmwq_queue_work(NULL, &w));
+        ck_assert(!cmwq_queue_work_on(0, NULL, &w));
+        /* A NULL work item is an idle one. */
+        ck_assert(!cmwq_cancel_work(NULL));
+        ck_assert_int_eq(cmwq_cancel_work_sync(NULL), 0);
+        ck_assert_int_eq(cmwq_flush_work(NULL), 0);
+        ck_assert(!cmwq_work_pending(NULL));
+        ck_assert_int_eq(cmwq_exec(NULL, NULL, &id), -EINVAL);
+        ck_assert_int_eq(cmwq_exec_sync(NULL, NULL, &res), -EINVAL);
+        ck_assert_int_eq(cmwq_exec_wait(NULL, 1, &res), -EINVAL);
+        ck_assert_int_eq(cmwq_exec_cancel(NULL, 1), -EINVAL);
+        cmwq_disconnect(NULL);
+}
+END_TEST
+
 /* Item @id as cmwqctl shows it, and as --json shows it: neither may claim an
  * exit status or a signal for an interrupted item. */
 static void assert_shown_interrupted(const char *id) {
@@ -554,6 +588,7 @@ int main(void) {
         tcase_add_test(tc, test_many_threads_share_a_connection);
         tcase_add_test(tc, test_daemon_death_ends_waiting_calls_then_reconnect);
         tcase_add_test(tc, test_an_interrupted_item_has_no_exit_status);
+        tcase_add_test(tc, test_null_handles_are_refused);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);

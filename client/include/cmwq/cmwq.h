@@ -82,7 +82,8 @@ const char *cmwq_last_error(void);
 /*
  * A file descriptor that polls readable (POLLIN / EV_READ / G_IO_IN) while
  * cmwq_process() has something to do.  Owned by the connection: do not read
- * it or close it.  The same for the connection's lifetime.
+ * it or close it.  The same for the connection's lifetime.  -EINVAL for a
+ * NULL @c.
  */
 int cmwq_get_fd(struct cmwq *c);
 
@@ -92,7 +93,8 @@ int cmwq_get_fd(struct cmwq *c);
  * Returns the number of callbacks run (>= 0), or a negative errno once the
  * connection is lost (-ECONNRESET when the daemon closed it); the callbacks
  * of every call still open have then been run with that error, and the fd
- * of cmwq_get_fd() no longer polls readable for this connection.
+ * of cmwq_get_fd() no longer polls readable for this connection.  -EINVAL
+ * for a NULL @c.
  */
 int cmwq_process(struct cmwq *c);
 
@@ -181,7 +183,7 @@ enum cmwq_system_queue {
  */
 struct cmwq_workqueue *cmwq_system_workqueue(struct cmwq *c, enum cmwq_system_queue which);
 
-/* The queue's name, as the daemon knows it. */
+/* The queue's name, as the daemon knows it; NULL for a NULL @wq. */
 const char *cmwq_workqueue_name(const struct cmwq_workqueue *wq);
 
 /*
@@ -203,7 +205,8 @@ int cmwq_destroy_workqueue(struct cmwq_workqueue *wq);
 /*
  * Change the limit of items executing at once (0: the default).  Items
  * waiting over the old limit start at once if the new one allows.  Returns
- * 0, -EINVAL (over CMWQ_MAX_ACTIVE, or an ordered queue), -EPERM, -ENOENT.
+ * 0, -EINVAL (over CMWQ_MAX_ACTIVE, an ordered queue, or a NULL @wq),
+ * -EPERM, -ENOENT.
  */
 int cmwq_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active);
 
@@ -211,7 +214,7 @@ int cmwq_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active
  * Wait until every item (callback and exec) queued on @wq before the call
  * has finished.  Items queued after the call are not waited for, so a busy
  * queue cannot make this wait forever.  Returns 0, -ENOENT (the queue was
- * destroyed meanwhile), -EPERM, -ECONNRESET.  Must not be called from a work
+ * destroyed meanwhile), -EPERM, -ECONNRESET, -EINVAL (a NULL @wq).  Must not be called from a work
  * item of @wq.
  */
 int cmwq_flush_workqueue(struct cmwq_workqueue *wq);
