@@ -115,12 +115,10 @@ int verb_freeze_thaw(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
         int r;
 
         if (a->opt[OPT_TIMEOUT]) {
-                r = parse_seconds_option(verb->name, "timeout", a->opt[OPT_TIMEOUT], &timeout_usec);
+                r = parse_seconds_option(verb->name, "timeout", a->opt[OPT_TIMEOUT], CMWQ_FREEZE_TIMEOUT_MAX_USEC,
+                                         &timeout_usec);
                 if (r != 0)
                         return r;
-                if (timeout_usec > CMWQ_FREEZE_TIMEOUT_MAX_USEC)
-                        return usage_error("%s: --timeout '%s' is over the limit of 30 days", verb->name,
-                                           a->opt[OPT_TIMEOUT]);
         }
         if (a->n_args > 0) {
                 r = parse_name(verb->name, a->args[0], &name);

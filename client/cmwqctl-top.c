@@ -345,7 +345,7 @@ int verb_top(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
         int r;
 
         if (a->opt[OPT_INTERVAL]) {
-                r = parse_seconds_option(verb->name, "interval", a->opt[OPT_INTERVAL], &interval);
+                r = parse_seconds_option(verb->name, "interval", a->opt[OPT_INTERVAL], UINT64_MAX, &interval);
                 if (r != 0)
                         return r;
                 if (interval < TOP_MIN_INTERVAL_USEC)

@@ -173,18 +173,14 @@ int verb_submit(Context *ctx, const CtlVerb *verb, const CtlArgs *a) {
                 submit.cpu = cpu;
         }
         if ((v = a->opt[OPT_DELAY])) {
-                r = parse_seconds_option(verb->name, "delay", v, &submit.delay_usec);
+                r = parse_seconds_option(verb->name, "delay", v, CMWQ_DELAY_MAX_USEC, &submit.delay_usec);
                 if (r != 0)
                         return r;
-                if (submit.delay_usec > CMWQ_DELAY_MAX_USEC)
-                        return usage_error("submit: --delay '%s' is over the limit of 30 days", v);
         }
         if ((v = a->opt[OPT_TIMEOUT])) {
-                r = parse_seconds_option(verb->name, "timeout", v, &submit.timeout_usec);
+                r = parse_seconds_option(verb->name, "timeout", v, CMWQ_DELAY_MAX_USEC, &submit.timeout_usec);
                 if (r != 0)
                         return r;
-                if (submit.timeout_usec > CMWQ_DELAY_MAX_USEC)
-                        return usage_error("submit: --timeout '%s' is over the limit of 30 days", v);
         }
         if ((v = a->opt[OPT_KEY])) {
                 if (!*v || strlen(v) > CMWQ_WORK_KEY_MAX)

@@ -101,11 +101,9 @@ int option_error(const char *verb, int c, char **argv) {
          * the user did not type. */
         if (strncmp(arg, "--", 2) == 0 && eq && optopt != 0)
                 return usage_error("%s%soption '%.*s' takes no value", verb, sep, (int) (eq - arg), arg);
-        if (strncmp(arg, "--", 2) == 0)
-                return usage_error("%s%sunknown option '%s'", verb, sep, arg);
-        if (optopt > 0 && optopt < 0x80 && isprint(optopt))
+        if (strncmp(arg, "--", 2) != 0 && optopt > 0 && optopt < 0x80 && isprint(optopt))
                 return usage_error("%s%sunknown option '-%c'", verb, sep, optopt);
-        return usage_error("%s%sunknown option '%s'", verb, sep, argv[optind - 1]);
+        return usage_error("%s%sunknown option '%s'", verb, sep, arg);
 }
 
 int parse_name(const char *verb, const char *s, const char **ret) {
@@ -121,7 +119,7 @@ int parse_id(const char *verb, const char *s, uint64_t *ret) {
         return 0;
 }
 
-int parse_seconds_option(const char *verb, const char *opt, const char *s, uint64_t *ret) {
+int parse_seconds_option(const char *verb, const char *opt, const char *s, uint64_t max_usec, uint64_t *ret) {
         int r;
 
         r = parse_seconds_usec(s, ret);
@@ -129,6 +127,10 @@ int parse_seconds_option(const char *verb, const char *opt, const char *s, uint6
                 return usage_error("%s: --%s value '%s' is too large", verb, opt, s);
         if (r < 0)
                 return usage_error("%s: invalid --%s value '%s' (expected seconds, e.g. 2 or 0.5)", verb, opt, s);
+        /* The daemon's limits are whole days (proto/request-limits.h). */
+        if (*ret > max_usec)
+                return usage_error("%s: --%s '%s' is over the limit of %" PRIu64 " days", verb, opt, s,
+                                   max_usec / (UINT64_C(24) * 3600 * 1000000));
         return 0;
 }
 

@@ -34,7 +34,8 @@ int unexpected_reply(void);
 int option_error(const char *verb, int c, char **argv);
 int parse_name(const char *verb, const char *s, const char **ret);
 int parse_id(const char *verb, const char *s, uint64_t *ret);
-int parse_seconds_option(const char *verb, const char *opt, const char *s, uint64_t *ret);
+/* Seconds ("2", "0.5") into *@ret in us; over @max_usec is a usage error too. */
+int parse_seconds_option(const char *verb, const char *opt, const char *s, uint64_t max_usec, uint64_t *ret);
 
 /* Calls: 0 and the response, or the exit status after printing why not. */
 int ctx_call(Context *ctx, Cmwq__Request *req, Cmwq__Response **ret);

@@ -413,7 +413,6 @@ bool cmwq_queue_work(struct cmwq_workqueue *wq, struct cmwq_work *work) {
 static void timer_add_locked(struct client_work *cw, struct cmwq_workqueue *wq, struct cmwq_delayed_work *dw,
                              uint64_t delay_usec) {
         struct cmwq_delayed_work *pos;
-
         uint64_t now = mono_usec();
 
         dw->_twq = wq;

@@ -282,7 +282,6 @@ static void callback_yield_timer_arm(struct callback_worker *w) {
         evtimer_add(w->yield_timer, &tv);
 }
 
-
 /* Whether the cgroup v2 cgroup of thread @tid of @pid, or one above it, has
  * a CPU quota (cpu.max other than "max"). */
 static bool callback_thread_cgroup_has_quota(pid_t pid, pid_t tid) {

@@ -251,6 +251,7 @@ struct sentinel *sentinel_free(struct sentinel *s) {
 
 int sentinel_new(struct event_base *base, const int *cpus, size_t n, sentinel_news_fn has_news,
                  sentinel_kick_fn kick, void *userdata, struct sentinel **ret) {
+        const cpu_set_t *allowed;
         struct sentinel *s;
         int r;
 
@@ -260,7 +261,8 @@ int sentinel_new(struct event_base *base, const int *cpus, size_t n, sentinel_ne
         s->kick_fd = -1;
         s->loop_tid = (pid_t) syscall(SYS_gettid);
         daemon_cpus_note();
-        s->pin_loop = daemon_cpus() != NULL;
+        allowed = daemon_cpus();
+        s->pin_loop = allowed != NULL;
         s->has_news = has_news;
         s->kick = kick;
         s->userdata = userdata;
@@ -288,7 +290,6 @@ int sentinel_new(struct event_base *base, const int *cpus, size_t n, sentinel_ne
         }
         for (size_t i = 0; i < n; i++) {
                 struct sentinel_slot *slot = &s->slots[i];
-                const cpu_set_t *allowed = daemon_cpus();
                 pthread_attr_t attr;
                 cpu_set_t set;
                 char name[16];

@@ -55,7 +55,6 @@ enum {
 
 #define WQ_DFL_ACTIVE 256u
 #define WQ_MAX_ACTIVE 512u
-#define WQ_NAME_MAX CMWQ_WORKQUEUE_NAME_MAX
 
 #define WATCHDOG_DEFAULT_USEC (30ULL * 1000000)  /* the kernel's wq_watchdog_thresh */
 #define WATCHDOG_DISABLED UINT64_MAX
@@ -321,7 +320,7 @@ void core_workqueue_info(const struct workqueue *wq, struct core_workqueue_info 
  * name that names it for anyone (bare only for a built-in queue). */
 void core_workqueue_name_for(const struct core_workqueue_info *wq, const struct core_caller *caller, char *buf,
                              size_t size);
-#define CORE_WORKQUEUE_NAME_MAX (WQ_NAME_MAX + 16)      /* "UID/NAME" */
+#define CORE_WORKQUEUE_NAME_MAX (CMWQ_WORKQUEUE_NAME_MAX + 16)      /* "UID/NAME" */
 size_t core_nr_workqueues(const struct core *c);
 /* Calls @fn with each queue @caller may see (NULL: every queue), oldest
  * first, and its view.  Stops at, and returns, the first non-zero return

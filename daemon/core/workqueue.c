@@ -192,7 +192,7 @@ static int workqueue_create(struct core *c, const struct core_caller *caller, co
         if (!cmwq_workqueue_name_valid(name))
                 return core_error_set(e, -EINVAL,
                                       "invalid workqueue name '%.64s': 1-%u characters of A-Z a-z 0-9 _ - . : @",
-                                      name, WQ_NAME_MAX);
+                                      name, CMWQ_WORKQUEUE_NAME_MAX);
         if (flags & ~WQ_FLAGS_ALL)
                 return core_error_set(e, -EINVAL, "unknown workqueue flags 0x%x", flags & ~WQ_FLAGS_ALL);
         if (max_active > WQ_MAX_ACTIVE)
