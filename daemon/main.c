@@ -498,6 +498,10 @@ int main(int argc, char **argv) {
 
         /* The state comes back before anyone can connect: ids go on where
          * they were, and a client sees the queues it created. */
+        if (o.no_store && o.state_dir)
+                /* Not an error: a unit or script that always names the
+                 * directory may add --no-store for one run. */
+                log_notice("--no-store: the state directory %s is not used, and nothing is kept", o.state_dir);
         if (!o.no_store) {
                 state_dir = o.state_dir;
                 if (!state_dir) {

@@ -750,7 +750,8 @@ START_TEST(test_per_user_queues_come_back_as_theirs) {
 }
 END_TEST
 
-/* --no-store: nothing is written, nothing comes back. */
+/* --no-store: nothing is written, nothing comes back; a --state-dir given
+ * as well (the harness always gives one) is said not to be used. */
 START_TEST(test_no_store_keeps_nothing) {
         const char *const args[] = { "--no-store", NULL };
         struct cmwqd nd;
@@ -762,6 +763,10 @@ START_TEST(test_no_store_keeps_nothing) {
         free(CTL_OK(&nd, "submit", "fleeting", "--delay", "3600", "--", "/bin/true"));
         cmwqd_terminate(&nd);
         ck_assert_int_ne(stat(nd.state_dir, &st), 0);
+        text = read_file(nd.log);
+        ck_assert_msg(strstr(text, "--no-store: the state directory") && strstr(text, "is not used"),
+                      "no word of the unused --state-dir:\n%s", text);
+        free(text);
         cmwqd_launch(&nd, args);
         text = CTL_OK(&nd, "list");
         ck_assert_msg(!strstr(text, "fleeting"), "a --no-store daemon kept a queue: %s", text);
