@@ -130,14 +130,20 @@ static uint64_t callback_wait_end(struct sleepwatch_target *t, void *userdata) {
 }
 
 /* A thread may leave entries unrung for cmwqd to find at its next switch
- * (proto/shm.h, lazy_doorbell) only while that switch is read within a few
- * ms: while its CPU is watched.  Its CPU goes unwatched once nothing there
- * counts running and nothing waits, and a granted thread that blocked may
- * then wake, push a demand for its CPU and give its grant back without
- * anyone reading it; its client's work for that CPU would wait for the next
- * request that happens to read the ring. */
+ * (proto/shm.h, lazy_doorbell) only while that switch comes soon and is
+ * read within a few ms:
+ *  - while its CPU is watched (@watched, sleepwatch_cpu_watched()).  Its
+ *    CPU goes unwatched once nothing there counts running and nothing
+ *    waits, and a granted thread that blocked may then wake, push a demand
+ *    for its CPU and give its grant back without anyone reading it; its
+ *    client's work for that CPU would wait for the next request that
+ *    happens to read the ring;
+ *  - while its grant counts: a CPU-intensive one may run on without a
+ *    switch for as long as its item runs, and a demand it leaves for its
+ *    CPU -- work it queued there, which may start at once -- would wait
+ *    that long. */
 static void callback_worker_set_lazy(struct callback_worker *w, bool watched) {
-        bool lazy = w->lazy_allowed && watched;
+        bool lazy = w->lazy_allowed && watched && w->granted && !(w->granted->flags & WORKER_CPU_INTENSIVE);
 
         if (lazy == w->lazy_doorbell)
                 return;
@@ -242,7 +248,10 @@ static void callback_worker_ask_yield(struct callback_worker *w);
 static void callback_cpu_intensive(struct worker *pw) {
         struct callback_worker *w = pw->userdata;
 
-        if (w && w->granted == pw && !w->yield_sent)
+        if (!w || w->granted != pw)
+                return;
+        callback_worker_set_lazy(w, sleepwatch_cpu_watched(core_sleepwatch(w->client->registry->core), w->pool->cpu));
+        if (!w->yield_sent)
                 callback_worker_ask_yield(w);
 }
 

@@ -494,15 +494,15 @@ void sleepwatch_perf_catch_up(struct sleepwatch *sw) {
                 }
 }
 
-void sleepwatch_cpu_busy(struct sleepwatch *sw, int cpu, bool busy) {
+bool sleepwatch_cpu_busy(struct sleepwatch *sw, int cpu, bool busy) {
         size_t i;
 
         if (!sw || !sw->sentinel)
-                return;
+                return false;
         for (i = 0; i < sw->n_rings && sw->rings[i].cpu != cpu; i++)
                 ;
         if (i == sw->n_rings)
-                return;
+                return false;
         if (busy && sw->cpu_busy[i]++ == 0) {
                 sentinel_arm(sw->sentinel, i, true);
                 if (sw->nr_busy++ == 0) {
@@ -510,21 +510,24 @@ void sleepwatch_cpu_busy(struct sleepwatch *sw, int cpu, bool busy) {
 
                         event_add(sw->fallback_timer, &tv);
                 }
-        } else if (!busy && sw->cpu_busy[i] > 0 && --sw->cpu_busy[i] == 0) {
+                return true;
+        }
+        if (!busy && sw->cpu_busy[i] > 0 && --sw->cpu_busy[i] == 0) {
                 sentinel_arm(sw->sentinel, i, false);
                 if (--sw->nr_busy == 0)
                         event_del(sw->fallback_timer);
+                return true;
         }
+        return false;
 }
 
 bool sleepwatch_cpu_watched(const struct sleepwatch *sw, int cpu) {
         if (!sw || sw->mode != SLEEPWATCH_PERF)
                 return false;
-        if (!sw->sentinel)
-                return true;    /* every record wakes the loop */
         for (size_t i = 0; i < sw->n_rings; i++)
                 if (sw->rings[i].cpu == cpu)
-                        return sw->cpu_busy[i] > 0;
+                        /* Without sentinels every record wakes the loop. */
+                        return !sw->sentinel || sw->cpu_busy[i] > 0;
         return false;
 }
 

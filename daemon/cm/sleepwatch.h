@@ -102,8 +102,9 @@ void sleepwatch_set_batch_hook(struct sleepwatch *sw, sleepwatch_batch_fn fn, vo
 
 /* A pool on @cpu has a worker counted running or work pending (@busy), or
  * no longer (calls are counted: one false per true).  While a CPU is busy,
- * a block on it must be seen at once; otherwise nothing needs to be. */
-void sleepwatch_cpu_busy(struct sleepwatch *sw, int cpu, bool busy);
+ * a block on it must be seen at once; otherwise nothing needs to be.
+ * Returns whether that changed sleepwatch_cpu_watched() for @cpu. */
+bool sleepwatch_cpu_busy(struct sleepwatch *sw, int cpu, bool busy);
 /* Whether a switch on @cpu is read within a few ms, unasked: perf records,
  * and with SLEEPWATCH_SENTINELS only while @cpu is busy.  What a thread
  * leaves for cmwqd to find at its next switch is found in time only then. */

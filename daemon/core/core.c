@@ -116,8 +116,7 @@ static const struct {
 static void core_pool_busy_changed(struct pool *p, bool busy, void *userdata) {
         struct core *c = userdata;
 
-        sleepwatch_cpu_busy(c->sleepwatch, p->cpu, busy);
-        if (c->cpu_watch_changed)
+        if (sleepwatch_cpu_busy(c->sleepwatch, p->cpu, busy) && c->cpu_watch_changed)
                 c->cpu_watch_changed(p->cpu, c->callback_hooks_userdata);
 }
 

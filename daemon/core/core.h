@@ -182,7 +182,7 @@ struct core_callback_hooks {
         /* Before a view of the pools: bring their counts of callbacks
          * returned up to date (a thread may hold its grant a while). */
         void (*count_callbacks)(void *userdata);
-        /* Whether the sleep detector watches @cpu closely may have changed
+        /* Whether the sleep detector watches @cpu closely changed
          * (sleepwatch_cpu_watched()); from inside pool operations. */
         void (*cpu_watch_changed)(int cpu, void *userdata);
 };

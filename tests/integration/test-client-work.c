@@ -1707,6 +1707,95 @@ START_TEST(test_cpu_intensive_callbacks_do_not_hold_back_their_cpu) {
 }
 END_TEST
 
+/* A callback of a CPU_INTENSIVE queue that queues work on its own CPU while
+ * it spins: that work starts beside it, as it would beside any CPU-intensive
+ * worker.  The demand for it came from a thread holding the CPU, which may
+ * otherwise leave it for cmwqd to find at its next switch; a spinning
+ * thread has none until its item ends.  Both with and without the idle
+ * sentinels (cmwqd once left the demand unread in both). */
+struct spinning_queuer {
+        struct cmwq_work work, opener;
+        struct cmwq_workqueue *other;
+        atomic_int opened, opened_while_spinning;
+};
+
+static void spinning_queuer_open(struct cmwq_work *w) {
+        atomic_store(&cmwq_container_of(w, struct spinning_queuer, opener)->opened, 1);
+}
+
+static void spinning_queuer_fn(struct cmwq_work *w) {
+        struct spinning_queuer *q = cmwq_container_of(w, struct spinning_queuer, work);
+        struct timespec a, b;
+
+        /* Past cmwqd's look at it, 20 ms after it stopped counting. */
+        spin_cpu_ns(60000000);
+        ck_assert(cmwq_queue_work_on(0, q->other, &q->opener));
+        /* Up to 5 s of CPU time: the opener starts long before, unless
+         * nothing told cmwqd about it. */
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        do {
+                if (atomic_load(&q->opened)) {
+                        atomic_store(&q->opened_while_spinning, 1);
+                        return;
+                }
+                clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        } while ((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec) < 5000000000LL);
+}
+
+static void cpu_intensive_callback_queues_on_its_cpu(const struct cmwqd *daemon) {
+        struct cmwq *c = connect_ok(daemon);
+        struct cmwq_workqueue *hogs = cmwq_alloc_workqueue(c, "spinners", CMWQ_WQ_CPU_INTENSIVE, 0);
+        struct cmwq_workqueue *other = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        struct shared_gate g;
+        struct gate_item warm[2];
+        cpu_set_t set;
+
+        ck_assert_msg(hogs, "alloc: %s", cmwq_last_error());
+        if (nr_cpus() > 1) {
+                CPU_ZERO(&set);
+                CPU_SET(nr_cpus() - 1, &set);
+                ck_assert_int_eq(sched_setaffinity(0, sizeof(set), &set), 0);
+        }
+        /* Two threads for CPU 0 exist: the opener needs no new one (a new
+         * thread registers on the socket, which reads the ring anyway). */
+        shared_gate_init(&g);
+        for (int i = 0; i < 2; i++) {
+                CMWQ_WORK_INIT(&warm[i].work, gate_item_fn);
+                warm[i].gate = &g;
+                ck_assert(cmwq_queue_work_on(0, other, &warm[i].work));
+        }
+        wait_until(&g.started, 2);
+        shared_gate_open(&g);
+        ck_assert_int_eq(cmwq_flush_workqueue(other), 0);
+
+        /* Without the sentinels a switch of anything else on CPU 0 may
+         * read the ring by chance: several tries. */
+        for (int try = 0; try < 5; try++) {
+                struct spinning_queuer q = { .other = other };
+
+                usleep(50000);          /* past the threads' linger: a new grant */
+                CMWQ_WORK_INIT(&q.work, spinning_queuer_fn);
+                CMWQ_WORK_INIT(&q.opener, spinning_queuer_open);
+                ck_assert(cmwq_queue_work_on(0, hogs, &q.work));
+                ck_assert_int_ge(cmwq_flush_work(&q.work), 0);
+                ck_assert_int_ge(cmwq_flush_work(&q.opener), 0);
+                ck_assert_msg(atomic_load(&q.opened_while_spinning),
+                              "try %d: work a CPU_INTENSIVE callback queued on its CPU waited for it to end", try);
+        }
+        ck_assert_int_eq(cmwq_destroy_workqueue(hogs), 0);
+        cmwq_disconnect(c);
+}
+
+START_TEST(test_a_cpu_intensive_callback_queueing_on_its_cpu_lets_it_start) {
+        struct cmwqd nd;
+
+        cpu_intensive_callback_queues_on_its_cpu(&d);
+        cmwqd_start(&nd, (const char *const[]) { "--no-idle-sentinels", NULL });
+        cpu_intensive_callback_queues_on_its_cpu(&nd);
+        cmwqd_stop(&nd);
+}
+END_TEST
+
 /* ---- freeze ---------------------------------------------------------------- */
 
 struct ordered_probe {
@@ -2328,6 +2417,7 @@ int main(void) {
         tcase_add_test(tc, test_a_delay_past_the_clock_end_is_never);
         tcase_add_test(tc, test_bound_max_active_limits_callbacks_per_cpu);
         tcase_add_test(tc, test_cpu_intensive_callbacks_do_not_hold_back_their_cpu);
+        tcase_add_test(tc, test_a_cpu_intensive_callback_queueing_on_its_cpu_lets_it_start);
         tcase_add_test(tc, test_freeze_stops_callbacks_of_a_freezable_queue);
         tcase_add_test(tc, test_a_single_block_lets_the_next_item_run);
         tcase_add_test(tc, test_a_callback_that_woke_unseen_still_reaches_cmwqd);
