@@ -182,11 +182,12 @@ struct cmwq_shm_slot {
          * before it gives up its CPU (IDLE) and for demands on the CPU it
          * holds (DEMAND or MOVE while granted there): cmwqd learns of them
          * at its next switch, when they matter, without a wake-up of their
-         * own.  0 (the /proc sampler, its CPU not watched, or not granted):
-         * every entry rings.  It may turn to 0 at any time; cmwqd then
-         * reads the ring once more, and the thread's store of sq_tail and
-         * its load of this word are sequentially consistent, so that an
-         * entry pushed by a thread that still saw 1 is read. */
+         * own.  0 (the /proc sampler, its CPU not watched, its grant
+         * CPU-intensive, or not granted): every entry rings.  It may turn
+         * to 0 at any time; cmwqd then reads the ring once more, and the
+         * thread's store of sq_tail and its load of this word are
+         * sequentially consistent, so that an entry pushed by a thread
+         * that still saw 1 is read. */
         uint32_t lazy_doorbell;
         /* Written by both (enum cmwq_shm_linger); 0 in version 1 as first
          * released, and never lingered on without CMWQ_SHM_FEATURE_LINGER. */
