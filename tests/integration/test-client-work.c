@@ -1658,32 +1658,39 @@ static void opener_fn(struct cmwq_work *w) {
         atomic_store(&cmwq_container_of(w, struct opener_work, work)->hog->gate, true);
 }
 
-START_TEST(test_cpu_intensive_callbacks_do_not_hold_back_their_cpu) {
-        struct cmwq *c = connect_ok(&d);
-        struct cmwq_workqueue *hogs = cmwq_alloc_workqueue(c, "hogs", CMWQ_WQ_CPU_INTENSIVE, 0);
-        struct cmwq_workqueue *other = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+/* The test's own thread keeps off CPU 0 where it can, and two library
+ * threads for CPU 0 exist (made on @wq, a bound queue): work queued there
+ * next needs no new thread -- a new one registers on the socket, which
+ * reads the shared ring anyway. */
+static void off_cpu0_with_two_threads_there(struct cmwq_workqueue *wq) {
         struct shared_gate g;
         struct gate_item warm[2];
-        bool opened = false;
         cpu_set_t set;
 
-        ck_assert_msg(hogs, "alloc: %s", cmwq_last_error());
-        /* The test itself keeps off CPU 0 where it can. */
         if (nr_cpus() > 1) {
                 CPU_ZERO(&set);
                 CPU_SET(nr_cpus() - 1, &set);
                 ck_assert_int_eq(sched_setaffinity(0, sizeof(set), &set), 0);
         }
-        /* Two threads for CPU 0 exist: the opener needs no new one. */
         shared_gate_init(&g);
         for (int i = 0; i < 2; i++) {
                 CMWQ_WORK_INIT(&warm[i].work, gate_item_fn);
                 warm[i].gate = &g;
-                ck_assert(cmwq_queue_work_on(0, other, &warm[i].work));
+                ck_assert(cmwq_queue_work_on(0, wq, &warm[i].work));
         }
         wait_until(&g.started, 2);
         shared_gate_open(&g);
-        ck_assert_int_eq(cmwq_flush_workqueue(other), 0);
+        ck_assert_int_eq(cmwq_flush_workqueue(wq), 0);
+}
+
+START_TEST(test_cpu_intensive_callbacks_do_not_hold_back_their_cpu) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *hogs = cmwq_alloc_workqueue(c, "hogs", CMWQ_WQ_CPU_INTENSIVE, 0);
+        struct cmwq_workqueue *other = cmwq_system_workqueue(c, CMWQ_SYSTEM);
+        bool opened = false;
+
+        ck_assert_msg(hogs, "alloc: %s", cmwq_last_error());
+        off_cpu0_with_two_threads_there(other);
 
         /* A scheduler may keep the opener off CPU 0 for a while: a few
          * tries, each deciding nothing by time.  Without the flag counting
@@ -1746,27 +1753,9 @@ static void cpu_intensive_callback_queues_on_its_cpu(const struct cmwqd *daemon)
         struct cmwq *c = connect_ok(daemon);
         struct cmwq_workqueue *hogs = cmwq_alloc_workqueue(c, "spinners", CMWQ_WQ_CPU_INTENSIVE, 0);
         struct cmwq_workqueue *other = cmwq_system_workqueue(c, CMWQ_SYSTEM);
-        struct shared_gate g;
-        struct gate_item warm[2];
-        cpu_set_t set;
 
         ck_assert_msg(hogs, "alloc: %s", cmwq_last_error());
-        if (nr_cpus() > 1) {
-                CPU_ZERO(&set);
-                CPU_SET(nr_cpus() - 1, &set);
-                ck_assert_int_eq(sched_setaffinity(0, sizeof(set), &set), 0);
-        }
-        /* Two threads for CPU 0 exist: the opener needs no new one (a new
-         * thread registers on the socket, which reads the ring anyway). */
-        shared_gate_init(&g);
-        for (int i = 0; i < 2; i++) {
-                CMWQ_WORK_INIT(&warm[i].work, gate_item_fn);
-                warm[i].gate = &g;
-                ck_assert(cmwq_queue_work_on(0, other, &warm[i].work));
-        }
-        wait_until(&g.started, 2);
-        shared_gate_open(&g);
-        ck_assert_int_eq(cmwq_flush_workqueue(other), 0);
+        off_cpu0_with_two_threads_there(other);
 
         /* Without the sentinels a switch of anything else on CPU 0 may
          * read the ring by chance: several tries. */
