@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "core/errno-map.h"
 #include "dbus/bus-event.h"
+#include "dbus/bus-signal.h"
 #include "dbus/bus.h"
 #include "util.h"
 
@@ -286,6 +287,12 @@ static int on_name_owner_changed(sd_bus_message *m, void *userdata, sd_bus_error
         struct dbus_sender *s;
         struct dbus_call *call, *n;
 
+        /* Else any client could make cmwqd forget another's calls. */
+        if (!bus_signal_is_from_bus_daemon(m)) {
+                log_debug("Ignoring a NameOwnerChanged signal that %s sent to cmwqd alone",
+                          bus_signal_sender(m));
+                return 0;
+        }
         if (sd_bus_message_read(m, "sss", &name, &old_owner, &new_owner) < 0)
                 return 0;
         if (name[0] != ':' || new_owner[0])

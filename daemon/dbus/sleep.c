@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "dbus/bus-signal.h"
 #include "core/core.h"
 #include "dbus/bus-event.h"
 #include "dbus/sleep.h"
@@ -134,6 +135,11 @@ static int on_prepare_for_sleep(sd_bus_message *m, void *userdata, sd_bus_error 
         struct sleep_freezer *s = userdata;
         int start, r;
 
+        if (!bus_signal_is_broadcast(m)) {
+                log_debug("Ignoring a PrepareForSleep signal that %s sent to cmwqd alone",
+                          bus_signal_sender(m));
+                return 0;
+        }
         r = sd_bus_message_read(m, "b", &start);
         if (r < 0) {
                 log_warning_errno(r, "Ignoring a malformed PrepareForSleep signal: %m");
@@ -282,6 +288,11 @@ static int on_logind_owner_changed(sd_bus_message *m, void *userdata, sd_bus_err
         const char *name, *old_owner, *new_owner;
         int r;
 
+        if (!bus_signal_is_from_bus_daemon(m)) {
+                log_debug("Ignoring a NameOwnerChanged signal that %s sent to cmwqd alone",
+                          bus_signal_sender(m));
+                return 0;
+        }
         r = sd_bus_message_read(m, "sss", &name, &old_owner, &new_owner);
         if (r < 0 || strcmp(name, LOGIND_NAME) != 0)
                 return 0;

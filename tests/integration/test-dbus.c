@@ -1241,6 +1241,48 @@ START_TEST(test_deferred_flush_does_not_block_the_daemon) {
 }
 END_TEST
 
+/* A client on the bus may send cmwqd a NameOwnerChanged of its own, to
+ * cmwqd alone, saying that another client left.  Believed, cmwqd forgot
+ * that client's waiting calls (it waited for a reply that never came) and
+ * its subscription; only the bus daemon's own broadcast counts. */
+START_TEST(test_a_forged_name_owner_changed_drops_no_calls) {
+        char gate[256], script[512];
+        const char *victim = NULL;
+        sd_bus *forger = bus_connect();
+        sd_bus_message *m = NULL;
+        int replied = 0;
+
+        test_path(&d, "gate", gate, sizeof(gate));
+        snprintf(script, sizeof(script), "while [ ! -e %s ]; do sleep 0.05; done", gate);
+        sd_bus_message_unref(call_ok(PATH, MANAGER, "CreateWorkqueue", "suu", "slow", (uint32_t) 1, (uint32_t) 0));
+        (void) submit("slow", (const char *const[]) { "/bin/sh", "-c", script, NULL }, NULL, 0, NULL);
+        ck_assert_int_ge(sd_bus_call_method_async(bus, NULL, NAME, ROOTS "slow", WORKQUEUE, "Flush", on_flush_reply,
+                                                  &replied, NULL),
+                         0);
+        ck_assert_int_ge(sd_bus_flush(bus), 0);
+        ck_assert_int_ge(sd_bus_get_unique_name(bus, &victim), 0);
+
+        ck_assert_int_ge(sd_bus_message_new_signal(forger, &m, "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                                                   "NameOwnerChanged"),
+                         0);
+        ck_assert_int_ge(sd_bus_message_set_destination(m, NAME), 0);
+        ck_assert_int_ge(sd_bus_message_append(m, "sss", victim, victim, ""), 0);
+        ck_assert_int_ge(sd_bus_send(forger, m, NULL), 0);
+        sd_bus_message_unref(m);
+        ck_assert_int_ge(sd_bus_flush(forger), 0);
+        /* It came before this answer, on the same connection. */
+        ck_assert_int_ge(sd_bus_call_method(forger, NAME, PATH, MANAGER, "ListPools", NULL, NULL, NULL), 0);
+        sd_bus_flush_close_unref(forger);
+
+        write_file(gate, "");
+        for (int64_t until = mono_ns() + 30LL * 1000000000; replied == 0 && mono_ns() < until;)
+                if (sd_bus_process(bus, NULL) == 0)
+                        sd_bus_wait(bus, 100000);
+        ck_assert_msg(replied == 1, "the flush got %s after a forged NameOwnerChanged; log:\n%s",
+                      replied ? "an error" : "no reply", read_file(d.log));
+}
+END_TEST
+
 /* @method on root's item @id, called by uid 65534, fails exactly as on an
  * id that never existed (the id aside): nobody learns which ids exist. */
 static void assert_item_error_as_if_unknown(const char *method, uint64_t id) {
@@ -1925,6 +1967,7 @@ int main(void) {
         tcase_add_test(tc, test_workqueue_object_methods_with_busctl);
         tcase_add_test(tc, test_signals_and_properties_changed);
         tcase_add_test(tc, test_deferred_flush_does_not_block_the_daemon);
+        tcase_add_test(tc, test_a_forged_name_owner_changed_drops_no_calls);
         tcase_add_test(tc, test_wrong_user_refused);
         tcase_add_test(tc, test_item_gets_no_group_of_a_program_the_caller_execd);
         tcase_add_test(tc, test_both_front_ends_see_the_same_state);

@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -333,6 +334,95 @@ START_TEST(test_inhibitor_taken_at_start) {
         ready = strstr(log, "listening on");
         ck_assert_msg(held && held < ready, "inhibitor not taken before ready; log:\n%s", log);
         free(log);
+}
+END_TEST
+
+/* cmwqd's connections to the private system bus, by their unique names: up
+ * to @max of them into @names (each of 64 bytes).  Returns how many. */
+static int cmwqd_bus_names(char names[][64], int max) {
+        sd_bus_message *reply = NULL;
+        const char *name;
+        int n = 0, r;
+
+        r = sd_bus_call_method(bus.client, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                               "ListNames", NULL, &reply, "");
+        ck_assert_msg(r >= 0, "ListNames: %s", strerror(-r));
+        ck_assert_int_ge(sd_bus_message_enter_container(reply, 'a', "s"), 0);
+        while (n < max && (r = sd_bus_message_read(reply, "s", &name)) > 0) {
+                sd_bus_message *pid_reply = NULL;
+                uint32_t pid = 0;
+
+                if (name[0] != ':' ||
+                    sd_bus_call_method(bus.client, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                                       "org.freedesktop.DBus", "GetConnectionUnixProcessID", NULL, &pid_reply, "s",
+                                       name) < 0)
+                        continue;
+                if (sd_bus_message_read(pid_reply, "u", &pid) > 0 && (pid_t) pid == d.pid)
+                        snprintf(names[n++], 64, "%s", name);
+                sd_bus_message_unref(pid_reply);
+        }
+        sd_bus_message_unref(reply);
+        return n;
+}
+
+/* Sends a signal to @destination alone, as any client on the bus may. */
+static void send_signal_to(const char *destination, const char *path, const char *interface, const char *member,
+                           const char *types, ...) {
+        sd_bus_message *m = NULL;
+        va_list ap;
+        int r;
+
+        r = sd_bus_message_new_signal(bus.client, &m, path, interface, member);
+        ck_assert_int_ge(r, 0);
+        ck_assert_int_ge(sd_bus_message_set_destination(m, destination), 0);
+        va_start(ap, types);
+        r = sd_bus_message_appendv(m, types, ap);
+        va_end(ap);
+        ck_assert_int_ge(r, 0);
+        ck_assert_int_ge(sd_bus_send(bus.client, m, NULL), 0);
+        sd_bus_message_unref(m);
+}
+
+/* Any client on the system bus may send a signal to cmwqd alone, naming
+ * whatever sender, path and interface it likes (the default policy lets
+ * every user send signals).  Believed, a forged PrepareForSleep froze every
+ * user's freezable queues (freeze is root's) and a forged NameOwnerChanged
+ * made cmwqd drop its sleep inhibitor; only logind's and the bus daemon's
+ * broadcasts count. */
+START_TEST(test_signals_sent_to_cmwqd_alone_are_not_believed) {
+        char names[8][64];
+        int n;
+
+        ck_assert_msg(wait_inhibitors(1, 10000), "cmwqd took no sleep delay inhibitor; log:\n%s", read_file(d.log));
+        n = cmwqd_bus_names(names, 8);
+        ck_assert_msg(n > 0, "cmwqd has no connection to the system bus");
+        for (int k = 0; k < n; k++) {
+                send_signal_to(names[k], "/org/freedesktop/login1", "org.freedesktop.login1.Manager",
+                               "PrepareForSleep", "b", 1);
+                send_signal_to(names[k], "/org/freedesktop/DBus", "org.freedesktop.DBus", "NameOwnerChanged", "sss",
+                               "org.freedesktop.login1", ":1.0", "");
+        }
+        ck_assert_int_ge(sd_bus_flush(bus.client), 0);
+        /* Until cmwqd has taken both, one way or the other. */
+        for (int waited = 0; (count_in_log("Ignoring a PrepareForSleep signal that") == 0 &&
+                              count_in_log("The system is about to sleep") == 0) ||
+                             (count_in_log("Ignoring a NameOwnerChanged signal that") == 0 &&
+                              count_in_log("logind left the system bus") == 0);
+             waited += 20) {
+                ck_assert_msg(waited < 10000, "cmwqd took neither forged signal; log:\n%s", read_file(d.log));
+                sleep_ms(20);
+        }
+
+        ck_assert_msg(count_in_log("The system is about to sleep") == 0 && queue_frozen_is("system_freezable", false),
+                      "a forged PrepareForSleep froze the freezable queues; log:\n%s", read_file(d.log));
+        ck_assert_msg(count_in_log("logind left the system bus") == 0 && cmwqd_inhibitors() == 1,
+                      "a forged NameOwnerChanged made cmwqd drop its inhibitor; log:\n%s", read_file(d.log));
+
+        /* logind's own still counts. */
+        prepare_for_sleep(true);
+        ck_assert_msg(wait_frozen_is("system_freezable", true, 10000), "the real PrepareForSleep froze nothing");
+        prepare_for_sleep(false);
+        ck_assert_msg(wait_frozen_is("system_freezable", false, 10000), "the real wake-up thawed nothing");
 }
 END_TEST
 
@@ -701,6 +791,7 @@ int main(void) {
         tcase_add_checked_fixture(with_logind, setup_logind, teardown);
         tcase_set_timeout(with_logind, 120);
         tcase_add_test(with_logind, test_inhibitor_taken_at_start);
+        tcase_add_test(with_logind, test_signals_sent_to_cmwqd_alone_are_not_believed);
         tcase_add_test(with_logind, test_sleep_freezes_then_resumes_in_order);
         tcase_add_test(with_logind, test_sleep_hook_with_logind_path);
         suite_add_tcase(s, with_logind);
