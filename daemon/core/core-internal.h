@@ -319,6 +319,9 @@ void workqueue_item_unqueue(struct item *i);
  * in every user's shares. */
 void core_number_builtin_pwqs(struct core *c);
 void workqueue_check_waiters(struct workqueue *wq);
+/* @i is off its queue's inflight list from now on (finished, cancelled or
+ * retired); a no-op if it was not on it. */
+void workqueue_item_left_inflight(struct item *i);
 struct pwq *workqueue_pwq_for_cpu(struct workqueue *wq, int cpu);
 void workqueue_free(struct workqueue *wq);
 void workqueue_rescuer_replenish(struct workqueue *wq);

@@ -75,6 +75,12 @@ struct core_waiter {
         struct list_head entry;
         void (*done)(struct core_waiter *w, int r);
         uint64_t flush_seq;             /* core-private */
+        /* core-private: a flush of a built-in queue by an unprivileged
+         * caller waits for that caller's items only (flush_uid), of which
+         * flush_left are still in flight. */
+        bool flush_own;
+        uid_t flush_uid;
+        uint64_t flush_left;
         uint64_t item_id;               /* core-private */
         struct workqueue *drain_wq;     /* core-private */
         uint64_t freeze_deadline_usec;  /* core-private, CLOCK_MONOTONIC */

@@ -420,7 +420,7 @@ void item_retire(struct item *i, enum item_state state) {
         core_store_item_result(i);
         /* Their room holds the history links from now on. */
         list_del_init(&i->share_entry);
-        list_del_init(&i->inflight_entry);
+        workqueue_item_left_inflight(i);
         list_del_init(&i->wq_entry);
         wq->nr_items--;
         if (x && x->key)
@@ -550,7 +550,7 @@ static void item_exec_done(struct exec_proc *p, struct exec_result *r, void *use
         i->pwq->nr_running--;
         if (key && key->running == i)
                 key->running = NULL;
-        list_del_init(&i->inflight_entry);
+        workqueue_item_left_inflight(i);
 
         /* EX_TEMPFAIL: "requeue me", with back-off, unless the key already
          * has a pending instance that will do the same work. */
@@ -1005,12 +1005,12 @@ int core_item_cancel(struct core *c, const struct core_caller *caller, uint64_t 
                 return 1;
         case ITEM_PENDING:
                 pool_cancel_pending(i->pwq->pool, &i->work);
-                list_del_init(&i->inflight_entry);
+                workqueue_item_left_inflight(i);
                 workqueue_item_finished(i);
                 break;
         case ITEM_INACTIVE:
                 workqueue_item_unqueue(i);
-                list_del_init(&i->inflight_entry);
+                workqueue_item_left_inflight(i);
                 break;
         default:
                 break;

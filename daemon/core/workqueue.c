@@ -534,10 +534,23 @@ uint64_t workqueue_nr_pending(const struct workqueue *wq) {
         return wq->nr_items - workqueue_nr_running(wq);
 }
 
-static bool workqueue_flushed(const struct workqueue *wq, uint64_t seq) {
+static bool workqueue_flushed(const struct workqueue *wq, const struct core_waiter *w) {
+        if (w->flush_own)
+                return w->flush_left == 0;
         if (list_empty(&wq->inflight))
                 return true;
-        return list_first_entry(&wq->inflight, struct item, inflight_entry)->seq > seq;
+        return list_first_entry(&wq->inflight, struct item, inflight_entry)->seq > w->flush_seq;
+}
+
+void workqueue_item_left_inflight(struct item *i) {
+        struct core_waiter *w;
+
+        if (!list_linked(&i->inflight_entry))
+                return;
+        list_del_init(&i->inflight_entry);
+        list_for_each_entry(w, &i->wq->flushers, entry)
+                if (w->flush_own && w->flush_uid == i->uid && i->seq <= w->flush_seq && w->flush_left > 0)
+                        w->flush_left--;
 }
 
 void workqueue_callback_hold_add(struct workqueue *wq, struct callback_hold *h) {
@@ -578,7 +591,7 @@ void workqueue_check_waiters(struct workqueue *wq) {
 
         core_notify_workqueue_changed(wq);
         list_for_each_entry_safe(w, n, &wq->flushers, entry)
-                if (workqueue_flushed(wq, w->flush_seq)) {
+                if (workqueue_flushed(wq, w)) {
                         list_del_init(&w->entry);
                         w->done(w, 0);
                 }
@@ -682,7 +695,21 @@ int core_workqueue_flush(struct core *c, const struct core_caller *caller, const
 
         /* Everything queued so far, and nothing queued after this call. */
         w->flush_seq = wq->next_seq - 1;
-        if (workqueue_flushed(wq, w->flush_seq))
+        w->flush_own = false;
+        /* A built-in queue is every user's: a user's flush waits for that
+         * user's items, as another's are invisible to it (cmwqd(8),
+         * SECURITY) -- and may run for up to 30 days. */
+        if (wq->builtin && !caller_is_privileged(caller)) {
+                struct item *i;
+
+                w->flush_own = true;
+                w->flush_uid = caller->uid;
+                w->flush_left = 0;
+                list_for_each_entry(i, &wq->inflight, inflight_entry)
+                        if (i->uid == caller->uid)
+                                w->flush_left++;
+        }
+        if (workqueue_flushed(wq, w))
                 return 0;
         list_add_tail(&w->entry, &wq->flushers);
         log_queue(LOG_DEBUG, wq, "Flush of %s waits for its items up to number %" PRIu64, wq->name, w->flush_seq);

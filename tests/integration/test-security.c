@@ -178,6 +178,40 @@ static void assert_line(const char *out, const char *line) {
         ck_abort_msg("the item's output has no line '%s':\n%s", line, out);
 }
 
+/* A built-in queue is every user's: a user's flush of it waits for that
+ * user's items, not for another's (which that user cannot see, and which may
+ * run for up to 30 days). */
+START_TEST(test_a_flush_of_a_builtin_queue_waits_for_the_callers_items_only) {
+        char gate[256], script[512], *theirs, *mine, *state;
+
+        test_path(&d, "gate", gate, sizeof(gate));
+        ck_assert_int_eq(chmod(d.dir, 0755), 0);
+        /* Until the gate opens, or 20 s at most. */
+        snprintf(script, sizeof(script), "i=0; while [ ! -e %s ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done",
+                 gate);
+        theirs = CTL_AS_OK(OTHER_UID, "submit", "system", "--", "/bin/sh", "-c", script);
+        wait_for_state(OTHER_UID, theirs, "running");
+        mine = CTL_AS_OK(USER_UID, "submit", "system", "--", "/bin/sh", "-c", "sleep 0.5");
+
+        free(CTL_AS_OK(USER_UID, "flush", "system"));
+        state = item_state(USER_UID, mine);
+        ck_assert_msg(strcmp(state, "finished") == 0, "the flush returned with the caller's item %s", state);
+        free(state);
+        state = item_state(OTHER_UID, theirs);
+        ck_assert_msg(strcmp(state, "running") == 0, "the flush waited for another user's item (now %s)", state);
+        free(state);
+
+        /* Root's flush waits for everyone's. */
+        ck_assert_int_eq(creat(gate, 0644) >= 0, 1);
+        free(CTL_OK(&d, "flush", "system"));
+        state = item_state(OTHER_UID, theirs);
+        ck_assert_str_eq(state, "finished");
+        free(state);
+        free(theirs);
+        free(mine);
+}
+END_TEST
+
 START_TEST(test_item_runs_as_the_submitter) {
         char *out;
 
@@ -1070,6 +1104,7 @@ int main(void) {
         tcase_add_checked_fixture(tc, setup, teardown);
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, test_item_runs_as_the_submitter);
+        tcase_add_test(tc, test_a_flush_of_a_builtin_queue_waits_for_the_callers_items_only);
         tcase_add_test(tc, test_item_groups_come_from_the_user_database);
         tcase_add_test(tc, test_uid_without_a_user_entry_runs_nothing);
         tcase_add_test(tc, test_item_cannot_write_as_root);

@@ -213,7 +213,9 @@ int cmwq_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active
 /*
  * Wait until every item (callback and exec) queued on @wq before the call
  * has finished.  Items queued after the call are not waited for, so a busy
- * queue cannot make this wait forever.  Returns 0, -ENOENT (the queue was
+ * queue cannot make this wait forever.  On a built-in queue, which every
+ * user shares, only the caller's items are waited for (all of them for
+ * root).  Returns 0, -ENOENT (the queue was
  * destroyed meanwhile), -EPERM, -ECONNRESET, -EINVAL (a NULL @wq).  Must not be called from a work
  * item of @wq.
  */
