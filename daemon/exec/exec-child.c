@@ -96,19 +96,52 @@ void exec_child_reset_signal(int sig) {
         (void) syscall(SYS_rt_sigaction, sig, zero, NULL, (size_t) (_NSIG / 8));
 }
 
+/* The limits an item gets no more of than PID 1 has, which every service
+ * starts from: whoever started cmwqd with more (a root shell's raised
+ * limits, a unit's LimitRTPRIO=) grants it to cmwqd, not to every user's
+ * items -- RTPRIO would let them run SCHED_FIFO.  RLIMIT_NPROC is set per
+ * user afterwards (exec/exec.c). */
+static const int child_capped_limits[] = {
+        RLIMIT_AS, RLIMIT_CORE, RLIMIT_CPU, RLIMIT_DATA, RLIMIT_FSIZE, RLIMIT_LOCKS, RLIMIT_MEMLOCK,
+        RLIMIT_MSGQUEUE, RLIMIT_NICE, RLIMIT_NOFILE, RLIMIT_RSS, RLIMIT_RTPRIO, RLIMIT_RTTIME,
+        RLIMIT_SIGPENDING, RLIMIT_STACK,
+};
+
+static rlim_t rlim_min(rlim_t a, rlim_t b) {
+        if (a == RLIM_INFINITY)
+                return b;
+        if (b == RLIM_INFINITY)
+                return a;
+        return a < b ? a : b;
+}
+
 /* What the item would otherwise inherit from the daemon rather than get as
  * any process of its user: the NOFILE soft limit main.c raised (back to the
- * kernel's default, select()-safe 1024), and the daemon's session keyring,
- * whose keys a possessor may read whatever its uid (a new empty one,
- * charged to the daemon's key quota, not the user's: joined before the
- * credentials change).  Without keyctl (a container's seccomp) there is no
- * keyring to reach either. */
+ * kernel's default, select()-safe 1024), any limit above PID 1's
+ * (child_capped_limits), and the daemon's session keyring, whose keys a
+ * possessor may read whatever its uid (a new empty one, charged to the
+ * daemon's key quota, not the user's: joined before the credentials
+ * change).  Without keyctl (a container's seccomp) there is no keyring to
+ * reach either.  A daemon that may not read PID 1's limits (--user) runs
+ * as the items' user: its limits are that user's already. */
 static void child_reset_inherited(int error_fd) {
-        struct rlimit rl;
+        struct rlimit rl, init;
 
         if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > 1024) {
                 rl.rlim_cur = rl.rlim_max < 1024 ? rl.rlim_max : 1024;
                 if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+                        exec_child_fail(error_fd, errno);
+        }
+        for (size_t k = 0; k < sizeof(child_capped_limits) / sizeof(child_capped_limits[0]); k++) {
+                int resource = child_capped_limits[k];
+                struct rlimit capped;
+
+                if (prlimit(1, resource, NULL, &init) < 0 || getrlimit(resource, &rl) < 0)
+                        continue;
+                capped.rlim_max = rlim_min(rl.rlim_max, init.rlim_max);
+                capped.rlim_cur = rlim_min(rlim_min(rl.rlim_cur, init.rlim_cur), capped.rlim_max);
+                if ((capped.rlim_cur != rl.rlim_cur || capped.rlim_max != rl.rlim_max) &&
+                    setrlimit(resource, &capped) < 0)
                         exec_child_fail(error_fd, errno);
         }
         if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS && errno != EPERM &&

@@ -18,8 +18,9 @@
  *     stderr to pipes the daemon reads, all other fds closed,
  *   - is pinned to @cpu when cpu >= 0 (sched_setaffinity),
  *   - gets nice @nice (only lowered below 0 while still privileged),
- *   - gets the kernel's default RLIMIT_NOFILE soft limit (1024) back and a
- *     new, empty session keyring: nothing of the daemon's,
+ *   - gets the kernel's default RLIMIT_NOFILE soft limit (1024) back, no
+ *     resource limit above PID 1's, and a new, empty session keyring:
+ *     nothing of the daemon's,
  *   - unless the daemon already runs as @uid: looks up @uid's primary group
  *     and supplementary groups in the user database (getpwuid_r(),
  *     getgrouplist(), as su, cron and systemd's User= do); a uid with no

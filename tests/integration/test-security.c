@@ -889,13 +889,28 @@ START_TEST(test_item_has_no_controlling_terminal) {
 END_TEST
 
 /* Items get nothing the daemon holds for itself: not the NOFILE limit it
- * raised, nor its session keyring (whose keys a possessor may read). */
+ * raised, nor a limit it was started with above PID 1's (a raised RTPRIO
+ * would let them run SCHED_FIFO; the stack limit shows it here, as raising
+ * a hard limit may be refused in a container), nor its session keyring
+ * (whose keys a possessor may read). */
 START_TEST(test_item_gets_no_daemon_rlimit_or_keyring) {
         static const char description[] = "cmwq-test-SECRET-key";
-        char limits_path[64], *limits, *out, *keys;
-        struct rlimit nofile;
+        char limits_path[64], *limits, *out, *keys, *stack_line;
+        struct rlimit nofile, stack, init_stack, raised;
         struct cmwqd k;
         long serial;
+
+        /* The daemon starts with a stack limit above PID 1's. */
+        ck_assert_int_eq(prlimit(1, RLIMIT_STACK, NULL, &init_stack), 0);
+        ck_assert_msg(init_stack.rlim_cur != RLIM_INFINITY && init_stack.rlim_cur > 0,
+                      "PID 1 has no finite stack limit to stay under");
+        ck_assert_int_eq(getrlimit(RLIMIT_STACK, &stack), 0);
+        raised = stack;
+        raised.rlim_cur = 2 * init_stack.rlim_cur;
+        ck_assert_msg(raised.rlim_max == RLIM_INFINITY || raised.rlim_cur <= raised.rlim_max,
+                      "cannot raise the stack limit above PID 1's (hard limit %llu)",
+                      (unsigned long long) raised.rlim_max);
+        ck_assert_int_eq(setrlimit(RLIMIT_STACK, &raised), 0);
 
         /* A session keyring of the test's own, with a key in it, which the
          * daemon started next inherits. */
@@ -909,6 +924,7 @@ START_TEST(test_item_gets_no_daemon_rlimit_or_keyring) {
                               "add_key: %s", strerror(errno));
         }
         cmwqd_start(&k, NULL);
+        ck_assert_int_eq(setrlimit(RLIMIT_STACK, &stack), 0);
 
         /* The daemon's soft NOFILE limit is its hard one (main.c). */
         ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &nofile), 0);
@@ -921,6 +937,9 @@ START_TEST(test_item_gets_no_daemon_rlimit_or_keyring) {
                 ck_assert_msg(line && sscanf(line, "Max open files %lu", &soft) == 1, "%s", limits);
                 if (nofile.rlim_max > 1024)
                         ck_assert_msg(soft > 1024, "control: cmwqd's own soft NOFILE limit is %lu", soft);
+                line = strstr(limits, "Max stack size");
+                ck_assert_msg(line && sscanf(line, "Max stack size %lu", &soft) == 1 && soft == raised.rlim_cur,
+                              "control: cmwqd's own stack limit: %s", limits);
         }
         free(limits);
 
@@ -928,7 +947,7 @@ START_TEST(test_item_gets_no_daemon_rlimit_or_keyring) {
                 struct ctl_result r;
 
                 CTL_AS(&k, USER_UID, &r, "submit", "system", "--wait", "--", "/bin/sh", "-c",
-                       "ulimit -Sn; cat /proc/keys");
+                       "ulimit -Sn; ulimit -Ss; cat /proc/keys");
                 ck_assert_msg(r.status == 0, "exit %d: %s", r.status, r.err);
                 out = r.out;
                 free(r.err);
@@ -936,6 +955,10 @@ START_TEST(test_item_gets_no_daemon_rlimit_or_keyring) {
         ck_assert_msg(!strstr(out, description), "the item sees the daemon's session keyring:\n%s", out);
         ck_assert_msg(strncmp(out, "1024\n", 5) == 0 || (nofile.rlim_max < 1024 && atol(out) == (long) nofile.rlim_max),
                       "the item's soft NOFILE limit: %s", out);
+        stack_line = strchr(out, '\n');
+        ck_assert_msg(stack_line && atoll(stack_line + 1) == (long long) (init_stack.rlim_cur / 1024),
+                      "the item's stack limit is not PID 1's %llu KiB:\n%s",
+                      (unsigned long long) (init_stack.rlim_cur / 1024), out);
         free(out);
 
         /* The same key is visible to a process of that uid that does
