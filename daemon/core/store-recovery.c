@@ -435,9 +435,21 @@ static void core_store_requeue(struct core *c) {
                 log_info("Recovered %zu queued items", count);
 }
 
+/* Item ids given out after a damaged record are nowhere cmwqd can read them
+ * any more: new ones continue this far above the last recovered, so that no
+ * id a client holds names another item ('cmwqctl wait ID' of a lost item
+ * says it does not exist, rather than report someone else's).  IDs are 64
+ * bits: the gap costs nothing. */
+#define STORE_DAMAGE_ID_GAP (UINT64_C(1) << 32)
+
 int core_store_attach(struct core *c, struct store *s) {
         int r;
 
+        if (store_damaged(s)) {
+                c->next_id += STORE_DAMAGE_ID_GAP;
+                log_warning("Item ids continue from %" PRIu64 ": ids given out after the damage in the state log "
+                            "are not given again", c->next_id);
+        }
         c->restoring = false;
         core_store_restore_envs_done(c);
         core_store_settle(c);

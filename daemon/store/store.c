@@ -21,6 +21,7 @@
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/cpus.h"
@@ -81,6 +82,7 @@ struct store {
         bool backlog_dropping;          /* records were dropped: logged once */
         size_t valid_len;               /* store_open(): intact part of the log read */
         bool log_new;                   /* store_open(): the log had no magic yet */
+        bool damaged;                   /* store_open(): a record before the log's end did not check out */
         bool log_ours;                  /* store_start() wrote the log: its header is of this format */
 
         /* Shared with the commit thread, under lock. */
@@ -892,6 +894,41 @@ static int store_lock_dir(struct store *s) {
         return 0;
 }
 
+/* Whether the @len bytes at @p, where the records stop checking out, are
+ * a record a crash cut short -- its header, or its length running past the
+ * end -- rather than a whole record that is damaged, with more after it. */
+static bool store_damage_is_torn_tail(const uint8_t *p, size_t len) {
+        uint32_t plen;
+
+        if (len < STORE_RECORD_HEADER_SIZE)
+                return true;
+        plen = (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
+        return plen > STORE_RECORD_MAX || len - STORE_RECORD_HEADER_SIZE < plen;
+}
+
+/* A copy of a damaged log, as "log.damaged.SECONDS", before the snapshot at
+ * start replaces it: what comes after the damage is lost to cmwqd, not to
+ * whoever wants to look.  Its name into @name. */
+static int store_keep_damaged(int dir_fd, const struct store_buf *image, char *name, size_t size) {
+        _cleanup_(closep) int fd = -1;
+        size_t off = 0;
+
+        snprintf(name, size, STORE_LOG_NAME ".damaged.%llu", (unsigned long long) time(NULL));
+        fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return -errno;
+        while (off < image->len) {
+                ssize_t k = write(fd, image->data + off, image->len - off);
+
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return k < 0 ? -errno : -EIO;
+                off += (size_t) k;
+        }
+        return fsync(fd) < 0 ? -errno : 0;
+}
+
 int store_open(const char *dir, store_record_cb replay, void *userdata, struct store **ret) {
         struct store *s;
         struct store_buf image = {};
@@ -953,10 +990,21 @@ int store_open(const char *dir, store_record_cb replay, void *userdata, struct s
                         r = log_error_errno(n, "Cannot recover the state from %s: %m", s->path);
                         goto fail;
                 }
-                if (valid < image.len)
-                        log_warning("The state log %s ends in %zu bytes of a torn or damaged record; "
+                if (valid < image.len && store_damage_is_torn_tail(image.data + valid, image.len - valid))
+                        log_warning("The state log %s ends in %zu bytes of a record torn by a crash; "
                                     "recovered the %d records before them",
                                     s->path, image.len - valid, n);
+                else if (valid < image.len) {
+                        char kept[64];
+
+                        s->damaged = true;
+                        if (store_keep_damaged(s->dir_fd, &image, kept, sizeof(kept)) < 0)
+                                snprintf(kept, sizeof(kept), "(could not be kept)");
+                        log_error("The state log %s is damaged %zu bytes into it, %zu bytes before its end (a "
+                                  "record that does not check out): recovered the %d records before the damage; "
+                                  "what came after it is lost.  The damaged log is kept as %s/%s",
+                                  s->path, valid, image.len - valid, n, s->dir, kept);
+                }
         }
         s->valid_len = n == 0 && image.len < STORE_MAGIC_SIZE ? 0 : valid;
         s->log_new = image.len < STORE_MAGIC_SIZE;
@@ -1086,4 +1134,8 @@ struct store *store_free(struct store *s) {
         free(s->path);
         free(s);
         return NULL;
+}
+
+bool store_damaged(const struct store *s) {
+        return s && s->damaged;
 }

@@ -90,6 +90,10 @@ typedef int (*store_snapshot_fn)(struct store_writer *w, void *userdata);
  * record in order.  A damaged tail is cut off (and logged).  The store takes
  * no records until store_start(). */
 int store_open(const char *dir, store_record_cb replay, void *userdata, struct store **ret);
+/* Whether store_open() found a damaged record before the log's end (not
+ * a tail a crash tore): the records after it are lost, and so is what they
+ * said of item ids given out (a copy of the log is kept). */
+bool store_damaged(const struct store *s);
 /* Rewrites the log as a snapshot (synchronously: this is start-up, before
  * any client) and starts the commit thread. */
 int store_start(struct store *s, struct event_base *base, store_snapshot_fn snapshot, void *userdata);
