@@ -244,7 +244,7 @@ void ctl_help(FILE *f) {
               "Exit status: 0 success, 1 cmwqd refused the request, 2 usage error,\n"
               "3 cannot connect or protocol error.  submit --wait and wait exit with the\n"
               "item's exit status, 128+N if a signal N killed it, 124 if it timed out,\n"
-              "125 if it was cancelled, 127 if it could not be started.\n"
+              "125 if it was cancelled or interrupted, 127 if it could not be started.\n"
               "\n"
               "See the cmwqctl(1) manual page for details.\n", f);
 }

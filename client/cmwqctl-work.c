@@ -48,7 +48,11 @@ static int item_finish(Context *ctx, const Cmwq__ItemInfo *item) {
                 print_daemon_message("", item->error ?: "unknown error");
                 break;
         case CTL_EXIT_ITEM_CANCELLED:
-                fprintf(stderr, "cmwqctl: item %" PRIu64 " was cancelled\n", item->id);
+                if (item->state == CMWQ__ITEM_STATE__STATE_INTERRUPTED)
+                        fprintf(stderr, "cmwqctl: item %" PRIu64 " was interrupted: it was running when cmwqd "
+                                "stopped, and its queue does not rerun such items\n", item->id);
+                else
+                        fprintf(stderr, "cmwqctl: item %" PRIu64 " was cancelled\n", item->id);
                 break;
         case CTL_EXIT_ITEM_TIMED_OUT:
                 fprintf(stderr, "cmwqctl: item %" PRIu64 " timed out\n", item->id);

@@ -175,6 +175,12 @@ START_TEST(test_sigkill_interrupts_and_reruns_per_policy) {
         free(text);
 
         assert_state(drop, "interrupted");
+        /* 125, as for a cancelled item, but not said to be one: nobody
+         * cancelled it. */
+        CTL(&d, &r, "wait", drop);
+        ck_assert_msg(r.status == 125 && strstr(r.err, "was interrupted") && !strstr(r.err, "cancelled"),
+                      "wait of an interrupted item: exit %d, %s", r.status, r.err);
+        ctl_result_free(&r);
         CTL(&d, &r, "wait", pending);
         ck_assert_int_eq(r.status, 0);
         ctl_result_free(&r);
