@@ -58,10 +58,10 @@ void client_workqueue_init(struct cmwq_workqueue *wq) {
 
 /* ---- the manager (reader) and the timer ---------------------------------- */
 
-/* Drops every pending item: nothing will grant them any more. */
-static void work_connection_lost(struct client_work *cw, int error) {
-        pthread_mutex_lock(&cw->lock);
-        cw->dead = error;
+/* Drops every pending item, and every item parked behind a running one:
+ * they will not run.  What waits for them (a flush, a cancel) is woken and
+ * finds them done.  Work lock held. */
+static void work_drop_pending_locked(struct client_work *cw) {
         for (unsigned i = 0; i < cw->nr_pools; i++) {
                 struct work_pool *p = &cw->pools[i];
 
@@ -84,11 +84,20 @@ static void work_connection_lost(struct client_work *cw, int error) {
                                 w->_nr_finished++;
                                 inflight_del_if_idle(w);
                         }
-                        if (p->cpu >= 0)        /* unbound threads need no daemon */
-                                thread_stop(cw, t);
                 }
         }
         pthread_cond_broadcast(&cw->done);
+}
+
+/* Nothing will grant the pending items any more. */
+static void work_connection_lost(struct client_work *cw, int error) {
+        pthread_mutex_lock(&cw->lock);
+        cw->dead = error;
+        work_drop_pending_locked(cw);
+        for (unsigned i = 0; i < cw->nr_pools; i++)
+                if (cw->pools[i].cpu >= 0)      /* unbound threads need no daemon */
+                        for (struct work_thread *t = cw->pools[i].threads; t; t = t->next)
+                                thread_stop(cw, t);
         pthread_cond_broadcast(&cw->timer_cond);
         pthread_mutex_unlock(&cw->lock);
 }
@@ -267,6 +276,10 @@ void client_work_stop(struct cmwq *c) {
 
         pthread_mutex_lock(&cw->lock);
         cw->stopping = true;
+        /* Pending items are dropped, as the header says; a running callback
+         * that waits for one (a flush) must not keep the join below waiting
+         * for ever. */
+        work_drop_pending_locked(cw);
         pthread_cond_broadcast(&cw->timer_cond);
         for (unsigned i = 0; i < cw->nr_slots; i++)
                 if (cw->threads[i])
@@ -555,15 +568,22 @@ static int flush_work_locked(struct client_work *cw, struct cmwq_work *work) {
                  * with the connection: "nothing to wait for" would claim
                  * it ran. */
                 return client_lost_error(cw->c, work_conn_error(cw));
+        else if (cw->stopping)
+                return client_lost_error(cw->c, -ECONNRESET);   /* the same, dropped by cmwq_disconnect() */
         else
                 return 0;
         cw->nr_done_waiters++;
-        while (work->_nr_finished < target && !(cw->dead && !(work->_state & WORK_RUNNING)))
+        /* Once the connection is lost or being closed (cmwq_disconnect()
+         * from another thread, this one a running callback), nothing that
+         * is not running will run. */
+        while (work->_nr_finished < target && !((cw->dead || cw->stopping) && !(work->_state & WORK_RUNNING)))
                 pthread_cond_wait(&cw->done, &cw->lock);
         cw->nr_done_waiters--;
         /* Instances dropped with the connection count as finished, but
          * they did not run: say so. */
-        return !cw->dead ? 1 : client_lost_error(cw->c, cw->dead);
+        if (cw->dead)
+                return client_lost_error(cw->c, cw->dead);
+        return cw->stopping ? client_lost_error(cw->c, -ECONNRESET) : 1;
 }
 
 int cmwq_flush_work(struct cmwq_work *work) {

@@ -2008,6 +2008,53 @@ START_TEST(test_a_callback_that_woke_unseen_still_reaches_cmwqd) {
 }
 END_TEST
 
+/* cmwq_disconnect() while a running callback flushes an item that waits
+ * behind another: pending items are dropped on disconnect (the header), so
+ * the flush ends -- with an error, as the item never ran -- and so does the
+ * disconnect.  Both waited for ever before. */
+struct disconnect_flush {
+        struct cmwq_work blocker, behind, flusher;
+        atomic_int behind_ran, flushed, flush_result;
+};
+
+static void disconnect_flush_block(struct cmwq_work *w) {
+        (void) w;
+        usleep(300000);
+}
+
+static void disconnect_flush_behind(struct cmwq_work *w) {
+        atomic_store(&cmwq_container_of(w, struct disconnect_flush, behind)->behind_ran, 1);
+}
+
+static void disconnect_flush_flush(struct cmwq_work *w) {
+        struct disconnect_flush *f = cmwq_container_of(w, struct disconnect_flush, flusher);
+
+        usleep(100000);         /* the disconnect has begun */
+        atomic_store(&f->flush_result, cmwq_flush_work(&f->behind));
+        atomic_store(&f->flushed, 1);
+}
+
+START_TEST(test_disconnect_while_a_callback_flushes_a_pending_item) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *ordered = cmwq_alloc_ordered_workqueue(c, "one-by-one", 0);
+        struct disconnect_flush f = {};
+
+        ck_assert_msg(ordered, "alloc: %s", cmwq_last_error());
+        CMWQ_WORK_INIT(&f.blocker, disconnect_flush_block);
+        CMWQ_WORK_INIT(&f.behind, disconnect_flush_behind);
+        CMWQ_WORK_INIT(&f.flusher, disconnect_flush_flush);
+        ck_assert(cmwq_queue_work(ordered, &f.blocker));
+        ck_assert(cmwq_queue_work(ordered, &f.behind));
+        ck_assert(cmwq_queue_work(cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND), &f.flusher));
+        usleep(50000);
+        cmwq_disconnect(c);
+        ck_assert_int_eq(atomic_load(&f.flushed), 1);
+        ck_assert_int_eq(atomic_load(&f.behind_ran), 0);
+        ck_assert_msg(atomic_load(&f.flush_result) < 0,
+                      "the flush of an item dropped unrun returned %d, as if it had run", atomic_load(&f.flush_result));
+}
+END_TEST
+
 /* ---- order, priority and destroy, as the kernel's ------------------------ */
 
 /* An item of an ordered queue queued again while it runs goes behind what
@@ -2403,6 +2450,7 @@ int main(void) {
         tcase_add_test(tc, test_a_preempted_callback_keeps_its_cpu);
         tcase_add_test(tc, test_kill_9_of_a_client_leaves_nothing_behind);
         tcase_add_test(tc, test_daemon_death_ends_a_waiting_flush);
+        tcase_add_test(tc, test_disconnect_while_a_callback_flushes_a_pending_item);
         tcase_add_test(tc, test_a_delay_past_the_clock_end_is_never);
         tcase_add_test(tc, test_bound_max_active_limits_callbacks_per_cpu);
         tcase_add_test(tc, test_cpu_intensive_callbacks_do_not_hold_back_their_cpu);

@@ -57,7 +57,8 @@ struct cmwq *cmwq_connect(const char *socket_path);
  * Close the connection and free it with every workqueue handle made from it.
  * Callback work items that are running finish first (this waits for them);
  * pending ones, delayed ones waiting for their timer included, are dropped
- * (never run), and the library's threads end.  The connection's work items
+ * (never run), and the library's threads end; a running callback that
+ * flushes or waits for a dropped one gets -ECONNRESET.  The connection's work items
  * must not be passed to this library afterwards until CMWQ_WORK_INIT() (or
  * CMWQ_DELAYED_WORK_INIT()) made them new.  Completions not
  * yet delivered are dropped without their callbacks being called.
