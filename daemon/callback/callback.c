@@ -132,7 +132,7 @@ static uint64_t callback_wait_end(struct sleepwatch_target *t, void *userdata) {
 /* A thread may leave entries unrung for cmwqd to find at its next switch
  * (proto/shm.h, lazy_doorbell) only while that switch comes soon and is
  * read within a few ms:
- *  - while its CPU is watched (@watched, sleepwatch_cpu_watched()).  Its
+ *  - while its CPU is watched (sleepwatch_cpu_watched()).  Its
  *    CPU goes unwatched once nothing there counts running and nothing
  *    waits, and a granted thread that blocked may then wake, push a demand
  *    for its CPU and give its grant back without anyone reading it; its
@@ -142,8 +142,9 @@ static uint64_t callback_wait_end(struct sleepwatch_target *t, void *userdata) {
  *    switch for as long as its item runs, and a demand it leaves for its
  *    CPU -- work it queued there, which may start at once -- would wait
  *    that long. */
-static void callback_worker_set_lazy(struct callback_worker *w, bool watched) {
-        bool lazy = w->lazy_allowed && watched && w->granted && !(w->granted->flags & WORKER_CPU_INTENSIVE);
+static void callback_worker_update_lazy(struct callback_worker *w) {
+        bool lazy = w->lazy_allowed && w->granted && !(w->granted->flags & WORKER_CPU_INTENSIVE) &&
+                    sleepwatch_cpu_watched(core_sleepwatch(w->client->registry->core), w->pool->cpu);
 
         if (lazy == w->lazy_doorbell)
                 return;
@@ -167,8 +168,7 @@ static int callback_execute(struct worker *pw, struct pool_work *work) {
         w->granted_cpu_usec = pw->cpu_baseline_usec;
         /* It waits for this grant asleep; from now on it runs. */
         sleepwatch_target_assume_running(w->target);
-        callback_worker_set_lazy(w, sleepwatch_cpu_watched(core_sleepwatch(w->client->registry->core),
-                                                           w->pool->cpu));
+        callback_worker_update_lazy(w);
         log_callback(w, "callback: thread %d (PID %d) granted CPU %d", (int) w->tid, (int) w->client->pid,
                      w->pool->cpu);
         /* A thread that demanded its CPU may still have been on its way
@@ -250,7 +250,7 @@ static void callback_cpu_intensive(struct worker *pw) {
 
         if (!w || w->granted != pw)
                 return;
-        callback_worker_set_lazy(w, sleepwatch_cpu_watched(core_sleepwatch(w->client->registry->core), w->pool->cpu));
+        callback_worker_update_lazy(w);
         if (!w->yield_sent)
                 callback_worker_ask_yield(w);
 }
@@ -536,10 +536,9 @@ static void callback_count_all(void *userdata) {
 }
 
 /* The granted threads of @cpu's pools may skip the doorbell, or no longer
- * (callback_worker_set_lazy()). */
+ * (callback_worker_update_lazy()). */
 static void callback_cpu_watch_changed(int cpu, void *userdata) {
         struct callback_registry *r = userdata;
-        bool watched = sleepwatch_cpu_watched(core_sleepwatch(r->core), cpu);
 
         for (int highpri = 0; highpri < 2; highpri++) {
                 struct pool *p = core_pool_for(r->core, cpu, highpri);
@@ -548,7 +547,7 @@ static void callback_cpu_watch_changed(int cpu, void *userdata) {
                 list_for_each_entry(pw, &p->busy_list, entry)
                         /* Not yet callback_execute()'s: it sets its own. */
                         if (pw->current && pw->current->ops == &callback_ops && pw->userdata)
-                                callback_worker_set_lazy(pw->userdata, watched);
+                                callback_worker_update_lazy(pw->userdata);
         }
 }
 

@@ -77,6 +77,21 @@ int store_record_append(struct store_buf *b, const CmwqStore__Record *rec) {
         return 0;
 }
 
+/* Whether the @left bytes at @p begin with a frame header whose record fits
+ * in them. */
+static bool record_fits(const uint8_t *p, size_t left) {
+        uint32_t plen;
+
+        if (left < STORE_RECORD_HEADER_SIZE)
+                return false;
+        plen = get_le32(p);
+        return plen <= STORE_RECORD_MAX && left - STORE_RECORD_HEADER_SIZE >= plen;
+}
+
+bool store_tail_is_torn(const uint8_t *data, size_t len, size_t valid) {
+        return !record_fits(data + valid, len - valid);
+}
+
 int store_scan(const uint8_t *data, size_t len, store_record_cb cb, void *userdata, size_t *ret_valid) {
         size_t off = STORE_MAGIC_SIZE;
         int n = 0, r;
@@ -90,11 +105,9 @@ int store_scan(const uint8_t *data, size_t len, store_record_cb cb, void *userda
                 uint32_t plen;
 
                 *ret_valid = off;
-                if (len - off < STORE_RECORD_HEADER_SIZE)
+                if (!record_fits(data + off, len - off))
                         break;
                 plen = get_le32(data + off);
-                if (plen > STORE_RECORD_MAX || len - off - STORE_RECORD_HEADER_SIZE < plen)
-                        break;
                 if (store_crc32(0, data + off + STORE_RECORD_HEADER_SIZE, plen) != get_le32(data + off + 4))
                         break;
                 rec = cmwq_store__record__unpack(NULL, plen, data + off + STORE_RECORD_HEADER_SIZE);

@@ -894,38 +894,20 @@ static int store_lock_dir(struct store *s) {
         return 0;
 }
 
-/* Whether the @len bytes at @p, where the records stop checking out, are
- * a record a crash cut short -- its header, or its length running past the
- * end -- rather than a whole record that is damaged, with more after it. */
-static bool store_damage_is_torn_tail(const uint8_t *p, size_t len) {
-        uint32_t plen;
-
-        if (len < STORE_RECORD_HEADER_SIZE)
-                return true;
-        plen = (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
-        return plen > STORE_RECORD_MAX || len - STORE_RECORD_HEADER_SIZE < plen;
-}
-
 /* A copy of a damaged log, as "log.damaged.SECONDS", before the snapshot at
  * start replaces it: what comes after the damage is lost to cmwqd, not to
  * whoever wants to look.  Its name into @name. */
 static int store_keep_damaged(int dir_fd, const struct store_buf *image, char *name, size_t size) {
         _cleanup_(closep) int fd = -1;
-        size_t off = 0;
+        int r;
 
         snprintf(name, size, STORE_LOG_NAME ".damaged.%llu", (unsigned long long) time(NULL));
         fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
                 return -errno;
-        while (off < image->len) {
-                ssize_t k = write(fd, image->data + off, image->len - off);
-
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        return k < 0 ? -errno : -EIO;
-                off += (size_t) k;
-        }
+        r = write_all(fd, image->data, image->len);
+        if (r < 0)
+                return r;
         return fsync(fd) < 0 ? -errno : 0;
 }
 
@@ -990,7 +972,7 @@ int store_open(const char *dir, store_record_cb replay, void *userdata, struct s
                         r = log_error_errno(n, "Cannot recover the state from %s: %m", s->path);
                         goto fail;
                 }
-                if (valid < image.len && store_damage_is_torn_tail(image.data + valid, image.len - valid))
+                if (valid < image.len && store_tail_is_torn(image.data, image.len, valid))
                         log_warning("The state log %s ends in %zu bytes of a record torn by a crash; "
                                     "recovered the %d records before them",
                                     s->path, image.len - valid, n);
