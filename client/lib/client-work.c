@@ -72,7 +72,7 @@ static void work_drop_pending_locked(struct client_work *cw) {
                         w->_state &= ~WORK_PENDING;
                         w->_nr_started++;
                         w->_nr_finished++;
-                        inflight_del_if_idle(w);
+                        inflight_del(w);
                 }
                 for (struct work_thread *t = p->threads; t; t = t->next) {
                         while (!wlist_empty(&t->scheduled)) {
@@ -82,7 +82,7 @@ static void work_drop_pending_locked(struct client_work *cw) {
                                 w->_state &= ~WORK_PENDING;
                                 w->_nr_started++;
                                 w->_nr_finished++;
-                                inflight_del_if_idle(w);
+                                inflight_del(w);
                         }
                 }
         }
@@ -375,7 +375,7 @@ static bool may_queue(struct cmwq_workqueue *wq, struct cmwq_work *w) {
         if (w->_state & (WORK_PENDING | WORK_TIMER | WORK_CANCELING))
                 return false;
         if ((wq->cb_draining || wq->cb_destroyed) &&
-            !(work_self && work_self->current && work_self->current->_wq == wq))
+            !(work_self && work_self->current && work_self->current_wq == wq))
                 return false;
         return true;
 }
@@ -478,7 +478,7 @@ static bool cancel_locked(struct client_work *cw, struct cmwq_work *w) {
         else if (w->_state & WORK_PENDING) {
                 wlist_del(w);
                 w->_state &= ~WORK_PENDING;
-                inflight_del_if_idle(w);
+                inflight_del(w);
                 flushers_instance_done(cw, w->_wq, w->_queued_seq);
         } else
                 return false;
@@ -630,19 +630,25 @@ bool cmwq_delayed_work_pending(const struct cmwq_delayed_work *dwork) {
         return cmwq_work_pending(&dwork->work);
 }
 
-/* Whether an item queued up to @seq is still pending or running on @wq. */
 /* The instances of @wq queued up to @seq that have not finished: a pending
- * one, a running one, or both for an item queued again while it runs. */
-static uint64_t flush_count(struct cmwq_workqueue *wq, uint64_t seq) {
+ * one, a running one, or both for an item queued again while it runs (on
+ * this queue or another). */
+static uint64_t flush_count(struct client_work *cw, struct cmwq_workqueue *wq, uint64_t seq) {
         uint64_t n = 0;
 
-        for (struct cmwq_work *w = wq->inflight._inext; w != &wq->inflight; w = w->_inext) {
-                if ((w->_state & WORK_PENDING) && w->_queued_seq <= seq)
+        for (struct cmwq_work *w = wq->inflight._inext; w != &wq->inflight; w = w->_inext)
+                if (w->_queued_seq <= seq)
                         n++;
-                if ((w->_state & WORK_RUNNING) && w->_running_seq <= seq)
-                        n++;
-        }
+        for (unsigned i = 0; i < cw->nr_pools; i++)
+                for (const struct work_thread *t = cw->pools[i].threads; t; t = t->next)
+                        if (t->current && t->current_wq == wq && t->current_seq <= seq)
+                                n++;
         return n;
+}
+
+/* Whether @wq has an instance pending or running. */
+static bool wq_busy(const struct cmwq_workqueue *wq) {
+        return wq->inflight._inext != &wq->inflight || wq->cb_active > 0;
 }
 
 /* The end of a flush or destroy of @wq, as one of cw->nr_done_waiters:
@@ -669,14 +675,14 @@ int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain) {
         if (drain) {
                 wq->cb_draining = true;
                 cw->nr_done_waiters++;
-                while (wq->inflight._inext != &wq->inflight && !cw->dead)
+                while (wq_busy(wq) && !cw->dead)
                         pthread_cond_wait(&cw->done, &cw->lock);
                 cw->nr_done_waiters--;
                 wq->cb_draining = false;
         } else {
                 struct client_flusher f = { .next = wq->cb_flushers, .seq = wq->cb_seq };
 
-                f.remaining = flush_count(wq, f.seq);
+                f.remaining = flush_count(cw, wq, f.seq);
                 wq->cb_flushers = &f;
                 while (f.remaining > 0 && !cw->dead)
                         pthread_cond_wait(&cw->done, &cw->lock);
@@ -724,7 +730,7 @@ int client_workqueue_destroy_callbacks(struct cmwq_workqueue *wq) {
         wq->cb_destroyed = true;
         fire_timers_of(cw, wq);
         cw->nr_done_waiters++;
-        while (wq->inflight._inext != &wq->inflight && !cw->dead)
+        while (wq_busy(wq) && !cw->dead)
                 pthread_cond_wait(&cw->done, &cw->lock);
         /* What is still pending was dropped with the connection. */
         return wait_running_unlock(cw, wq);

@@ -28,7 +28,7 @@
 #define WORK_TIMER (1u << 1)            /* delayed: on the timer list */
 #define WORK_RUNNING (1u << 2)
 #define WORK_CANCELING (1u << 3)
-#define WORK_INFLIGHT (1u << 4)         /* on its queue's in-flight list */
+#define WORK_INFLIGHT (1u << 4)         /* pending: on its queue's in-flight list */
 
 #define WORK_THREADS_MAX CMWQ_SHM_SLOTS        /* a thread's index is its slot */
 #define WORK_UNBOUND_THREADS_MAX 512u
@@ -81,6 +81,11 @@ struct work_thread {
         enum thread_state state;        /* work lock */
         struct cmwq_work scheduled;     /* sentinel: parked behind current */
         struct cmwq_work *current;
+        /* The queue @current runs for, and its place there (the kernel's
+         * worker->current_pwq): not current->_wq, which names the queue of
+         * its next instance once it is queued again, maybe on another. */
+        struct cmwq_workqueue *current_wq;
+        uint64_t current_seq;
         struct work_thread *next;       /* pool's threads */
         /* Its own lock: how an unbound thread is started and any thread stopped. */
         pthread_mutex_t lock;
@@ -187,9 +192,10 @@ static inline void wlist_del(struct cmwq_work *w) {
         w->_next = w->_prev = NULL;
 }
 
+/* A queue's in-flight list holds its pending instances; its running ones
+ * are its threads' (current_wq).  An item is pending on one queue at most,
+ * so one link will do, even while it runs for another queue. */
 static inline void inflight_add(struct cmwq_workqueue *wq, struct cmwq_work *w) {
-        if (w->_state & WORK_INFLIGHT)
-                return;
         w->_state |= WORK_INFLIGHT;
         w->_iprev = wq->inflight._iprev;
         w->_inext = &wq->inflight;
@@ -197,8 +203,9 @@ static inline void inflight_add(struct cmwq_workqueue *wq, struct cmwq_work *w) 
         wq->inflight._iprev = w;
 }
 
-static inline void inflight_del_if_idle(struct cmwq_work *w) {
-        if (!(w->_state & WORK_INFLIGHT) || (w->_state & (WORK_PENDING | WORK_RUNNING)))
+/* @w is no longer pending: it starts, or is taken back or dropped. */
+static inline void inflight_del(struct cmwq_work *w) {
+        if (!(w->_state & WORK_INFLIGHT))
                 return;
         w->_state &= ~WORK_INFLIGHT;
         w->_iprev->_inext = w->_inext;

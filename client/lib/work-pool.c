@@ -128,7 +128,7 @@ static unsigned work_pool_active_of(const struct work_pool *p, const struct cmwq
         unsigned n = 0;
 
         for (const struct work_thread *t = p->threads; t; t = t->next)
-                if (t->current && t->current->_wq == wq)
+                if (t->current && t->current_wq == wq)
                         n++;
         return n;
 }
@@ -212,7 +212,7 @@ static bool work_unbound_too_many(const struct client_work *cw, const struct wor
         if (!contended)
                 return false;
         for (const struct work_thread *t = p->threads; t; t = t->next)
-                if (t->current && t->current->_wq->cb_credits <= 0)
+                if (t->current && t->current_wq->cb_credits <= 0)
                         usable++;
         for (const struct cmwq_work *w = p->pending._next; w != &p->pending; w = w->_next)
                 if (w->_wq->cb_credits <= 0)
@@ -470,11 +470,14 @@ static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_w
 
         w->_state &= ~WORK_PENDING;
         w->_state |= WORK_RUNNING;
+        inflight_del(w);
         w->_running = t;
         w->_running_seq = w->_queued_seq;
         w->_nr_started++;
         wq->cb_active++;
         t->current = w;
+        t->current_wq = wq;
+        t->current_seq = w->_queued_seq;
         pthread_mutex_unlock(&cw->lock);
 
         /* The completion records cmwqd reads: this thread's alone. */
@@ -496,8 +499,8 @@ static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_w
         w->_nr_finished++;
         w->_running = NULL;
         w->_state &= ~WORK_RUNNING;
-        inflight_del_if_idle(w);
-        flushers_instance_done(cw, wq, w->_running_seq);
+        t->current_wq = NULL;
+        flushers_instance_done(cw, wq, t->current_seq);
         /* Only for a thread that waits on this item or on the queue's
          * emptiness: a flush of the queue is told above, once. */
         if (cw->nr_done_waiters > 0)

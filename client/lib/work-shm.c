@@ -111,9 +111,9 @@ void work_freeze_answer_locked(struct client_work *cw) {
         if (notice == 0 || notice == cw->freeze_answered || !cw->shm)
                 return;
         for (unsigned i = 0; i < cw->nr_slots; i++) {
-                struct cmwq_work *w = cw->threads[i] ? cw->threads[i]->current : NULL;
+                const struct work_thread *t = cw->threads[i];
 
-                if (w && wq_frozen(w->_wq))
+                if (t && t->current && wq_frozen(t->current_wq))
                         return;         /* answered when it returns */
         }
         work_ring_push(cw, CMWQ_SHM_OP_FREEZE_ACK, notice & CMWQ_SHM_SEQ_MASK, NULL);

@@ -441,6 +441,43 @@ START_TEST(test_cancel_work_sync_waits_for_a_running_item) {
 }
 END_TEST
 
+/* An item that runs for one queue and is queued on another is in flight on
+ * both: a flush of the second waits for the instance queued there, and so
+ * does its destruction.  Both once looked only at the queue the item ran
+ * for: the flush returned at once, and the destroyed queue's handle was
+ * used when the instance queued on it was taken (a use after free). */
+START_TEST(test_an_item_running_for_one_queue_and_queued_on_another_counts_on_both) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *a = cmwq_alloc_workqueue(c, "inflight-a", 0, 0);
+
+        ck_assert_ptr_nonnull(a);
+        for (int destroy = 0; destroy < 2; destroy++) {
+                struct cmwq_workqueue *b = cmwq_alloc_workqueue(c, "inflight-b", 0, 0);
+                struct gated_work g;
+                pthread_t th;
+
+                ck_assert_ptr_nonnull(b);
+                gate_init(&g);
+                ck_assert(cmwq_queue_work_on(0, a, &g.work));
+                wait_until(&g.started, 1);
+                ck_assert(cmwq_queue_work_on(0, b, &g.work));
+                ck_assert_int_eq(pthread_create(&th, NULL, open_later, &g), 0);
+                if (destroy)
+                        ck_assert_int_eq(cmwq_destroy_workqueue(b), 0);
+                else
+                        ck_assert_int_eq(cmwq_flush_workqueue(b), 0);
+                int finished = atomic_load(&g.finished);
+
+                ck_assert_int_eq(finished, 2);
+                pthread_join(th, NULL);
+                if (!destroy)
+                        ck_assert_int_eq(cmwq_destroy_workqueue(b), 0);
+        }
+        ck_assert_int_eq(cmwq_destroy_workqueue(a), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 /* ---- delayed work ---------------------------------------------------------- */
 
 struct timed_work {
@@ -2445,6 +2482,7 @@ int main(void) {
         tcase_add_test(tc, test_system_unbound_runs_more_than_the_default_at_once);
         tcase_add_test(tc, test_flush_workqueue_waits_for_earlier_items_only);
         tcase_add_test(tc, test_cancel_work_sync_waits_for_a_running_item);
+        tcase_add_test(tc, test_an_item_running_for_one_queue_and_queued_on_another_counts_on_both);
         tcase_add_test(tc, test_delayed_work_fires_not_before_its_time);
         tcase_add_test(tc, test_two_clients_share_a_cpu);
         tcase_add_test(tc, test_a_preempted_callback_keeps_its_cpu);

@@ -305,7 +305,10 @@ struct cmwq_delayed_work {
  * threads queueing it; a work item may queue itself again from its own
  * function (it is no longer pending once its function has started), and
  * then goes behind the items queued on that CPU's pool (or the queue, if
- * unbound) before it.  Items of a bound queue run on a worker pinned to
+ * unbound) before it.  Running for one queue, it may be queued on another
+ * of the same connection (the kernel allows it, without non-reentrancy):
+ * it waits until the running instance returns and then runs on that
+ * thread, and the other queue's flush, drain and destroy wait for it.  Items of a bound queue run on a worker pinned to
  * their CPU, which counts toward that CPU's concurrency level in cmwqd
  * together with the exec items and the callbacks of every other client
  * there: while one runs without blocking, nothing else of that CPU's pool
