@@ -61,30 +61,25 @@ void client_workqueue_init(struct cmwq_workqueue *wq) {
 /* Drops every pending item, and every item parked behind a running one:
  * they will not run.  What waits for them (a flush, a cancel) is woken and
  * finds them done.  Work lock held. */
+static void drop_pending_locked(struct client_work *cw, struct cmwq_work *w) {
+        wlist_del(w);
+        w->_state &= ~WORK_PENDING;
+        w->_nr_started++;
+        w->_nr_finished++;
+        inflight_del(w);
+        flushers_instance_done(cw, w->_wq, w->_queued_seq);
+}
+
 static void work_drop_pending_locked(struct client_work *cw) {
         for (unsigned i = 0; i < cw->nr_pools; i++) {
                 struct work_pool *p = &cw->pools[i];
 
                 while (!wlist_empty(&p->pending)) {
-                        struct cmwq_work *w = p->pending._next;
-
-                        wlist_del(w);
-                        w->_state &= ~WORK_PENDING;
-                        w->_nr_started++;
-                        w->_nr_finished++;
-                        inflight_del(w);
+                        drop_pending_locked(cw, p->pending._next);
                 }
-                for (struct work_thread *t = p->threads; t; t = t->next) {
-                        while (!wlist_empty(&t->scheduled)) {
-                                struct cmwq_work *w = t->scheduled._next;
-
-                                wlist_del(w);
-                                w->_state &= ~WORK_PENDING;
-                                w->_nr_started++;
-                                w->_nr_finished++;
-                                inflight_del(w);
-                        }
-                }
+                for (struct work_thread *t = p->threads; t; t = t->next)
+                        while (!wlist_empty(&t->scheduled))
+                                drop_pending_locked(cw, t->scheduled._next);
         }
         pthread_cond_broadcast(&cw->done);
 }
@@ -605,7 +600,9 @@ int cmwq_flush_delayed_work(struct cmwq_delayed_work *dwork) {
         if (!cw)
                 return 0;
         pthread_mutex_lock(&cw->lock);
-        if (dwork->work._state & WORK_TIMER) {
+        if ((dwork->work._state & WORK_TIMER) && (work_conn_dead(cw) || cw->stopping))
+                (void) cancel_locked(cw, &dwork->work);         /* nothing would run it */
+        else if (dwork->work._state & WORK_TIMER) {
                 timers_del(dwork);
                 queue_locked(cw, dwork->_twq, &dwork->work, dwork->_tcpu);
         }
@@ -662,8 +659,27 @@ static int wait_running_unlock(struct client_work *cw, struct cmwq_workqueue *wq
         cw->nr_done_waiters--;
         if (cw->dead)
                 r = client_lost_error(cw->c, cw->dead);
+        else if (cw->stopping)
+                r = client_lost_error(cw->c, -ECONNRESET);      /* pending ones were dropped */
         pthread_mutex_unlock(&cw->lock);
         return r;
+}
+
+/* Whether the calling thread is a callback that a wait for @wq would wait
+ * for: one of @wq's (its running instance counts), or one whose own item
+ * is queued on @wq again (that instance runs after it, on its thread:
+ * thread_take()).  Work lock held. */
+static bool wq_waits_for_caller(const struct cmwq_workqueue *wq) {
+        const struct work_thread *t = work_self;
+
+        if (!t || !t->current)
+                return false;
+        return t->current_wq == wq || ((t->current->_state & WORK_PENDING) && t->current->_wq == wq);
+}
+
+static int waits_for_caller_error(struct client_work *cw, const struct cmwq_workqueue *wq) {
+        pthread_mutex_unlock(&cw->lock);
+        return client_error(-EDEADLK, "%s would wait for the calling work item", wq->name);
 }
 
 int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain) {
@@ -672,6 +688,8 @@ int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain) {
         if (!cw)
                 return 0;       /* no callback was ever queued */
         pthread_mutex_lock(&cw->lock);
+        if (wq_waits_for_caller(wq))
+                return waits_for_caller_error(cw, wq);
         if (drain) {
                 wq->cb_draining = true;
                 cw->nr_done_waiters++;
@@ -706,7 +724,7 @@ static void fire_timers_of(struct client_work *cw, struct cmwq_workqueue *wq) {
                 next = dw->_tnext;
                 if (dw->_twq != wq)
                         continue;
-                if (cw->dead)
+                if (work_conn_dead(cw) || cw->stopping)
                         (void) cancel_locked(cw, &dw->work);
                 else {
                         timers_del(dw);
@@ -727,6 +745,8 @@ int client_workqueue_destroy_callbacks(struct cmwq_workqueue *wq) {
         if (!cw)
                 return 0;       /* no callback was ever queued */
         pthread_mutex_lock(&cw->lock);
+        if (wq_waits_for_caller(wq))
+                return waits_for_caller_error(cw, wq);
         wq->cb_destroyed = true;
         fire_timers_of(cw, wq);
         cw->nr_done_waiters++;

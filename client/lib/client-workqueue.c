@@ -154,7 +154,9 @@ int cmwq_destroy_workqueue(struct cmwq_workqueue *wq) {
                 return client_error(-EPERM, "%s is a built-in workqueue and cannot be destroyed", wq->name);
         /* Like the kernel's destroy_workqueue(): drain first, delayed work
          * waiting for its timer included (it runs now). */
-        (void) client_workqueue_destroy_callbacks(wq);
+        r = client_workqueue_destroy_callbacks(wq);
+        if (r == -EDEADLK)
+                return r;       /* nothing was done: the handle stays */
         r = workqueue_call(wq, CMWQ__REQUEST__BODY_DESTROY, "cannot destroy the workqueue");
         workqueue_handle_free(wq);
         return r;

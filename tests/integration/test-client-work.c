@@ -478,6 +478,142 @@ START_TEST(test_an_item_running_for_one_queue_and_queued_on_another_counts_on_bo
 }
 END_TEST
 
+/* A callback that waits for a queue holding its own item's next instance
+ * would wait for itself: that instance runs after it, on its thread.  So
+ * would one of the queue's own callbacks.  Flush, drain and destroy say so
+ * at once (a flush of the other queue once hung for ever), and a refused
+ * destroy leaves the queue and its handle as they were. */
+struct self_waiter {
+        struct cmwq_work work;
+        struct cmwq_workqueue *own, *other;
+        atomic_int runs;
+        int flush_other, drain_other, destroy_other, flush_own, drain_own;
+};
+
+static void self_waiter_fn(struct cmwq_work *w) {
+        struct self_waiter *s = cmwq_container_of(w, struct self_waiter, work);
+
+        if (atomic_fetch_add(&s->runs, 1) > 0)
+                return;
+        s->flush_own = cmwq_flush_workqueue(s->own);
+        s->drain_own = cmwq_drain_workqueue(s->own);
+        ck_assert(cmwq_queue_work(s->other, w));
+        s->flush_other = cmwq_flush_workqueue(s->other);
+        s->drain_other = cmwq_drain_workqueue(s->other);
+        s->destroy_other = cmwq_destroy_workqueue(s->other);
+}
+
+START_TEST(test_waiting_for_a_queue_that_waits_for_the_caller_is_refused) {
+        struct cmwq *c = connect_ok(&d);
+        struct self_waiter s = { .own = cmwq_alloc_workqueue(c, "waiter-own", 0, 0) };
+
+        s.other = cmwq_alloc_workqueue(c, "waiter-other", CMWQ_WQ_UNBOUND, 0);
+        ck_assert_ptr_nonnull(s.own);
+        ck_assert_ptr_nonnull(s.other);
+        CMWQ_WORK_INIT(&s.work, self_waiter_fn);
+        ck_assert(cmwq_queue_work_on(0, s.own, &s.work));
+        ck_assert_int_eq(cmwq_flush_workqueue(s.own), 0);
+        ck_assert_int_eq(s.flush_own, -EDEADLK);
+        ck_assert_int_eq(s.drain_own, -EDEADLK);
+        ck_assert_int_eq(s.flush_other, -EDEADLK);
+        ck_assert_int_eq(s.drain_other, -EDEADLK);
+        ck_assert_int_eq(s.destroy_other, -EDEADLK);
+        /* The instance queued on the other queue runs there once the first
+         * returned, and the queue is still there to be destroyed. */
+        ck_assert_int_eq(cmwq_destroy_workqueue(s.other), 0);
+        int runs = atomic_load(&s.runs);
+
+        ck_assert_int_eq(runs, 2);
+        ck_assert_int_eq(cmwq_destroy_workqueue(s.own), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
+/* A flush of delayed work waiting for its timer, once the daemon is gone,
+ * drops it (nothing would run it) rather than queue it for good: it was
+ * left pending, refused any new queueing and, linked to its queue after
+ * that was destroyed, was written to through the freed handle when the
+ * connection was closed. */
+static void noop_fn(struct cmwq_work *w) {
+        (void) w;
+}
+
+START_TEST(test_flushing_delayed_work_after_the_daemon_died_drops_it) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *wq = cmwq_alloc_workqueue(c, "delayed-lost", 0, 0);
+        struct cmwq_delayed_work dw;
+        char rm[300];
+
+        ck_assert_ptr_nonnull(wq);
+        CMWQ_DELAYED_WORK_INIT(&dw, noop_fn);
+        ck_assert(cmwq_queue_delayed_work(wq, &dw, 60 * 1000000ULL));
+        kill(d.pid, SIGKILL);
+        waitpid(d.pid, NULL, 0);
+        d.pid = 0;
+        snprintf(rm, sizeof(rm), "rm -rf '%s'", d.dir);
+        ck_assert_int_eq(system(rm), 0);
+        for (int waited = 0; cmwq_flush_workqueue(wq) >= 0; waited += 10) {
+                ck_assert_msg(waited < 10000, "the library never saw the daemon go");
+                usleep(10000);
+        }
+        ck_assert_int_lt(cmwq_flush_delayed_work(&dw), 0);
+        ck_assert(!cmwq_delayed_work_pending(&dw));
+        ck_assert_int_lt(cmwq_destroy_workqueue(wq), 0);
+        cmwq_disconnect(c);
+        cmwqd_start(&d, NULL);
+}
+END_TEST
+
+/* cmwq_disconnect() while a callback waits in cmwq_flush_workqueue() for a
+ * pending item, which the disconnect drops: the flush ends once what runs
+ * has returned, and says the connection went.  It waited for the dropped
+ * item for ever, and the disconnect with it. */
+struct queue_flush_at_disconnect {
+        struct gated_work blocker;
+        struct cmwq_work behind, flusher;
+        struct cmwq_workqueue *ordered;
+        atomic_int flushing, result;
+};
+
+static void queue_flush_at_disconnect_fn(struct cmwq_work *w) {
+        struct queue_flush_at_disconnect *f = cmwq_container_of(w, struct queue_flush_at_disconnect, flusher);
+
+        atomic_store(&f->flushing, 1);
+        atomic_store(&f->result, cmwq_flush_workqueue(f->ordered));
+}
+
+static void *disconnect_main_fn(void *userdata) {
+        cmwq_disconnect(userdata);
+        return NULL;
+}
+
+START_TEST(test_disconnect_ends_a_callback_flushing_a_queue) {
+        struct cmwq *c = connect_ok(&d);
+        struct queue_flush_at_disconnect f = { .result = 1 };
+        pthread_t th;
+
+        f.ordered = cmwq_alloc_ordered_workqueue(c, "flushed-at-disconnect", 0);
+        ck_assert_ptr_nonnull(f.ordered);
+        gate_init(&f.blocker);
+        CMWQ_WORK_INIT(&f.behind, noop_fn);
+        CMWQ_WORK_INIT(&f.flusher, queue_flush_at_disconnect_fn);
+        ck_assert(cmwq_queue_work(f.ordered, &f.blocker.work));
+        ck_assert(cmwq_queue_work(f.ordered, &f.behind));
+        wait_until(&f.blocker.started, 1);
+        ck_assert(cmwq_queue_work(cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND), &f.flusher));
+        wait_until(&f.flushing, 1);
+        ck_assert_int_eq(pthread_create(&th, NULL, disconnect_main_fn, c), 0);
+        /* The disconnect drops the item behind the blocker meanwhile (or,
+         * later, the flush comes too late to wait for it: the same). */
+        usleep(200000);
+        gate_open(&f.blocker);
+        pthread_join(th, NULL);
+        int result = atomic_load(&f.result);
+
+        ck_assert_int_eq(result, -ECONNRESET);
+}
+END_TEST
+
 /* ---- delayed work ---------------------------------------------------------- */
 
 struct timed_work {
@@ -2483,6 +2619,9 @@ int main(void) {
         tcase_add_test(tc, test_flush_workqueue_waits_for_earlier_items_only);
         tcase_add_test(tc, test_cancel_work_sync_waits_for_a_running_item);
         tcase_add_test(tc, test_an_item_running_for_one_queue_and_queued_on_another_counts_on_both);
+        tcase_add_test(tc, test_waiting_for_a_queue_that_waits_for_the_caller_is_refused);
+        tcase_add_test(tc, test_flushing_delayed_work_after_the_daemon_died_drops_it);
+        tcase_add_test(tc, test_disconnect_ends_a_callback_flushing_a_queue);
         tcase_add_test(tc, test_delayed_work_fires_not_before_its_time);
         tcase_add_test(tc, test_two_clients_share_a_cpu);
         tcase_add_test(tc, test_a_preempted_callback_keeps_its_cpu);

@@ -195,11 +195,13 @@ const char *cmwq_workqueue_name(const struct cmwq_workqueue *wq);
  * cmwq_flush_delayed_work() would), and so does delayed work that the
  * queue's own items queue on it meanwhile; none of it runs later.  Exec
  * items queued with a delay_usec run at their time, and this waits for
- * them.  The handle is freed whatever the result: pass it to nothing after.
- * Must not race with other queueing on @wq, and must not be called from a
- * work item of @wq (it would wait for itself).  Returns 0, -EPERM (a
- * built-in queue, or not the caller's), -ENOENT (already gone),
- * -ECONNRESET (then pending callbacks were dropped, not run).
+ * them.  The handle is freed whatever the result but -EDEADLK: pass it to
+ * nothing after.  Must not race with other queueing on @wq.  Returns 0,
+ * -EPERM (a built-in queue, or not the caller's), -ENOENT (already gone),
+ * -ECONNRESET (then pending callbacks were dropped, not run), -EDEADLK
+ * (nothing done: called from a work item of @wq, or from one whose own
+ * item is queued on @wq again, which runs only after it returns; it would
+ * wait for itself).
  */
 int cmwq_destroy_workqueue(struct cmwq_workqueue *wq);
 
@@ -216,9 +218,10 @@ int cmwq_workqueue_set_max_active(struct cmwq_workqueue *wq, unsigned max_active
  * has finished.  Items queued after the call are not waited for, so a busy
  * queue cannot make this wait forever.  On a built-in queue, which every
  * user shares, only the caller's items are waited for (all of them for
- * root).  Returns 0, -ENOENT (the queue was
- * destroyed meanwhile), -EPERM, -ECONNRESET, -EINVAL (a NULL @wq).  Must not be called from a work
- * item of @wq.
+ * root).  Returns 0, -ENOENT (the queue was destroyed meanwhile), -EPERM,
+ * -ECONNRESET, -EINVAL (a NULL @wq), -EDEADLK (at once, when called from a
+ * work item of @wq or from one whose own item is queued on @wq again: it
+ * would wait for itself).
  */
 int cmwq_flush_workqueue(struct cmwq_workqueue *wq);
 
@@ -226,8 +229,7 @@ int cmwq_flush_workqueue(struct cmwq_workqueue *wq);
  * Wait until @wq is empty, including items that requeue themselves (a
  * callback queueing itself, an exec item exiting 75) while it drains; other
  * queueing on @wq fails meanwhile (cmwq_queue_work() returns false,
- * cmwq_exec() -EBUSY).  Returns as cmwq_flush_workqueue().  Must not be
- * called from a work item of @wq.
+ * cmwq_exec() -EBUSY).  Returns as cmwq_flush_workqueue(), -EDEADLK too.
  */
 int cmwq_drain_workqueue(struct cmwq_workqueue *wq);
 
