@@ -369,7 +369,7 @@ static void queue_locked(struct client_work *cw, struct cmwq_workqueue *wq, stru
 static bool may_queue(struct cmwq_workqueue *wq, struct cmwq_work *w) {
         if (w->_state & (WORK_PENDING | WORK_TIMER | WORK_CANCELING))
                 return false;
-        if ((wq->cb_draining || wq->cb_destroyed) &&
+        if ((__atomic_load_n(&wq->cb_draining, __ATOMIC_ACQUIRE) > 0 || wq->cb_destroyed) &&
             !(work_self && work_self->current && work_self->current_wq == wq))
                 return false;
         return true;
@@ -691,12 +691,10 @@ int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain) {
         if (wq_waits_for_caller(wq))
                 return waits_for_caller_error(cw, wq);
         if (drain) {
-                wq->cb_draining = true;
                 cw->nr_done_waiters++;
                 while (wq_busy(wq) && !cw->dead)
                         pthread_cond_wait(&cw->done, &cw->lock);
                 cw->nr_done_waiters--;
-                wq->cb_draining = false;
         } else {
                 struct client_flusher f = { .next = wq->cb_flushers, .seq = wq->cb_seq };
 
@@ -712,6 +710,15 @@ int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain) {
         }
         cw->nr_done_waiters++;
         return wait_running_unlock(cw, wq);
+}
+
+/* Begins (@hold) or ends a drain of @wq: queueing of callbacks on it is
+ * then its own items' only.  Atomic: the work state may not exist yet. */
+void client_workqueue_drain_hold(struct cmwq_workqueue *wq, bool hold) {
+        if (hold)
+                __atomic_add_fetch(&wq->cb_draining, 1, __ATOMIC_RELEASE);
+        else
+                __atomic_sub_fetch(&wq->cb_draining, 1, __ATOMIC_RELEASE);
 }
 
 /* Delayed work of @wq waiting for its timer is queued now, as by

@@ -190,8 +190,15 @@ int cmwq_drain_workqueue(struct cmwq_workqueue *wq) {
 
         if (!wq)
                 return client_error(-EINVAL, "no workqueue");
+        /* As the kernel's __WQ_DRAINING, for the whole call: the callbacks
+         * first, then cmwqd's exec items, then what the queue's own
+         * callbacks queued meanwhile. */
+        client_workqueue_drain_hold(wq, true);
         r = client_workqueue_flush_callbacks(wq, true);
-        if (r < 0)
-                return r;
-        return workqueue_call(wq, CMWQ__REQUEST__BODY_DRAIN, "cannot drain the workqueue");
+        if (r >= 0)
+                r = workqueue_call(wq, CMWQ__REQUEST__BODY_DRAIN, "cannot drain the workqueue");
+        if (r >= 0)
+                r = client_workqueue_flush_callbacks(wq, true);
+        client_workqueue_drain_hold(wq, false);
+        return r;
 }

@@ -51,7 +51,10 @@ struct cmwq_workqueue {
         uint64_t cb_seq;                /* queueings so far */
         unsigned cb_active;             /* running now (unbound max_active) */
         struct client_flusher *cb_flushers;     /* threads in cmwq_flush_workqueue() */
-        bool cb_draining;
+        /* cmwq_drain_workqueue() calls under way (atomic): only the queue's
+         * own items may queue callbacks on it meanwhile, through both the
+         * callbacks' phase and the exec items' (cmwqd's) phase. */
+        unsigned cb_draining;
         /* cmwq_destroy_workqueue() has begun: only its own items may queue
          * on it, and their delayed work is queued at once. */
         bool cb_destroyed;
@@ -135,6 +138,7 @@ void client_workqueue_init(struct cmwq_workqueue *wq);
 /* @wq's handle goes: the credits it holds go back to cmwqd (work-shm.c). */
 void client_workqueue_forget(struct cmwq_workqueue *wq);
 int client_workqueue_flush_callbacks(struct cmwq_workqueue *wq, bool drain);
+void client_workqueue_drain_hold(struct cmwq_workqueue *wq, bool hold);
 /* Drains @wq's callbacks for cmwq_destroy_workqueue(): its delayed work
  * runs now; nothing of it is left on a timer or pending list after. */
 int client_workqueue_destroy_callbacks(struct cmwq_workqueue *wq);

@@ -360,6 +360,77 @@ START_TEST(test_flush_and_destroy_wait_for_queued_items) {
 }
 END_TEST
 
+/* A drain holds for the whole call, as the kernel's __WQ_DRAINING: while
+ * cmwqd drains the queue's exec items, a callback queued from outside is
+ * refused too.  It was accepted once the callbacks' part was over, and the
+ * drain could return with it pending. */
+static void drain_noop(struct cmwq_work *w) {
+        (void) w;
+}
+
+struct drainer {
+        struct cmwq_workqueue *wq;
+        int r;
+};
+
+static void *drainer_main(void *userdata) {
+        struct drainer *dr = userdata;
+
+        __atomic_store_n(&dr->r, cmwq_drain_workqueue(dr->wq), __ATOMIC_RELEASE);
+        return NULL;
+}
+
+/* Whether cmwqd says workqueue @name drains. */
+static bool daemon_drains(const char *name) {
+        char *out = CTL_OK(&d, "--json", "list"), key[200];
+        const char *obj, *end;
+        bool draining;
+
+        snprintf(key, sizeof(key), "\"name\":\"%s\"", name);
+        obj = strstr(out, key);
+        ck_assert_msg(obj, "%s is not listed: %s", name, out);
+        end = strchr(obj, '}');
+        draining = end && memmem(obj, (size_t) (end - obj), "\"draining\":true", 15);
+        free(out);
+        return draining;
+}
+
+START_TEST(test_a_drain_refuses_outside_callbacks_while_exec_items_drain) {
+        struct cmwq *c = connect_ok(&d);
+        struct cmwq_workqueue *wq = cmwq_alloc_workqueue(c, "drained-both", 0, 0);
+        struct drainer dr = { .wq = wq, .r = 1 };
+        struct cmwq_work w;
+        char gate[400], cmd[600];
+        pthread_t th;
+
+        ck_assert_ptr_nonnull(wq);
+        test_path(&d, "drain.gate", gate, sizeof(gate));
+        snprintf(cmd, sizeof(cmd), "while [ ! -e %s ]; do sleep 0.02; done", gate);
+        ck_assert_int_eq(cmwq_exec(wq, &(struct cmwq_exec_args) { .argv = ARGV("/bin/sh", "-c", cmd) }, NULL), 0);
+        CMWQ_WORK_INIT(&w, drain_noop);
+        ck_assert(cmwq_queue_work(wq, &w));
+        ck_assert_int_ge(cmwq_flush_work(&w), 0);
+        ck_assert_int_eq(pthread_create(&th, NULL, drainer_main, &dr), 0);
+        for (int waited = 0; !daemon_drains("drained-both"); waited += 20) {
+                ck_assert_msg(waited < 30000, "cmwqd never drained the queue");
+                usleep(20000);
+        }
+        ck_assert_msg(!cmwq_queue_work(wq, &w), "a callback from outside was queued during the drain");
+        ck_assert_int_eq(__atomic_load_n(&dr.r, __ATOMIC_ACQUIRE), 1);       /* still draining */
+        FILE *f = fopen(gate, "w");
+
+        ck_assert_ptr_nonnull(f);
+        fclose(f);
+        pthread_join(th, NULL);
+        ck_assert_int_eq(dr.r, 0);
+        ck_assert(!cmwq_work_pending(&w));
+        /* Over: queueing is back. */
+        ck_assert(cmwq_queue_work(wq, &w));
+        ck_assert_int_eq(cmwq_destroy_workqueue(wq), 0);
+        cmwq_disconnect(c);
+}
+END_TEST
+
 struct sync_thread {
         struct cmwq_workqueue *wq;
         int index;
@@ -585,6 +656,7 @@ int main(void) {
         tcase_add_test(tc, test_exec_cancel_running_waits_for_it);
         tcase_add_test(tc, test_exec_async_from_an_event_loop);
         tcase_add_test(tc, test_flush_and_destroy_wait_for_queued_items);
+        tcase_add_test(tc, test_a_drain_refuses_outside_callbacks_while_exec_items_drain);
         tcase_add_test(tc, test_many_threads_share_a_connection);
         tcase_add_test(tc, test_daemon_death_ends_waiting_calls_then_reconnect);
         tcase_add_test(tc, test_an_interrupted_item_has_no_exit_status);
