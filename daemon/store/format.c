@@ -88,8 +88,51 @@ static bool record_fits(const uint8_t *p, size_t left) {
         return plen <= STORE_RECORD_MAX && left - STORE_RECORD_HEADER_SIZE >= plen;
 }
 
+/* Whether the @plen bytes of record at @p (its frame header first) check
+ * out and say something. */
+static bool record_checks_out(const uint8_t *p, uint32_t plen) {
+        CmwqStore__Record *rec;
+        bool ok;
+
+        if (plen == 0 || store_crc32(0, p + STORE_RECORD_HEADER_SIZE, plen) != get_le32(p + 4))
+                return false;
+        rec = cmwq_store__record__unpack(NULL, plen, p + STORE_RECORD_HEADER_SIZE);
+        ok = rec && rec->body_case != CMWQ_STORE__RECORD__BODY__NOT_SET;
+        if (rec)
+                cmwq_store__record__free_unpacked(rec, NULL);
+        return ok;
+}
+
+/* A crash tears the last write: a record cut short, with nothing whole
+ * after it, and never more than one record's worth.  So a frame header that
+ * says more than a record can hold, more bytes left than one record takes,
+ * or any record that checks out further on, is damage.  The search for one
+ * reads at most this many bytes of candidate records; past that it counts
+ * as damage, the side that keeps the log and skips ids. */
+#define STORE_TORN_SEARCH_MAX (64u * 1024u * 1024u)
+
 bool store_tail_is_torn(const uint8_t *data, size_t len, size_t valid) {
-        return !record_fits(data + valid, len - valid);
+        size_t left = len - valid;
+        uint64_t budget = STORE_TORN_SEARCH_MAX;
+
+        if (left < STORE_RECORD_HEADER_SIZE)
+                return true;
+        if (get_le32(data + valid) > STORE_RECORD_MAX || left > STORE_RECORD_HEADER_SIZE + STORE_RECORD_MAX ||
+            record_fits(data + valid, left))
+                return false;
+        for (size_t off = valid + 1; len - off >= STORE_RECORD_HEADER_SIZE; off++) {
+                uint32_t plen;
+
+                if (!record_fits(data + off, len - off))
+                        continue;
+                plen = get_le32(data + off);
+                if (plen > budget)
+                        return false;
+                budget -= plen;
+                if (record_checks_out(data + off, plen))
+                        return false;
+        }
+        return true;
 }
 
 int store_scan(const uint8_t *data, size_t len, store_record_cb cb, void *userdata, size_t *ret_valid) {

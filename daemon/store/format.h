@@ -53,7 +53,7 @@ int store_record_append(struct store_buf *b, const CmwqStore__Record *rec);
 typedef int (*store_record_cb)(const CmwqStore__Record *rec, void *userdata);
 int store_scan(const uint8_t *data, size_t len, store_record_cb cb, void *userdata, size_t *ret_valid);
 /* Where store_scan() stopped short of @len at @valid: whether that is a
- * record a crash cut short (its header, or its length running past the
- * end), rather than a whole record that does not check out, with more
- * after it. */
+ * record a crash cut short (its header, or a length that a record can have
+ * running past the end, with no record that checks out after it), rather
+ * than damage. */
 bool store_tail_is_torn(const uint8_t *data, size_t len, size_t valid);

@@ -894,21 +894,26 @@ static int store_lock_dir(struct store *s) {
         return 0;
 }
 
-/* A copy of a damaged log, as "log.damaged.SECONDS", before the snapshot at
- * start replaces it: what comes after the damage is lost to cmwqd, not to
- * whoever wants to look.  Its name into @name. */
-static int store_keep_damaged(int dir_fd, const struct store_buf *image, char *name, size_t size) {
-        _cleanup_(closep) int fd = -1;
-        int r;
+/* Keeps a damaged log as "log.damaged.SECONDS" before the snapshot at start
+ * replaces it: what comes after the damage is lost to cmwqd, not to whoever
+ * wants to look.  A second name for the same file, which takes no room on a
+ * full disk (a copy could fail half-written, and the log was then replaced
+ * all the same); the log is never cut while it is damaged.  Its name into
+ * @name. */
+static int store_keep_damaged(int dir_fd, char *name, size_t size) {
+        unsigned long long now = (unsigned long long) time(NULL);
 
-        snprintf(name, size, STORE_LOG_NAME ".damaged.%llu", (unsigned long long) time(NULL));
-        fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0)
-                return -errno;
-        r = write_all(fd, image->data, image->len);
-        if (r < 0)
-                return r;
-        return fsync(fd) < 0 ? -errno : 0;
+        for (unsigned k = 0;; k++) {
+                if (k == 0)
+                        snprintf(name, size, STORE_LOG_NAME ".damaged.%llu", now);
+                else
+                        snprintf(name, size, STORE_LOG_NAME ".damaged.%llu.%u", now, k);
+                if (linkat(dir_fd, STORE_LOG_NAME, dir_fd, name, 0) >= 0)
+                        break;
+                if (errno != EEXIST || k == 100)
+                        return -errno;
+        }
+        return fsync(dir_fd) < 0 ? -errno : 0;
 }
 
 int store_open(const char *dir, store_record_cb replay, void *userdata, struct store **ret) {
@@ -980,8 +985,14 @@ int store_open(const char *dir, store_record_cb replay, void *userdata, struct s
                         char kept[64];
 
                         s->damaged = true;
-                        if (store_keep_damaged(s->dir_fd, &image, kept, sizeof(kept)) < 0)
-                                snprintf(kept, sizeof(kept), "(could not be kept)");
+                        r = store_keep_damaged(s->dir_fd, kept, sizeof(kept));
+                        if (r < 0) {
+                                log_error_errno(r, "The state log %s is damaged %zu bytes into it, and cannot be "
+                                                   "kept as %s/%s before it is replaced (%m): move it away to "
+                                                   "start with what it holds before the damage",
+                                                s->path, valid, s->dir, kept);
+                                goto fail;
+                        }
                         log_error("The state log %s is damaged %zu bytes into it, %zu bytes before its end (a "
                                   "record that does not check out): recovered the %d records before the damage; "
                                   "what came after it is lost.  The damaged log is kept as %s/%s",
@@ -1035,6 +1046,13 @@ int store_start(struct store *s, struct event_base *base, store_snapshot_fn snap
                  * refuse changes until there is room (what stands in it
                  * stays valid; a damaged tail is cut off, which needs no
                  * room).  A log that had no magic yet gets it first. */
+                /* Not cut, nor written after: cmwqd could not read past
+                 * the damage, nor could anyone else in the copy kept. */
+                if (s->damaged)
+                        return log_error_errno(r, "The state directory %s is full and its log damaged: cannot "
+                                                  "write a new log beside the damaged one: free some room and "
+                                                  "start again: %m",
+                                               s->dir);
                 log_error_errno(r, "The state directory %s is full, cannot write a new log: "
                                    "serving the state recovered, refusing changes until there is room: %m",
                                 s->dir);

@@ -294,59 +294,84 @@ END_TEST
 /* A record damaged before the log's end -- a flipped byte, not a crash --
  * loses what comes after it to cmwqd (a record does not check out, and
  * what follows cannot be trusted), but not to the administrator: the log
- * is kept aside before the snapshot at start replaces it, and the error
- * says so.  And the ids given out after the damage are not given again:
- * 'cmwqctl wait ID' of a lost item must not report another item. */
+ * is kept aside, byte for byte, before the snapshot at start replaces it,
+ * and the error says so.  And the ids given out after the damage are not
+ * given again: 'cmwqctl wait ID' of a lost item must not report another
+ * item.  Three kinds of damage to the record before the last: its payload
+ * (the length fits, the checksum does not), its length made to run past
+ * the end (once taken for a crash's torn tail: the last record was lost
+ * without a word and its id given again), and a length no record can
+ * have. */
 START_TEST(test_a_damaged_record_keeps_the_log_aside_and_no_id_again) {
         enum { N = 4 };
-        char logp[400], kept[700], *ids[N], *image, *log, *after, *name;
-        size_t len, off, n_records = 0, offsets[64];
-        struct dirent *de;
-        DIR *dir;
+        static const struct { size_t at; unsigned char bit; const char *what; } damage[] = {
+                { 8, 0x5a, "a payload byte" },
+                { 2, 0x01, "the length, past the end" },
+                { 3, 0x40, "the length, past any record's" },
+        };
 
-        free(CTL_OK(&d, "create", "dmg"));
-        for (int k = 0; k < N; k++)
-                ids[k] = CTL_OK(&d, "submit", "dmg", "--delay", "3600", "--", "/bin/true");
-        cmwqd_kill(&d);
+        for (size_t round = 0; round < sizeof(damage) / sizeof(damage[0]); round++) {
+                char logp[400], kept[700], queue[32], *ids[N], *image, *log, *after, *name, *copy;
+                size_t len, off, n_records = 0, offsets[256];
+                struct dirent *de;
+                DIR *dir;
 
-        log_path(logp, sizeof(logp));
-        image = read_file(logp);
-        len = file_size(logp);
-        for (off = 8; off + 8 <= len && n_records < 64; off += 8 + le32((unsigned char *) image + off))
-                offsets[n_records++] = off;
-        ck_assert_uint_eq(off, len);
-        ck_assert_uint_ge(n_records, 3);
-        /* The first byte of the payload of the record before the last: its
-         * length still fits, its checksum no longer does. */
-        image[offsets[n_records - 2] + 8] ^= 0x5a;
-        write_file(logp, image, len);
+                snprintf(queue, sizeof(queue), "dmg%zu", round);
+                free(CTL_OK(&d, "create", queue));
+                for (int k = 0; k < N; k++)
+                        ids[k] = CTL_OK(&d, "submit", queue, "--delay", "3600", "--", "/bin/true");
+                cmwqd_kill(&d);
 
-        cmwqd_launch(&d, NULL);
-        log = read_file(d.log);
-        ck_assert_msg(strstr(log, "is damaged") && strstr(log, "The damaged log is kept as"),
-                      "the damage was not logged as such:\n%s", log);
-        free(log);
-        ck_assert_msg(!item_exists(ids[N - 1]), "a record after the damage was taken");
+                log_path(logp, sizeof(logp));
+                image = read_file(logp);
+                len = file_size(logp);
+                for (off = 8; off + 8 <= len && n_records < 256; off += 8 + le32((unsigned char *) image + off))
+                        offsets[n_records++] = off;
+                ck_assert_uint_eq(off, len);
+                ck_assert_uint_ge(n_records, 3);
+                image[offsets[n_records - 2] + damage[round].at] ^= (char) damage[round].bit;
+                write_file(logp, image, len);
 
-        dir = opendir(d.state_dir);
-        ck_assert_ptr_nonnull(dir);
-        name = NULL;
-        while ((de = readdir(dir)))
-                if (strncmp(de->d_name, "log.damaged.", 12) == 0)
-                        name = strdup(de->d_name);
-        closedir(dir);
-        ck_assert_msg(name, "no copy of the damaged log in %s", d.state_dir);
-        snprintf(kept, sizeof(kept), "%s/%s", d.state_dir, name);
-        ck_assert_uint_eq(file_size(kept), len);
-        free(name);
+                struct stat before;
+                size_t seen = stat(d.log, &before) == 0 ? (size_t) before.st_size : 0;
 
-        after = CTL_OK(&d, "submit", "dmg", "--delay", "3600", "--", "/bin/true");
-        ck_assert_msg(strtoull(after, NULL, 10) > strtoull(ids[N - 1], NULL, 10),
-                      "id %s given again after the damage (the last before it was %s)", after, ids[N - 1]);
-        free(after);
-        for (int k = 0; k < N; k++)
-                free(ids[k]);
-        free(image);
+                cmwqd_launch(&d, NULL);
+                log = read_file(d.log);
+                {
+                        /* This start's lines only. */
+                        const char *now = strlen(log) >= seen ? log + seen : log;
+
+                        ck_assert_msg(strstr(now, "is damaged") && strstr(now, "The damaged log is kept as"),
+                                      "damage to %s was not logged as such:\n%s", damage[round].what, now);
+                }
+                free(log);
+                ck_assert_msg(!item_exists(ids[N - 1]), "a record after the damage was taken");
+
+                dir = opendir(d.state_dir);
+                ck_assert_ptr_nonnull(dir);
+                name = NULL;
+                while ((de = readdir(dir)))
+                        if (strncmp(de->d_name, "log.damaged.", 12) == 0)
+                                name = strdup(de->d_name);
+                closedir(dir);
+                ck_assert_msg(name, "no copy of the log damaged in %s in %s", damage[round].what, d.state_dir);
+                snprintf(kept, sizeof(kept), "%s/%s", d.state_dir, name);
+                ck_assert_uint_eq(file_size(kept), len);
+                copy = read_file(kept);
+                ck_assert_msg(memcmp(copy, image, len) == 0, "the copy kept is not the damaged log");
+                free(copy);
+                ck_assert_int_eq(unlink(kept), 0);      /* the next round's is the only one */
+                free(name);
+
+                after = CTL_OK(&d, "submit", queue, "--delay", "3600", "--", "/bin/true");
+                ck_assert_msg(strtoull(after, NULL, 10) > strtoull(ids[N - 1], NULL, 10),
+                              "id %s given again after damage to %s (the last before it was %s)", after,
+                              damage[round].what, ids[N - 1]);
+                free(after);
+                for (int k = 0; k < N; k++)
+                        free(ids[k]);
+                free(image);
+        }
 }
 END_TEST
 
@@ -881,6 +906,8 @@ static void unfill(const char *dir) {
         ck_assert_int_eq(unlink(path), 0);
 }
 
+static int cmwqd_start_refused(const char *socket, const char *state_dir, const char *log_path);
+
 /* Fails unless the request failed at once, with the full state directory
  * named. */
 static void assert_full_error(struct ctl_result *r, const char *mnt, const char *what) {
@@ -962,8 +989,38 @@ START_TEST(test_full_state_dir_refuses_changes_and_recovers) {
         }
         ck_assert_msg(r.status == 0, "no change accepted after room came back: %s", r.err);
         ctl_result_free(&r);
-
         cmwqd_stop(&fd_);
+
+        /* A damaged log on a full disk: no start, and the log is not cut
+         * (it was cut to the damage, and a copy half-written). */
+        {
+                char logp[400], sock[400], refused_log[400], *image, *after;
+                size_t len, off, last = 0, before_last = 0;
+
+                snprintf(logp, sizeof(logp), "%s/log", mnt);
+                image = read_file(logp);
+                len = file_size(logp);
+                for (off = 8; off + 8 <= len; off += 8 + le32((unsigned char *) image + off)) {
+                        before_last = last;
+                        last = off;
+                }
+                ck_assert_uint_gt(before_last, 0);
+                image[before_last + 8] ^= 0x5a;
+                write_file(logp, image, len);
+                fill(mnt);
+                test_path(&d, "refused.sock", sock, sizeof(sock));
+                test_path(&d, "refused.log", refused_log, sizeof(refused_log));
+                ck_assert_int_ne(cmwqd_start_refused(sock, mnt, refused_log), 0);
+                log = read_file(refused_log);
+                ck_assert_msg(strstr(log, "is full and its log damaged"), "the refusal does not say why:\n%s", log);
+                free(log);
+                ck_assert_uint_eq(file_size(logp), len);
+                after = read_file(logp);
+                ck_assert_msg(memcmp(after, image, len) == 0, "the damaged log was changed");
+                free(after);
+                free(image);
+                unfill(mnt);
+        }
         small_tmpfs_remove(mnt);
 }
 END_TEST
@@ -1158,10 +1215,10 @@ START_TEST(test_crash_during_background_compaction) {
 }
 END_TEST
 
-/* Runs cmwqd on @socket and the state directory of d, its stderr to
- * @log_path, expecting it to exit at start-up: its exit status.  Fails the
- * test if it is still running after 15 s. */
-static int cmwqd_start_refused(const char *socket, const char *log_path) {
+/* Runs cmwqd on @socket and @state_dir, its stderr to @log_path, expecting
+ * it to exit at start-up: its exit status.  Fails the test if it is still
+ * running after 15 s. */
+static int cmwqd_start_refused(const char *socket, const char *state_dir, const char *log_path) {
         int status = 0;
         pid_t p = test_fork();
 
@@ -1172,7 +1229,7 @@ static int cmwqd_start_refused(const char *socket, const char *log_path) {
                         _exit(126);
                 setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/nonexistent/cmwq-test/system_bus_socket", 1);
                 execl(getenv("CMWQD"), getenv("CMWQD"), "--socket", socket, "--config", "/dev/null", "--state-dir",
-                      d.state_dir, (char *) NULL);
+                      state_dir, (char *) NULL);
                 _exit(127);
         }
         for (int waited = 0; waitpid(p, &status, WNOHANG) == 0; waited += 20) {
@@ -1201,7 +1258,7 @@ START_TEST(test_a_second_daemon_on_the_state_dir_refuses_to_start) {
         snprintf(second_socket, sizeof(second_socket), "%s/second.sock", d.dir);
         snprintf(second_log, sizeof(second_log), "%s/second.log", d.dir);
 
-        ck_assert_int_eq(cmwqd_start_refused(second_socket, second_log), 1);
+        ck_assert_int_eq(cmwqd_start_refused(second_socket, d.state_dir, second_log), 1);
         err = read_file(second_log);
         snprintf(pid, sizeof(pid), "(process %d)", (int) d.pid);
         ck_assert_msg(strstr(err, "is in use by another cmwqd") && strstr(err, pid),
@@ -1236,14 +1293,14 @@ START_TEST(test_a_state_dir_others_may_write_is_refused) {
         snprintf(refused_log, sizeof(refused_log), "%s/refused.log", d.dir);
 
         ck_assert_int_eq(chmod(d.state_dir, 0777), 0);
-        ck_assert_int_eq(cmwqd_start_refused(d.socket, refused_log), 1);
+        ck_assert_int_eq(cmwqd_start_refused(d.socket, d.state_dir, refused_log), 1);
         err = read_file(refused_log);
         ck_assert_msg(strstr(err, "may be written by others (mode 0777)"), "cmwqd did not say why:\n%s", err);
         free(err);
 
         ck_assert_int_eq(chmod(d.state_dir, 0700), 0);
         ck_assert_int_eq(chown(d.state_dir, 65534, 65534), 0);
-        ck_assert_int_eq(cmwqd_start_refused(d.socket, refused_log), 1);
+        ck_assert_int_eq(cmwqd_start_refused(d.socket, d.state_dir, refused_log), 1);
         err = read_file(refused_log);
         ck_assert_msg(strstr(err, "belongs to uid 65534"), "cmwqd did not say why:\n%s", err);
         free(err);
