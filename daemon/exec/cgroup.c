@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -275,6 +276,12 @@ static void cgroup_sweep_stale(int ownfd) {
                 sub = openat(ownfd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (sub < 0)
                         continue;
+                /* Its daemon holds it locked while it runs: the pid alone
+                 * does not say, from another PID namespace. */
+                if (flock(sub, LOCK_EX | LOCK_NB) < 0) {
+                        close(sub);
+                        continue;
+                }
                 (void) cgroup_dir_clear(sub, 0);
                 close(sub);
                 (void) unlinkat(ownfd, de->d_name, AT_REMOVEDIR);
@@ -289,7 +296,7 @@ static void cgroup_root_freep(struct cgroup_root **root) {
 int cgroup_root_new(struct cgroup_root **ret) {
         _cleanup_(cgroup_root_freep) struct cgroup_root *root = NULL;
         _cleanup_(freep) char *mountinfo = NULL, *self = NULL, *own = NULL;
-        _cleanup_(closep) int ownfd = -1;
+        _cleanup_(closep) int ownfd = -1, subfd = -1;
         char name[sizeof(CGROUP_SUBTREE_PREFIX) + 16];
         int r;
 
@@ -323,17 +330,23 @@ int cgroup_root_new(struct cgroup_root **ret) {
         list_init(&root->items);
 
         snprintf(name, sizeof(name), CGROUP_SUBTREE_PREFIX "%d", (int) getpid());
-        /* EEXIST: left by an earlier process with our pid; cleared below. */
+        /* EEXIST: left by an earlier process with our pid; cleared below,
+         * unless a daemon that runs holds it (our pid in another PID
+         * namespace): then it is not ours to clear. */
         if (mkdirat(ownfd, name, 0755) < 0 && errno != EEXIST)
                 return -errno;
+        subfd = openat(ownfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (subfd < 0)
+                return -errno;
+        if (flock(subfd, LOCK_EX | LOCK_NB) < 0)
+                return errno == EWOULDBLOCK ? -EBUSY : -errno;
         if (asprintf(&root->path, "%s/%s", own, name) < 0) {
                 (void) unlinkat(ownfd, name, AT_REMOVEDIR);
                 return -ENOMEM;
         }
-        /* From here on, cgroup_root_free() removes the directory. */
-        root->fd = openat(ownfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (root->fd < 0)
-                return -errno;
+        /* From here on, cgroup_root_free() removes the directory.  Its fd
+         * keeps the lock for the daemon's life. */
+        root->fd = TAKE_FD(subfd);
 
         /* cgroup.kill came with Linux 5.14; without it we could not stop an
          * escaped process reliably. */

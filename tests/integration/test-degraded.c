@@ -283,6 +283,66 @@ START_TEST(test_perf_refused_falls_back_to_proc) {
 }
 END_TEST
 
+/* A second cmwqd in another PID namespace, on the same cgroup: it cannot
+ * see our daemon's pid, and once took its item cgroups for a dead
+ * daemon's: it killed our running item and removed our subtree, and every
+ * item after failed to start.  Each daemon holds its subtree locked. */
+START_TEST(test_a_daemon_in_another_pid_namespace_leaves_our_items_alone) {
+        struct cmwqd other;
+        char wrapper[400], *id, *state;
+        struct stat st;
+        FILE *f;
+
+        cmwqd_start(&d, NULL);
+        ck_assert_msg(log_says("Items get their own cgroup under "), "no cgroup v2 subtree here; log:\n%s",
+                      read_file(d.log));
+        id = CTL_OK(&d, "submit", "system", "--", "/bin/sleep", "60");
+        for (int waited = 0;; waited += 20) {
+                state = item_state(id);
+                if (strcmp(state, "running") == 0)
+                        break;
+                ck_assert_msg(waited < 20000, "the item is %s", state);
+                free(state);
+                sleep_ms(20);
+        }
+        free(state);
+
+        test_path(&d, "other-pid-namespace", wrapper, sizeof(wrapper));
+        f = fopen(wrapper, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs("#!/bin/sh\nexec unshare --pid --fork --mount-proc --kill-child \"$@\"\n", f);
+        fclose(f);
+        ck_assert_int_eq(chmod(wrapper, 0755), 0);
+        setenv("CMWQD_WRAPPER", wrapper, 1);
+        cmwqd_start(&other, NULL);
+        unsetenv("CMWQD_WRAPPER");
+        {
+                char *log = read_file(other.log);
+
+                ck_assert_msg(strstr(log, "Items get their own cgroup under ") || strstr(log, "cgroup v2 not usable"),
+                              "the other daemon did not get to its cgroups; log:\n%s", log);
+                free(log);
+        }
+
+        state = item_state(id);
+        ck_assert_msg(strcmp(state, "running") == 0, "our item is %s after the other daemon started", state);
+        free(state);
+        {
+                char *log = read_file(d.log), *want = strstr(log, "Items get their own cgroup under ");
+                char path[300] = "";
+
+                ck_assert_ptr_nonnull(want);
+                sscanf(want + strlen("Items get their own cgroup under "), "%299s", path);
+                ck_assert_msg(stat(path, &st) == 0, "our subtree %s is gone: %s", path, strerror(errno));
+                free(log);
+        }
+        free(CTL_OK(&d, "cancel", id));
+        free(id);
+        cmwqd_kill(&other);
+        cmwqd_stop(&d);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("degraded");
         TCase *tc = tcase_create("degraded");
@@ -293,6 +353,7 @@ int main(void) {
         tcase_add_test(tc, test_fork_refused_retries_with_backoff);
         tcase_add_test(tc, test_mem_reclaim_progresses_through_its_rescuer);
         tcase_add_test(tc, test_perf_refused_falls_back_to_proc);
+        tcase_add_test(tc, test_a_daemon_in_another_pid_namespace_leaves_our_items_alone);
         suite_add_tcase(s, tc);
 
         sr = srunner_create(s);
