@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 
 struct pids_root {
         char *path;                     /* P/cmwq-pids-<pid> */
+        int lock_fd;                    /* of that directory, flock()ed while we run */
         struct list_head stale;         /* struct pids_item: released, not removed yet */
 };
 
@@ -141,6 +143,7 @@ static void sweep_stale(const char *parent) {
         while ((de = readdir(d))) {
                 char sub[PATH_MAX], *end;
                 long pid;
+                int lock_fd;
 
                 if (strncmp(de->d_name, "cmwq-pids-", 10) != 0)
                         continue;
@@ -148,7 +151,16 @@ static void sweep_stale(const char *parent) {
                 if (*end || pid <= 0 || (pid != (long) getpid() && (kill((pid_t) pid, 0) >= 0 || errno != ESRCH)))
                         continue;
                 snprintf(sub, sizeof(sub), "%s/%s", parent, de->d_name);
+                /* Its daemon holds it locked while it runs: the pid alone
+                 * does not say, from another PID namespace. */
+                lock_fd = open(sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
+                        if (lock_fd >= 0)
+                                close(lock_fd);
+                        continue;
+                }
                 remove_tree(sub);
+                close(lock_fd);
         }
         closedir(d);
 }
@@ -167,6 +179,7 @@ int pids_root_new(struct pids_root **ret) {
         root = calloc(1, sizeof(*root));
         if (!root)
                 return -ENOMEM;
+        root->lock_fd = -1;
         list_init(&root->stale);
         if (asprintf(&root->path, "%s%s%scmwq-pids-%d", mnt, own, own[strlen(own) - 1] == '/' ? "" : "/",
                      (int) getpid()) < 0) {
@@ -178,6 +191,18 @@ int pids_root_new(struct pids_root **ret) {
         root->path[strlen(root->path)] = '/';
         if (mkdir(root->path, 0755) < 0 && errno != EEXIST) {
                 r = -errno;
+                pids_root_free(root);
+                return r;
+        }
+        root->lock_fd = open(root->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (root->lock_fd < 0 || flock(root->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+                r = errno == EWOULDBLOCK ? -EBUSY : -errno;
+                if (r == -EBUSY) {
+                        /* A running daemon's with our pid number, in
+                         * another PID namespace: not ours to remove. */
+                        free(root->path);
+                        root->path = NULL;
+                }
                 pids_root_free(root);
                 return r;
         }
@@ -233,6 +258,8 @@ struct pids_root *pids_root_free(struct pids_root *root) {
                 pids_item_free(it);
         if (root->path)
                 (void) rmdir(root->path);
+        if (root->lock_fd >= 0)
+                close(root->lock_fd);
         free(root->path);
         free(root);
         return NULL;
