@@ -82,6 +82,7 @@ int ctl_parse(const CtlVerb *verb, int argc, char **argv, CtlArgs *ret, int *ret
         opterr = 0;
         for (;;) {
                 const CtlOption *o;
+                int at = optind > 0 ? optind : 1;       /* the argument getopt looks at */
 
                 c = getopt_long(argc, argv, shortopts, longopts, NULL);
                 if (c < 0) {
@@ -97,7 +98,7 @@ int ctl_parse(const CtlVerb *verb, int argc, char **argv, CtlArgs *ret, int *ret
                 }
                 o = option_by_value(lists, c);
                 if (!o)
-                        return option_error(name, c, argv);
+                        return option_error(name, c, argv, at);
                 ret->opt[o->id] = o->value ? optarg : "";
                 if (o->id == OPT_HELP || o->id == OPT_VERSION)
                         return 0;

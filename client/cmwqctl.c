@@ -91,8 +91,9 @@ int unexpected_reply(void) {
         return fail(CTL_EXIT_CONNECT, "unexpected reply from cmwqd (protocol error)");
 }
 
-int option_error(const char *verb, int c, char **argv) {
-        const char *sep = verb ? ": " : "", *arg = argv[optind - 1], *eq = strchr(arg, '=');
+int option_error(const char *verb, int c, char **argv, int at) {
+        const char *sep = verb ? ": " : "", *arg = optind == at ? argv[at] : argv[optind - 1];
+        const char *eq = strchr(arg, '=');
 
         verb = verb ?: "";
         if (c == ':')

@@ -31,7 +31,9 @@ int daemon_refused(const Cmwq__Response *resp);
 int unexpected_reply(void);
 
 /* Options and arguments.  These return 0 to go on, else the exit status. */
-int option_error(const char *verb, int c, char **argv);
+/* The usage error for getopt_long()'s @c; @at: optind before the call
+ * (getopt leaves it on a cluster of short options it has not finished). */
+int option_error(const char *verb, int c, char **argv, int at);
 int parse_name(const char *verb, const char *s, const char **ret);
 int parse_id(const char *verb, const char *s, uint64_t *ret);
 /* Seconds ("2", "0.5") into *@ret in us; over @max_usec is a usage error too. */

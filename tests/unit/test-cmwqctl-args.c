@@ -192,6 +192,10 @@ START_TEST(test_bad_command_lines) {
                 { { "--json=yes", "list", NULL },                               "option '--json' takes no value" },
                 { { "list", "--json=1", NULL },                                 "option '--json' takes no value" },
                 { { "--bogus=1", "list", NULL },                                "unknown option '--bogus=1'" },
+                /* Inside a cluster of short options: not the argument before. */
+                { { "--socket=/tmp/s", "-Zj", "list", NULL },                   "unknown option '-Z'" },
+                { { "--json", "-Zj", "list", NULL },                            "unknown option '-Z'" },
+                { { "list", "--socket=/tmp/s", "-Zj", NULL },                  "unknown option '-Z'" },
                 { { "submit", "q", "--delay", "2592001", "--", "/bin/true", NULL }, "over the limit of 30 days" },
                 { { "submit", "q", "--timeout", "99999999999", "--", "/bin/true", NULL }, "over the limit of 30 days" },
                 { { "submit", "q", "--key", "", "--", "/bin/true", NULL },      "--key must be 1-256 bytes" },
