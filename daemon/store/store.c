@@ -1044,10 +1044,11 @@ int store_start(struct store *s, struct event_base *base, store_snapshot_fn snap
         if (errno_is_full(r)) {
                 /* No room for a new log: serve what the old one holds and
                  * refuse changes until there is room (what stands in it
-                 * stays valid; a damaged tail is cut off, which needs no
-                 * room).  A log that had no magic yet gets it first. */
-                /* Not cut, nor written after: cmwqd could not read past
-                 * the damage, nor could anyone else in the copy kept. */
+                 * stays valid; a torn tail is cut off, which needs no
+                 * room).  A log that had no magic yet gets it first.  A
+                 * damaged log is neither cut nor written after: cmwqd could
+                 * not read past the damage, nor anyone else in the copy
+                 * kept (the same file). */
                 if (s->damaged)
                         return log_error_errno(r, "The state directory %s is full and its log damaged: cannot "
                                                   "write a new log beside the damaged one: free some room and "

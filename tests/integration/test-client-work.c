@@ -603,9 +603,12 @@ START_TEST(test_disconnect_ends_a_callback_flushing_a_queue) {
         ck_assert(cmwq_queue_work(cmwq_system_workqueue(c, CMWQ_SYSTEM_UNBOUND), &f.flusher));
         wait_until(&f.flushing, 1);
         ck_assert_int_eq(pthread_create(&th, NULL, disconnect_main_fn, c), 0);
-        /* The disconnect drops the item behind the blocker meanwhile (or,
-         * later, the flush comes too late to wait for it: the same). */
-        usleep(200000);
+        /* The disconnect drops the item behind the blocker (which keeps
+         * the disconnect from ending until it is let go). */
+        for (int waited = 0; cmwq_work_pending(&f.behind); waited += 10) {
+                ck_assert_msg(waited < 30000, "the disconnect never dropped the pending item");
+                usleep(10000);
+        }
         gate_open(&f.blocker);
         pthread_join(th, NULL);
         int result = atomic_load(&f.result);
