@@ -58,9 +58,8 @@ void client_workqueue_init(struct cmwq_workqueue *wq) {
 
 /* ---- the manager (reader) and the timer ---------------------------------- */
 
-/* Drops every pending item, and every item parked behind a running one:
- * they will not run.  What waits for them (a flush, a cancel) is woken and
- * finds them done.  Work lock held. */
+/* @w, pending, will not run: it counts as done, for its queue's flushes
+ * too.  Work lock held. */
 static void drop_pending_locked(struct client_work *cw, struct cmwq_work *w) {
         wlist_del(w);
         w->_state &= ~WORK_PENDING;
@@ -70,6 +69,9 @@ static void drop_pending_locked(struct client_work *cw, struct cmwq_work *w) {
         flushers_instance_done(cw, w->_wq, w->_queued_seq);
 }
 
+/* Drops every pending item, and every item parked behind a running one:
+ * they will not run.  What waits for them (a flush, a cancel) is woken and
+ * finds them done.  Work lock held. */
 static void work_drop_pending_locked(struct client_work *cw) {
         for (unsigned i = 0; i < cw->nr_pools; i++) {
                 struct work_pool *p = &cw->pools[i];
@@ -112,6 +114,7 @@ static void *manager_main(void *userdata) {
 }
 
 static void queue_locked(struct client_work *cw, struct cmwq_workqueue *wq, struct cmwq_work *w, int cpu);
+static void timer_fire_locked(struct client_work *cw, struct cmwq_delayed_work *dw);
 static void *timer_main(void *userdata);
 
 /* Tells the timer thread that the earliest deadline may have moved, and
@@ -160,14 +163,7 @@ static void *timer_main(void *userdata) {
                 }
                 if (dw == &cw->timers || dw->_expires > now)
                         continue;
-                timers_del(dw);
-                if (cw->dead) {
-                        dw->work._nr_started++;
-                        dw->work._nr_finished++;
-                        pthread_cond_broadcast(&cw->done);
-                        continue;
-                }
-                queue_locked(cw, dw->_twq, &dw->work, dw->_tcpu);
+                timer_fire_locked(cw, dw);
         }
         pthread_mutex_unlock(&cw->lock);
         return NULL;
@@ -483,6 +479,18 @@ static bool cancel_locked(struct client_work *cw, struct cmwq_work *w) {
         return true;
 }
 
+/* @dw's timer is over, or a flush or destroy cuts it short: it is queued
+ * now, or dropped (counted as done, like a cancel) once nothing would run
+ * it.  Work lock held. */
+static void timer_fire_locked(struct client_work *cw, struct cmwq_delayed_work *dw) {
+        if (work_conn_dead(cw) || cw->stopping) {
+                (void) cancel_locked(cw, &dw->work);
+                return;
+        }
+        timers_del(dw);
+        queue_locked(cw, dw->_twq, &dw->work, dw->_tcpu);
+}
+
 bool cmwq_mod_delayed_work(struct cmwq_workqueue *wq, struct cmwq_delayed_work *dwork, uint64_t delay_usec) {
         struct client_work *cw = work_to_queue(wq, dwork ? &dwork->work : NULL);
         bool was;
@@ -600,12 +608,8 @@ int cmwq_flush_delayed_work(struct cmwq_delayed_work *dwork) {
         if (!cw)
                 return 0;
         pthread_mutex_lock(&cw->lock);
-        if ((dwork->work._state & WORK_TIMER) && (work_conn_dead(cw) || cw->stopping))
-                (void) cancel_locked(cw, &dwork->work);         /* nothing would run it */
-        else if (dwork->work._state & WORK_TIMER) {
-                timers_del(dwork);
-                queue_locked(cw, dwork->_twq, &dwork->work, dwork->_tcpu);
-        }
+        if (dwork->work._state & WORK_TIMER)
+                timer_fire_locked(cw, dwork);
         r = flush_work_locked(cw, &dwork->work);
         pthread_mutex_unlock(&cw->lock);
         return r;
@@ -729,14 +733,8 @@ static void fire_timers_of(struct client_work *cw, struct cmwq_workqueue *wq) {
 
         for (dw = cw->timers._tnext; dw != &cw->timers; dw = next) {
                 next = dw->_tnext;
-                if (dw->_twq != wq)
-                        continue;
-                if (work_conn_dead(cw) || cw->stopping)
-                        (void) cancel_locked(cw, &dw->work);
-                else {
-                        timers_del(dw);
-                        queue_locked(cw, wq, &dw->work, dw->_tcpu);
-                }
+                if (dw->_twq == wq)
+                        timer_fire_locked(cw, dw);
         }
 }
 

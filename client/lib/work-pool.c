@@ -472,7 +472,6 @@ static void run_one(struct client_work *cw, struct work_thread *t, struct cmwq_w
         w->_state |= WORK_RUNNING;
         inflight_del(w);
         w->_running = t;
-        w->_running_seq = w->_queued_seq;
         w->_nr_started++;
         wq->cb_active++;
         t->current = w;

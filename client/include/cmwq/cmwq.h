@@ -270,7 +270,7 @@ struct cmwq_work {
         void *_running;                         /* the worker running it */
         unsigned _state;
         int _cpu;
-        uint64_t _queued_seq, _running_seq;
+        uint64_t _queued_seq, _running_seq;     /* _running_seq: unused, kept for the ABI */
         uint64_t _nr_queued, _nr_started, _nr_finished;
 };
 
@@ -310,8 +310,9 @@ struct cmwq_delayed_work {
  * unbound) before it.  Running for one queue, it may be queued on another
  * of the same connection (the kernel allows it, without non-reentrancy):
  * it waits until the running instance returns and then runs on that
- * thread, and the other queue's flush, drain and destroy wait for it.  Items of a bound queue run on a worker pinned to
- * their CPU, which counts toward that CPU's concurrency level in cmwqd
+ * thread, and the other queue's flush, drain and destroy wait for it.
+ * Items of a bound queue run on a worker pinned to their CPU, which counts
+ * toward that CPU's concurrency level in cmwqd
  * together with the exec items and the callbacks of every other client
  * there: while one runs without blocking, nothing else of that CPU's pool
  * starts -- until that callback has used 10 ms of CPU time, counted for
