@@ -243,6 +243,15 @@ static int cgroup_dir_clear(int dirfd, uint64_t wait_usec) {
         }
 }
 
+int cgroup_subtree_lock(int dirfd, const char *path) {
+        _cleanup_(closep) int fd = -1;
+
+        fd = openat(dirfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
+                return -errno;
+        return TAKE_FD(fd);
+}
+
 /* A subtree of a daemon that no longer runs: kill its items and remove it.
  * Best effort, without waiting: what is still dying is for the next start. */
 static void cgroup_sweep_stale(int ownfd) {
@@ -273,15 +282,9 @@ static void cgroup_sweep_stale(int ownfd) {
                         continue;
                 if (kill((pid_t) pid, 0) >= 0 || errno != ESRCH)
                         continue;       /* its daemon (or at least its pid) is alive */
-                sub = openat(ownfd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                sub = cgroup_subtree_lock(ownfd, de->d_name);
                 if (sub < 0)
-                        continue;
-                /* Its daemon holds it locked while it runs: the pid alone
-                 * does not say, from another PID namespace. */
-                if (flock(sub, LOCK_EX | LOCK_NB) < 0) {
-                        close(sub);
-                        continue;
-                }
+                        continue;       /* held: its daemon runs */
                 (void) cgroup_dir_clear(sub, 0);
                 close(sub);
                 (void) unlinkat(ownfd, de->d_name, AT_REMOVEDIR);
@@ -335,11 +338,9 @@ int cgroup_root_new(struct cgroup_root **ret) {
          * namespace): then it is not ours to clear. */
         if (mkdirat(ownfd, name, 0755) < 0 && errno != EEXIST)
                 return -errno;
-        subfd = openat(ownfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        subfd = cgroup_subtree_lock(ownfd, name);
         if (subfd < 0)
-                return -errno;
-        if (flock(subfd, LOCK_EX | LOCK_NB) < 0)
-                return errno == EWOULDBLOCK ? -EBUSY : -errno;
+                return subfd == -EWOULDBLOCK ? -EBUSY : subfd;
         if (asprintf(&root->path, "%s/%s", own, name) < 0) {
                 (void) unlinkat(ownfd, name, AT_REMOVEDIR);
                 return -ENOMEM;

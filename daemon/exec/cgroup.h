@@ -88,6 +88,13 @@ int cgroup_find_own_dir(const char *mountinfo, const char *self_cgroup, char **r
  * either cgroup hierarchy: the v2 one here, the v1 pids one in exec/pids.c. */
 int cgroup_write_file(int dirfd, const char *path, const char *value);
 
+/* Opens the daemon subtree @path (relative to @dirfd, or AT_FDCWD) and
+ * takes its flock(), which a daemon holds on its own subtrees for its life:
+ * the pid in a subtree's name does not say from another PID namespace
+ * whether its daemon runs.  The fd (closing it lets go), -EWOULDBLOCK while
+ * another process holds it, or another negative errno. */
+int cgroup_subtree_lock(int dirfd, const char *path);
+
 /* Creates a new, empty item cgroup. */
 int cgroup_item_new(struct cgroup_root *root, struct cgroup_item **ret);
 

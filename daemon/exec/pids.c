@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -151,14 +150,9 @@ static void sweep_stale(const char *parent) {
                 if (*end || pid <= 0 || (pid != (long) getpid() && (kill((pid_t) pid, 0) >= 0 || errno != ESRCH)))
                         continue;
                 snprintf(sub, sizeof(sub), "%s/%s", parent, de->d_name);
-                /* Its daemon holds it locked while it runs: the pid alone
-                 * does not say, from another PID namespace. */
-                lock_fd = open(sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
-                        if (lock_fd >= 0)
-                                close(lock_fd);
-                        continue;
-                }
+                lock_fd = cgroup_subtree_lock(AT_FDCWD, sub);
+                if (lock_fd < 0)
+                        continue;       /* held: its daemon runs */
                 remove_tree(sub);
                 close(lock_fd);
         }
@@ -194,9 +188,10 @@ int pids_root_new(struct pids_root **ret) {
                 pids_root_free(root);
                 return r;
         }
-        root->lock_fd = open(root->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (root->lock_fd < 0 || flock(root->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-                r = errno == EWOULDBLOCK ? -EBUSY : -errno;
+        root->lock_fd = cgroup_subtree_lock(AT_FDCWD, root->path);
+        if (root->lock_fd < 0) {
+                r = root->lock_fd == -EWOULDBLOCK ? -EBUSY : root->lock_fd;
+                root->lock_fd = -1;
                 if (r == -EBUSY) {
                         /* A running daemon's with our pid number, in
                          * another PID namespace: not ours to remove. */

@@ -88,16 +88,19 @@ static bool record_fits(const uint8_t *p, size_t left) {
         return plen <= STORE_RECORD_MAX && left - STORE_RECORD_HEADER_SIZE >= plen;
 }
 
-/* Whether the @plen bytes of record at @p (its frame header first) check
- * out and say something. */
-static bool record_checks_out(const uint8_t *p, uint32_t plen) {
-        CmwqStore__Record *rec;
-        bool ok;
+/* The record at @p (its frame header first, @plen bytes after it), if its
+ * checksum and its encoding check out; NULL if not. */
+static CmwqStore__Record *record_unpack(const uint8_t *p, uint32_t plen) {
+        if (store_crc32(0, p + STORE_RECORD_HEADER_SIZE, plen) != get_le32(p + 4))
+                return NULL;
+        return cmwq_store__record__unpack(NULL, plen, p + STORE_RECORD_HEADER_SIZE);
+}
 
-        if (plen == 0 || store_crc32(0, p + STORE_RECORD_HEADER_SIZE, plen) != get_le32(p + 4))
-                return false;
-        rec = cmwq_store__record__unpack(NULL, plen, p + STORE_RECORD_HEADER_SIZE);
-        ok = rec && rec->body_case != CMWQ_STORE__RECORD__BODY__NOT_SET;
+/* Whether the record at @p checks out and says something. */
+static bool record_checks_out(const uint8_t *p, uint32_t plen) {
+        CmwqStore__Record *rec = plen > 0 ? record_unpack(p, plen) : NULL;
+        bool ok = rec && rec->body_case != CMWQ_STORE__RECORD__BODY__NOT_SET;
+
         if (rec)
                 cmwq_store__record__free_unpacked(rec, NULL);
         return ok;
@@ -151,9 +154,7 @@ int store_scan(const uint8_t *data, size_t len, store_record_cb cb, void *userda
                 if (!record_fits(data + off, len - off))
                         break;
                 plen = get_le32(data + off);
-                if (store_crc32(0, data + off + STORE_RECORD_HEADER_SIZE, plen) != get_le32(data + off + 4))
-                        break;
-                rec = cmwq_store__record__unpack(NULL, plen, data + off + STORE_RECORD_HEADER_SIZE);
+                rec = record_unpack(data + off, plen);
                 if (!rec)
                         break;
                 r = cb ? cb(rec, userdata) : 0;
