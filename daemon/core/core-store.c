@@ -21,6 +21,7 @@
 
 #include "base/log.h"
 #include "core/core-internal.h"
+#include "store/compact.h"
 #include "util.h"
 
 static bool core_store_on(const struct core *c) {
@@ -116,12 +117,12 @@ static bool core_store_environment(struct core *c, struct item_env *e) {
 
         if (!environment_nameable(e) || !store_log_is_ours(c->store))
                 return false;
-        if (item_env_logged(e))
+        if (item_env_logged(&c->envs, e))
                 return true;
         environment_record_fill(&rec, &r, e);
         if (core_store_append(c, &rec) < 0)
                 return false;
-        item_env_set_logged(e);
+        item_env_set_logged(&c->envs, e);
         return true;
 }
 
@@ -324,7 +325,7 @@ static int snapshot_environment(struct item_env *e, void *userdata) {
 }
 
 static int environment_set_logged(struct item_env *e, void *userdata) {
-        item_env_set_logged(e);
+        item_env_set_logged(userdata, e);
         return 0;
 }
 
@@ -414,6 +415,25 @@ static int core_store_snapshot(struct store_writer *b, void *userdata) {
         return 0;
 }
 
+/* A compaction starts (store/compact.h): the history as it is now, and
+ * every environment is written again before the next item that names it
+ * (the compaction keeps only those its live items name). */
+static int core_store_plan(struct store_compact_plan *plan, void *userdata) {
+        struct core *c = userdata;
+        struct item *i;
+        size_t n = 0;
+
+        plan->next_id = c->next_id;
+        plan->history = malloc((c->nr_history + 1) * sizeof(*plan->history));
+        if (!plan->history)
+                return -ENOMEM;
+        list_for_each_entry(i, &c->history, history_entry)
+                plan->history[n++] = i->id;
+        plan->n_history = n;
+        item_env_table_forget_logged(&c->envs);
+        return 0;
+}
+
 static void core_store_durable(struct store_listener *l, uint64_t seq) {
         struct core *c = container_of(l, struct core, store_listener);
 
@@ -426,12 +446,12 @@ static void core_store_durable(struct store_listener *l, uint64_t seq) {
 int core_store_start(struct core *c, struct store *s) {
         int r;
 
-        r = store_start(s, c->base, core_store_snapshot, c);
+        r = store_start(s, c->base, core_store_snapshot, core_store_plan, c);
         if (r < 0)
                 return r;
         /* That snapshot, written here, holds every shared environment. */
         if (store_log_is_ours(s))
-                (void) item_env_table_foreach(&c->envs, environment_set_logged, NULL);
+                (void) item_env_table_foreach(&c->envs, environment_set_logged, &c->envs);
         c->store = s;
         c->store_listener.durable = core_store_durable;
         c->store_listener.full = NULL;

@@ -17,8 +17,10 @@ struct item_env {
         uint64_t hash;
         uint64_t id;                    /* in the durable log */
         unsigned refs;
-        bool hashed;                    /* in the table; false: private */
-        bool logged;                    /* its Environment record was appended */
+        uint32_t hashed : 1;            /* in the table; false: private */
+        /* Its Environment record was appended in this epoch of the table's
+         * (item_env_table_forget_logged()). */
+        uint32_t logged_epoch : 31;
         size_t envc;
         size_t bytes;                   /* its strings with their NULs, packed after envp */
         char *envp[];                   /* envc pointers and NULL, then the strings */
@@ -27,7 +29,7 @@ struct item_env {
 static char *item_env_empty[] = { NULL };
 
 void item_env_table_init(struct item_env_table *t) {
-        *t = (struct item_env_table) {};
+        *t = (struct item_env_table) { .log_epoch = 1 };
         /* Keyed so that a client cannot aim strings at one chain; the
          * chain cap holds if this fails. */
         if (getrandom(&t->seed, sizeof(t->seed), GRND_NONBLOCK) != sizeof(t->seed))
@@ -162,12 +164,19 @@ uint64_t item_env_id(const struct item_env *e) {
         return e->id;
 }
 
-bool item_env_logged(const struct item_env *e) {
-        return e->logged;
+bool item_env_logged(const struct item_env_table *t, const struct item_env *e) {
+        return e->logged_epoch == t->log_epoch;
 }
 
-void item_env_set_logged(struct item_env *e) {
-        e->logged = true;
+void item_env_set_logged(const struct item_env_table *t, struct item_env *e) {
+        e->logged_epoch = t->log_epoch;
+}
+
+void item_env_table_forget_logged(struct item_env_table *t) {
+        /* 2^31 compactions: never wraps. */
+        t->log_epoch = (t->log_epoch + 1) & 0x7fffffffu;
+        if (t->log_epoch == 0)
+                t->log_epoch = 1;
 }
 
 bool item_env_in_table(const struct item_env *e) {

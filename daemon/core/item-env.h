@@ -29,6 +29,7 @@ struct item_env_table {
         size_t n;                       /* environments in the table */
         uint64_t seed;
         uint64_t last_id;               /* the last id given (item_env_id()) */
+        uint32_t log_epoch;             /* item_env_logged(); never 0 */
 };
 
 void item_env_table_init(struct item_env_table *t);
@@ -47,10 +48,13 @@ void item_env_put(struct item_env_table *t, struct item_env *e);
 /* Its id in the durable log (an Environment record): given when it is
  * made, from 1 up, never given twice by one table. */
 uint64_t item_env_id(const struct item_env *e);
-/* Whether its Environment record was appended to the log; set by the
- * core's store code once it is. */
-bool item_env_logged(const struct item_env *e);
-void item_env_set_logged(struct item_env *e);
+/* Whether its Environment record was appended to the log (since the last
+ * item_env_table_forget_logged()); set by the core's store code once it is. */
+bool item_env_logged(const struct item_env_table *t, const struct item_env *e);
+void item_env_set_logged(const struct item_env_table *t, struct item_env *e);
+/* No environment counts as logged any more: a compaction keeps only the
+ * Environment records that its items name. */
+void item_env_table_forget_logged(struct item_env_table *t);
 /* In the table, so that a snapshot writes it (item_env_table_foreach());
  * a private one is not. */
 bool item_env_in_table(const struct item_env *e);

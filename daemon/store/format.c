@@ -96,6 +96,14 @@ static CmwqStore__Record *record_unpack(const uint8_t *p, uint32_t plen) {
         return cmwq_store__record__unpack(NULL, plen, p + STORE_RECORD_HEADER_SIZE);
 }
 
+uint32_t store_record_payload_len(const uint8_t *p) {
+        return get_le32(p);
+}
+
+CmwqStore__Record *store_record_read(const uint8_t *p, size_t left) {
+        return record_fits(p, left) ? record_unpack(p, get_le32(p)) : NULL;
+}
+
 /* Whether the record at @p checks out and says something. */
 static bool record_checks_out(const uint8_t *p, uint32_t plen) {
         CmwqStore__Record *rec = plen > 0 ? record_unpack(p, plen) : NULL;

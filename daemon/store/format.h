@@ -45,6 +45,14 @@ int store_buf_reserve(struct store_buf *b, size_t more);
 /* Appends @rec, framed, to @b. */
 int store_record_append(struct store_buf *b, const CmwqStore__Record *rec);
 
+/* The payload length in the frame header at @p (STORE_RECORD_HEADER_SIZE
+ * bytes there), unchecked. */
+uint32_t store_record_payload_len(const uint8_t *p);
+/* The record framed at @p, if it fits whole in the @left bytes there and
+ * checks out; NULL if not.  Free it with
+ * cmwq_store__record__free_unpacked(). */
+CmwqStore__Record *store_record_read(const uint8_t *p, size_t left);
+
 /* Calls @cb for every intact record of the log image @data (which starts
  * with the magic) until it returns non-zero.  *ret_valid is the length of
  * the intact prefix: where the next record is to be written.  Returns the

@@ -26,6 +26,7 @@
 
 #include "base/cpus.h"
 #include "base/log.h"
+#include "store/compact.h"
 #include "store/store.h"
 #include "util.h"
 
@@ -63,6 +64,7 @@ struct store {
         int lock_fd;                    /* STORE_LOCK_NAME, locked */
         struct event_base *base;
         store_snapshot_fn snapshot;
+        store_plan_fn plan;
         void *snapshot_userdata;
         struct list_head listeners;
 
@@ -72,11 +74,13 @@ struct store {
         uint64_t compacted_bytes;       /* right after the last compaction */
         struct event *wake_event;       /* the thread says: durable_seq moved */
         struct event *compact_event;
-        pid_t compact_pid;              /* the child writing a snapshot, 0: none */
-        int compact_status_fd;          /* its status pipe: '1' once the snapshot is synced */
-        struct event *compact_status_event;
-        bool compact_ok;                /* the child said '1' */
-        uint64_t compact_log_bytes;     /* log_bytes at the fork */
+        bool compact_running;           /* compact_thread writes the new log */
+        pthread_t compact_thread;
+        int compact_log_fd;             /* the log being compacted, for reading */
+        uint64_t compact_log_bytes;     /* log_bytes when it began: what it compacts */
+        uint64_t compact_start_seq;     /* the last record in that */
+        struct store_compact_plan compact_plan;
+        atomic_bool compact_cancel;
         uint64_t seen_durable_seq;
         bool seen_full;
         bool backlog_dropping;          /* records were dropped: logged once */
@@ -98,10 +102,15 @@ struct store {
          * CLOCK_MONOTONIC), with whatever joined it meanwhile. */
         bool pending_urgent;
         uint64_t lazy_since_usec;
-        bool compacting;                /* a child writes a snapshot: records also go to tail */
+        bool compacting;                /* a new log is written: records also go to tail */
         bool compact_broken;            /* a record could not go to tail: the compaction is void */
-        struct store_buf tail;          /* every record appended since the fork */
-        bool compact_posted;            /* the child succeeded: the thread finishes the compaction */
+        struct store_buf tail;          /* every record appended since it began */
+        bool compact_posted;            /* the new log is written: the commit thread finishes it */
+        pthread_cond_t compact_cond;    /* compact_thread waits: durable_seq moved, or cancel */
+        bool compact_done;              /* compact_thread is through: the loop joins it */
+        int compact_result;             /* what it said */
+        uint64_t compact_size;          /* the new log's size, if it wrote it */
+        pid_t compact_gate;             /* tests: the stopped process it waits for */
         uint64_t durable_seq;
         bool full;                      /* no room: changes are refused */
         bool failing;                   /* the last commit failed */
@@ -132,7 +141,7 @@ const char *store_dir(const struct store *s) {
 }
 
 bool store_compacting(const struct store *s) {
-        return s && s->compact_pid > 0;
+        return s && s->compact_running;
 }
 
 bool store_log_is_ours(const struct store *s) {
@@ -186,11 +195,12 @@ static int read_all(int fd, struct store_buf *b) {
         }
 }
 
-int store_writer_append(struct store_writer *w, const CmwqStore__Record *rec) {
-        int r = store_record_append(&w->buf, rec);
+/* Writes out what has gathered in @w once it is a chunk. */
+static int store_writer_flush(struct store_writer *w) {
+        int r;
 
-        if (r < 0 || w->buf.len < STORE_WRITER_CHUNK)
-                return r;
+        if (w->buf.len < STORE_WRITER_CHUNK)
+                return 0;
         r = write_all(w->fd, w->buf.data, w->buf.len);
         if (r < 0)
                 return r;
@@ -202,6 +212,22 @@ int store_writer_append(struct store_writer *w, const CmwqStore__Record *rec) {
         w->written += w->buf.len;
         w->buf.len = 0;
         return 0;
+}
+
+int store_writer_append(struct store_writer *w, const CmwqStore__Record *rec) {
+        int r = store_record_append(&w->buf, rec);
+
+        return r < 0 ? r : store_writer_flush(w);
+}
+
+int store_writer_append_frame(struct store_writer *w, const uint8_t *frame, size_t len) {
+        int r = store_buf_reserve(&w->buf, len);
+
+        if (r < 0)
+                return r;
+        memcpy(w->buf.data + w->buf.len, frame, len);
+        w->buf.len += len;
+        return store_writer_flush(w);
 }
 
 /* Writes the magic and the snapshot into @name under the state directory
@@ -247,9 +273,11 @@ static int store_install(int dir_fd, const char *name, bool *renamed) {
         return 0;
 }
 
+/* Also wakes the compaction thread, which waits for durable_seq. */
 static void store_wake_loop(struct store *s) {
         uint64_t one = 1;
 
+        pthread_cond_broadcast(&s->compact_cond);
         (void) !write(s->wake_fd, &one, sizeof(one));
 }
 
@@ -536,16 +564,21 @@ static void *store_thread(void *userdata) {
         return NULL;
 }
 
+static void store_compact_reap(struct store *s, bool aborted);
+
 static void store_notify(struct store *s) {
         struct store_listener *l, *n;
         uint64_t seq;
 
-        bool full;
+        bool full, compacted;
 
         pthread_mutex_lock(&s->lock);
         seq = s->durable_seq;
         full = s->full;
+        compacted = s->compact_done;
         pthread_mutex_unlock(&s->lock);
+        if (compacted && s->compact_running)
+                store_compact_reap(s, false);
         if (!full)
                 s->backlog_dropping = false;
         if (seq != s->seen_durable_seq) {
@@ -569,78 +602,92 @@ static void store_woken(evutil_socket_t fd, short what, void *userdata) {
         store_notify(s);
 }
 
-/* Closes every fd from 3 up but @keep. */
-static void close_all_but(int keep) {
-        if (keep > 3 && syscall(SYS_close_range, 3, (unsigned) keep - 1, 0) < 0)
-                for (int fd = 3; fd < keep; fd++)
-                        (void) close(fd);
-        if (syscall(SYS_close_range, (unsigned) keep + 1, ~0U, 0) < 0) {
-                long max = sysconf(_SC_OPEN_MAX);
-
-                for (long fd = keep + 1; fd < (max > 0 && max < 65536 ? max : 65536); fd++)
-                        (void) close((int) fd);
-        }
-}
-
-/* The compaction child: writes the state as it was at the fork into
- * STORE_COMPACT_NAME, syncs it, says '1' on @status_fd and exits.  It shares
- * nothing with the daemon but its memory as of the fork: no lock, no event,
- * no log line (another thread of the daemon may have held their locks). */
-static __attribute__((noreturn)) void store_compact_child(struct store *s, pid_t daemon, int status_fd) {
-        struct sigaction sa = { .sa_handler = SIG_DFL };
-        sigset_t all;
-        uint64_t size;
-        int dir_fd, fd;
-        char ok = '1';
-
-        /* Dies with the daemon: a snapshot nobody will install is of no use. */
-        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != daemon)
-                _exit(EXIT_FAILURE);
-        /* The daemon's handlers (a signal sent here would reach its loop). */
-        for (int sig = 1; sig < NSIG; sig++)
-                if (sig != SIGKILL && sig != SIGSTOP)
-                        (void) sigaction(sig, &sa, NULL);
-        sigfillset(&all);
-        (void) sigprocmask(SIG_UNBLOCK, &all, NULL);
-        /* Holds no client's connection open after the daemon closed it. */
-        close_all_but(status_fd);
-        /* The loop comes first.  Not the one CPU the loop may be pinned to
-         * as it forks (cm/sentinel.c). */
-        (void) setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + 10);
-        daemon_cpus_restore();
-
-        dir_fd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dir_fd < 0 || store_write_snapshot(dir_fd, STORE_COMPACT_NAME, s->snapshot, s->snapshot_userdata, &fd,
-                                               &size) < 0)
-                _exit(EXIT_FAILURE);
-        /* Tests: stop here, the snapshot written and not yet installed, so
-         * that a crash can be made to fall during a compaction. */
-        if (getenv("CMWQD_TEST_STOP_COMPACTION"))
-                (void) raise(SIGSTOP);
-        if (write(status_fd, &ok, 1) != 1)
-                _exit(EXIT_FAILURE);
-        _exit(EXIT_SUCCESS);
-}
-
-/* Loop: the compaction child is gone (@ok: it wrote and synced the
- * snapshot).  The commit thread finishes the compaction, or it is void. */
-static void store_compact_reap(struct store *s, bool ok, bool aborted) {
-        int status = 0;
-        struct stat st;
-
-        if (s->compact_status_event)
-                event_free(s->compact_status_event);
-        s->compact_status_event = NULL;
-        if (s->compact_status_fd >= 0)
-                close(s->compact_status_fd);
-        s->compact_status_fd = -1;
-        while (waitpid(s->compact_pid, &status, 0) < 0 && errno == EINTR)
-                ;
-        s->compact_pid = 0;
-        ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
-             fstatat(s->dir_fd, STORE_COMPACT_NAME, &st, 0) >= 0;
+/* Compaction thread: the new log's records (store_write_snapshot()'s
+ * filler), once every record the compaction covers is on disk. */
+static int store_compact_fill(struct store_writer *w, void *userdata) {
+        struct store *s = userdata;
 
         pthread_mutex_lock(&s->lock);
+        while (s->durable_seq < s->compact_start_seq && !atomic_load(&s->compact_cancel))
+                pthread_cond_wait(&s->compact_cond, &s->lock);
+        pthread_mutex_unlock(&s->lock);
+        if (atomic_load(&s->compact_cancel))
+                return -ECANCELED;
+        return store_compact_log(s->compact_log_fd, s->compact_log_bytes, &s->compact_plan, w, &s->compact_cancel);
+}
+
+/* Tests (CMWQD_TEST_STOP_COMPACTION): the new log is written and not yet
+ * installed; the thread waits here for a process that stopped itself to be
+ * continued (or killed), so that a test can make a crash fall during a
+ * compaction. */
+static void store_compact_gate(struct store *s) {
+        pid_t pid;
+
+        if (!getenv("CMWQD_TEST_STOP_COMPACTION"))
+                return;
+        pid = fork();
+        if (pid == 0) {
+                /* Only what is safe after fork() in a threaded process. */
+                (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+                (void) raise(SIGSTOP);
+                _exit(EXIT_SUCCESS);
+        }
+        if (pid < 0)
+                return;
+        pthread_mutex_lock(&s->lock);
+        s->compact_gate = pid;
+        pthread_mutex_unlock(&s->lock);
+        /* Cancelled before the loop could see the gate: nobody else kills it. */
+        if (atomic_load(&s->compact_cancel))
+                (void) kill(pid, SIGKILL);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        pthread_mutex_lock(&s->lock);
+        s->compact_gate = 0;
+        pthread_mutex_unlock(&s->lock);
+}
+
+static void *store_compact_thread(void *userdata) {
+        struct store *s = userdata;
+        uint64_t size = 0;
+        int fd = -1, r;
+
+        /* The loop comes first.  Not the one CPU the loop may be pinned to
+         * as it forks (cm/sentinel.c). */
+        (void) setpriority(PRIO_PROCESS, (id_t) syscall(SYS_gettid), getpriority(PRIO_PROCESS, 0) + 10);
+        daemon_cpus_restore();
+        r = store_write_snapshot(s->dir_fd, STORE_COMPACT_NAME, store_compact_fill, s, &fd, &size);
+        if (r >= 0) {
+                close(fd);
+                store_compact_gate(s);
+        }
+        pthread_mutex_lock(&s->lock);
+        s->compact_done = true;
+        s->compact_result = r;
+        s->compact_size = size;
+        store_wake_loop(s);
+        pthread_mutex_unlock(&s->lock);
+        return NULL;
+}
+
+/* Loop: the compaction thread is through (@aborted: told to stop).  The
+ * commit thread finishes the compaction, or it is void. */
+static void store_compact_reap(struct store *s, bool aborted) {
+        uint64_t size;
+        bool ok;
+        int r;
+
+        pthread_join(s->compact_thread, NULL);
+        s->compact_running = false;
+        close(s->compact_log_fd);
+        s->compact_log_fd = -1;
+        store_compact_plan_done(&s->compact_plan);
+
+        pthread_mutex_lock(&s->lock);
+        r = s->compact_result;
+        size = s->compact_size;
+        s->compact_done = false;
+        ok = r >= 0 && !aborted;
         if (ok) {
                 s->compact_posted = true;
                 pthread_cond_signal(&s->cond);
@@ -653,96 +700,78 @@ static void store_compact_reap(struct store *s, bool ok, bool aborted) {
                 (void) unlinkat(s->dir_fd, STORE_COMPACT_NAME, 0);
                 if (aborted)
                         return;
-                log_warning("Cannot take a snapshot of the state (its process %s %d), the log keeps growing",
-                            WIFSIGNALED(status) ? "was killed by signal" : "exited",
-                            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+                log_warning_errno(r, "Cannot compact the state log %s, it keeps growing: %m", s->path);
                 s->compacted_bytes = s->log_bytes;      /* do not retry at once */
                 return;
         }
-        /* The new log: the snapshot, then what was appended since the fork. */
-        s->compacted_bytes = (uint64_t) st.st_size;
-        s->log_bytes = (uint64_t) st.st_size + (s->log_bytes - s->compact_log_bytes);
-        log_info("Compacted the state log: the snapshot takes %" PRIu64 " bytes", s->compacted_bytes);
-}
-
-static void store_compact_status(evutil_socket_t fd, short what, void *userdata) {
-        struct store *s = userdata;
-
-        for (;;) {
-                char c;
-                ssize_t n = read(s->compact_status_fd, &c, 1);
-
-                if (n == 1) {
-                        s->compact_ok = c == '1';
-                        continue;
-                }
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0 && errno == EAGAIN)
-                        return;
-                /* End of file: the child has exited. */
-                store_compact_reap(s, s->compact_ok, false);
-                return;
-        }
+        /* The new log: the compacted records, then what was appended since. */
+        s->compacted_bytes = size;
+        s->log_bytes = size + (s->log_bytes - s->compact_log_bytes);
+        log_info("Compacted the state log: %" PRIu64 " bytes of it now take %" PRIu64, s->compact_log_bytes, size);
 }
 
 /* Ends a running compaction at once (the daemon stops): the old log holds
  * everything. */
 static void store_compact_abort(struct store *s) {
-        if (s->compact_pid <= 0)
+        pid_t gate;
+
+        if (!s->compact_running)
                 return;
-        (void) kill(s->compact_pid, SIGKILL);
-        store_compact_reap(s, false, true);
+        atomic_store(&s->compact_cancel, true);
+        pthread_mutex_lock(&s->lock);
+        pthread_cond_broadcast(&s->compact_cond);
+        gate = s->compact_gate;
+        pthread_mutex_unlock(&s->lock);
+        if (gate > 0)
+                (void) kill(gate, SIGKILL);
+        store_compact_reap(s, true);
 }
 
 static void store_compact_now(evutil_socket_t fd, short what, void *userdata) {
         struct store *s = userdata;
-        int status[2];
-        pid_t daemon = getpid(), pid;
-        uint64_t t;
+        uint64_t t = now_usec(CLOCK_MONOTONIC);
+        int r;
 
-        if (s->compact_pid > 0)
+        if (s->compact_running)
                 return;
-        if (pipe2(status, O_CLOEXEC) < 0) {
-                log_warning_errno(-errno, "Cannot compact the state log: %m");
-                s->compacted_bytes = s->log_bytes;
-                return;
-        }
-        /* Only the loop appends: nothing comes between this and the fork. */
+        /* By name: the log's own fd is open for appending only. */
+        s->compact_log_fd = openat(s->dir_fd, STORE_LOG_NAME, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        r = s->compact_log_fd < 0 ? -errno : 0;
+        if (r >= 0 && s->plan)
+                r = s->plan(&s->compact_plan, s->snapshot_userdata);
+        if (r < 0)
+                goto fail;
+        /* Only the loop appends: the compaction covers the log up to here,
+         * the tail takes every record from here on. */
         pthread_mutex_lock(&s->lock);
         s->compacting = true;
         s->compact_broken = false;
         s->tail.len = 0;
+        s->compact_start_seq = s->appended_seq;
+        s->compact_done = false;
         pthread_mutex_unlock(&s->lock);
-        t = now_usec(CLOCK_MONOTONIC);
-        pid = fork();
-        if (pid == 0) {
-                close(status[0]);
-                store_compact_child(s, daemon, status[1]);
+        s->compact_log_bytes = s->log_bytes;
+        atomic_store(&s->compact_cancel, false);
+        r = -pthread_create(&s->compact_thread, NULL, store_compact_thread, s);
+        if (r < 0) {
+                pthread_mutex_lock(&s->lock);
+                s->compacting = false;
+                pthread_mutex_unlock(&s->lock);
+                goto fail;
         }
-        close(status[1]);
-        if (pid > 0) {
-                s->compact_pid = pid;
-                s->compact_ok = false;
-                s->compact_status_fd = status[0];
-                s->compact_log_bytes = s->log_bytes;
-                (void) fcntl(status[0], F_SETFL, O_NONBLOCK);
-                s->compact_status_event = event_new(s->base, status[0], EV_READ | EV_PERSIST, store_compact_status, s);
-                if (s->compact_status_event && event_add(s->compact_status_event, NULL) >= 0) {
-                        log_info("Compacting the state log: %" PRIu64 " bytes, the snapshot written by process %d "
-                                 "(forked in %" PRIu64 " us)",
-                                 s->log_bytes, (int) pid, now_usec(CLOCK_MONOTONIC) - t);
-                        return;
-                }
-                /* Cannot watch it: it is of no use. */
-                store_compact_abort(s);
-                return;
-        }
-        log_warning_errno(-errno, "Cannot start compacting the state log: %m");
-        close(status[0]);
-        pthread_mutex_lock(&s->lock);
-        s->compacting = false;
-        pthread_mutex_unlock(&s->lock);
+        s->compact_running = true;
+        /* What it covers goes to disk now, not in STORE_LAZY_USEC. */
+        store_urge(s);
+        log_info("Compacting the state log: %" PRIu64 " bytes, in a thread (the loop took %" PRIu64 " us to start it)",
+                 s->log_bytes, now_usec(CLOCK_MONOTONIC) - t);
+        return;
+
+fail:
+        log_warning_errno(r, "Cannot start compacting the state log: %m");
+        if (s->compact_log_fd >= 0)
+                close(s->compact_log_fd);
+        s->compact_log_fd = -1;
+        store_compact_plan_done(&s->compact_plan);
         s->compacted_bytes = s->log_bytes;
 }
 
@@ -791,7 +820,7 @@ static int64_t store_append_record(struct store *s, const CmwqStore__Record *rec
                 return r;
 
         if (s->compact_event && s->log_bytes > STORE_COMPACT_MIN_BYTES && s->log_bytes > 2 * s->compacted_bytes &&
-            s->compact_pid == 0 && !compacting && !event_pending(s->compact_event, EV_TIMEOUT, NULL))
+            !s->compact_running && !compacting && !event_pending(s->compact_event, EV_TIMEOUT, NULL))
                 event_active(s->compact_event, EV_TIMEOUT, 0);
         return (int64_t) s->appended_seq;
 }
@@ -925,10 +954,11 @@ int store_open(const char *dir, store_record_cb replay, void *userdata, struct s
         s = calloc(1, sizeof(*s));
         if (!s)
                 return -ENOMEM;
-        s->fd = s->dir_fd = s->lock_fd = s->wake_fd = s->compact_status_fd = -1;
+        s->fd = s->dir_fd = s->lock_fd = s->wake_fd = s->compact_log_fd = -1;
         list_init(&s->listeners);
         pthread_mutex_init(&s->lock, NULL);
         store_cond_init(&s->cond);
+        store_cond_init(&s->compact_cond);
         s->dir = strdup(dir);
         if (!s->dir || asprintf(&s->path, "%s/%s", dir, STORE_LOG_NAME) < 0) {
                 r = -ENOMEM;
@@ -1012,7 +1042,8 @@ fail:
         return r;
 }
 
-int store_start(struct store *s, struct event_base *base, store_snapshot_fn snapshot, void *userdata) {
+int store_start(struct store *s, struct event_base *base, store_snapshot_fn snapshot, store_plan_fn plan,
+                void *userdata) {
         uint64_t size = 0;
         int new_fd = -1, r;
         bool renamed = false;
@@ -1020,6 +1051,7 @@ int store_start(struct store *s, struct event_base *base, store_snapshot_fn snap
 
         s->base = base;
         s->snapshot = snapshot;
+        s->plan = plan;
         s->snapshot_userdata = userdata;
 
         /* A compaction that a crash interrupted: the log holds everything. */
@@ -1061,14 +1093,15 @@ int store_start(struct store *s, struct event_base *base, store_snapshot_fn snap
                         return -errno;
                 if ((uint64_t) st.st_size > s->valid_len && ftruncate(s->fd, (off_t) s->valid_len) < 0)
                         return log_error_errno(-errno, "Cannot cut the state log %s: %m", s->path);
+                s->full = s->seen_full = true;
+                s->log_bytes = s->compacted_bytes = s->valid_len;
                 if (s->log_new) {
                         if (store_buf_reserve(&s->pending, STORE_MAGIC_SIZE) < 0)
                                 return -ENOMEM;
                         memcpy(s->pending.data, STORE_MAGIC, STORE_MAGIC_SIZE);
                         s->pending.len = STORE_MAGIC_SIZE;
+                        s->log_bytes = s->compacted_bytes = STORE_MAGIC_SIZE;
                 }
-                s->full = s->seen_full = true;
-                s->log_bytes = s->compacted_bytes = s->valid_len;
         } else if (r < 0)
                 return log_error_errno(r, "Cannot write the state log %s: %m", s->path);
         else {
@@ -1131,6 +1164,8 @@ struct store *store_free(struct store *s) {
         store_buf_done(&s->tail);
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->cond);
+        pthread_cond_destroy(&s->compact_cond);
+        store_compact_plan_done(&s->compact_plan);
         free(s->dir);
         free(s->path);
         free(s);

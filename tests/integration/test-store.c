@@ -1025,37 +1025,51 @@ START_TEST(test_full_state_dir_refuses_changes_and_recovers) {
 }
 END_TEST
 
-/* The compaction child of cmwqd (stopped by CMWQD_TEST_STOP_COMPACTION once
- * its snapshot is written), or 0 when there is none yet. */
+/* The process that cmwqd's compaction thread, under
+ * CMWQD_TEST_STOP_COMPACTION, waits for once the new log is written and
+ * before it is installed: a child of that thread, stopped until the test
+ * continues or kills it.  0 when there is none yet. */
 static pid_t stopped_compaction_child(void) {
-        char path[128], buf[4096], stat[512];
+        char path[384], buf[4096], stat[512];
         pid_t found = 0;
+        struct dirent *task;
+        DIR *tasks;
         FILE *f;
 
-        snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int) d.pid, (int) d.pid);
-        f = fopen(path, "re");
-        if (!f)
+        snprintf(path, sizeof(path), "/proc/%d/task", (int) d.pid);
+        tasks = opendir(path);
+        if (!tasks)
                 return 0;
-        if (!fgets(buf, sizeof(buf), f))
-                buf[0] = 0;
-        fclose(f);
-        for (char *save = NULL, *tok = strtok_r(buf, " \n", &save); tok && !found;
-             tok = strtok_r(NULL, " \n", &save)) {
-                char *st;
-
-                snprintf(path, sizeof(path), "/proc/%s/stat", tok);
+        while (!found && (task = readdir(tasks))) {
+                if (task->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%d/task/%s/children", (int) d.pid, task->d_name);
                 f = fopen(path, "re");
                 if (!f)
                         continue;
-                if (fgets(stat, sizeof(stat), f) && (st = strrchr(stat, ')')) && st[1] == ' ' && st[2] == 'T')
-                        found = (pid_t) atoi(tok);
+                if (!fgets(buf, sizeof(buf), f))
+                        buf[0] = 0;
                 fclose(f);
+                for (char *save = NULL, *tok = strtok_r(buf, " \n", &save); tok && !found;
+                     tok = strtok_r(NULL, " \n", &save)) {
+                        char *st;
+
+                        snprintf(path, sizeof(path), "/proc/%s/stat", tok);
+                        f = fopen(path, "re");
+                        if (!f)
+                                continue;
+                        if (fgets(stat, sizeof(stat), f) && (st = strrchr(stat, ')')) && st[1] == ' ' &&
+                            st[2] == 'T')
+                                found = (pid_t) atoi(tok);
+                        fclose(f);
+                }
         }
+        closedir(tasks);
         return found;
 }
 
-/* Grows the log with big payloads (submitted and cancelled) until the
- * compaction child has written its snapshot and stopped. */
+/* Grows the log with big payloads (submitted and cancelled) until a
+ * compaction has written the new log and waits (stopped_compaction_child()). */
 static pid_t grow_until_compaction_stops(const char *payload) {
         for (int k = 0; k < 200; k++) {
                 pid_t child = stopped_compaction_child();
@@ -1134,7 +1148,7 @@ START_TEST(test_compaction_dir_sync_failure_loses_nothing) {
 }
 END_TEST
 
-/* SIGKILL while a compaction runs outside the loop (its child holds the new
+/* SIGKILL while a compaction runs outside the loop (its thread holds the new
  * log, written and not yet installed), and again after one finished: every
  * item acknowledged before, and while it ran, is there once, in order. */
 START_TEST(test_crash_during_background_compaction) {
@@ -1167,7 +1181,7 @@ START_TEST(test_crash_during_background_compaction) {
         text = CTL_OK(&d, "list");      /* served meanwhile */
         free(text);
         cmwqd_kill(&d);
-        /* The child dies with the daemon. */
+        /* The process the thread waited for dies with the daemon. */
         for (int waited = 0; waited < 10000 && kill(child, 0) == 0; waited += 20)
                 sleep_ms(20);
         ck_assert_msg(kill(child, 0) < 0, "the compaction child %d outlived cmwqd", (int) child);
