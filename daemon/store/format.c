@@ -1,29 +1,46 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "store/format.h"
 
-/* A table-driven CRC-32 is twenty lines; not worth linking zlib for. */
+/* A table-driven CRC-32 is thirty lines; not worth linking zlib for.
+ * Eight bytes a step ("slicing-by-8"): byte by byte it took a fifth of a
+ * compaction's time, which checks every record of the log twice. */
+static uint32_t crc_table[8][256];
+static pthread_once_t crc_table_once = PTHREAD_ONCE_INIT;
+
+static void crc_table_fill(void) {
+        for (uint32_t n = 0; n < 256; n++) {
+                uint32_t c = n;
+
+                for (int k = 0; k < 8; k++)
+                        c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+                crc_table[0][n] = c;
+        }
+        for (uint32_t n = 0; n < 256; n++)
+                for (int t = 1; t < 8; t++)
+                        crc_table[t][n] = crc_table[0][crc_table[t - 1][n] & 0xff] ^ (crc_table[t - 1][n] >> 8);
+}
+
 uint32_t store_crc32(uint32_t crc, const void *data, size_t len) {
-        static uint32_t table[256];
-        static bool ready;
         const uint8_t *p = data;
 
-        if (!ready) {
-                for (uint32_t n = 0; n < 256; n++) {
-                        uint32_t c = n;
-
-                        for (int k = 0; k < 8; k++)
-                                c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-                        table[n] = c;
-                }
-                ready = true;
-        }
+        (void) pthread_once(&crc_table_once, crc_table_fill);
         crc = ~crc;
+        for (; len >= 8; len -= 8, p += 8) {
+                uint32_t lo = crc ^ ((uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 |
+                                     (uint32_t) p[3] << 24);
+                uint32_t hi = (uint32_t) p[4] | (uint32_t) p[5] << 8 | (uint32_t) p[6] << 16 | (uint32_t) p[7] << 24;
+
+                crc = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^ crc_table[5][(lo >> 16) & 0xff] ^
+                      crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xff] ^ crc_table[2][(hi >> 8) & 0xff] ^
+                      crc_table[1][(hi >> 16) & 0xff] ^ crc_table[0][hi >> 24];
+        }
         while (len--)
-                crc = table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+                crc = crc_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
         return ~crc;
 }
 
