@@ -430,6 +430,69 @@ START_TEST(test_compaction_keeps_everything) {
 }
 END_TEST
 
+/* What a compaction keeps, seen after a SIGKILL: a queue destroyed and
+ * made again under its name is the new one (the old one's item is only in
+ * the history); an item that was running comes back interrupted, never
+ * pending (its start is in the new log: a drop queue's item runs at most
+ * once); one that had ended is in the history with its state. */
+START_TEST(test_compaction_keeps_starts_and_forgets_destroyed_queues) {
+        char payload[400], logp[400], *big, *cancelled, *again, *running, *text;
+
+        test_path(&d, "payload", payload, sizeof(payload));
+        big = malloc(512 * 1024);
+        memset(big, 'x', 512 * 1024);
+        write_file(payload, big, 512 * 1024);
+        free(big);
+        log_path(logp, sizeof(logp));
+
+        free(CTL_OK(&d, "create", "q"));
+        cancelled = CTL_OK(&d, "submit", "q", "--delay", "3600", "--", "/bin/true");
+        free(CTL_OK(&d, "cancel", cancelled));
+        free(CTL_OK(&d, "destroy", "q"));
+        free(CTL_OK(&d, "create", "q", "--max-active", "5"));
+        again = CTL_OK(&d, "submit", "q", "--delay", "3600", "--", "/bin/true");
+        free(CTL_OK(&d, "create", "once", "--on-interrupt", "drop"));
+        running = CTL_OK(&d, "submit", "once", "--", "/bin/sleep", "60");
+        for (int waited = 0; waited < 10000; waited += 20) {
+                char *out = show(running);
+                bool started = strstr(out, "state:         running\n");
+
+                free(out);
+                if (started)
+                        break;
+                sleep_ms(20);
+        }
+        assert_state(running, "running");
+
+        for (int k = 0; k < 12; k++) {
+                char *id = CTL_OK(&d, "submit", "system", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
+
+                free(CTL_OK(&d, "cancel", id));
+                free(id);
+        }
+        for (int waited = 0; waited < 10000 && file_size(logp) > 3u * 1024 * 1024; waited += 20)
+                sleep_ms(20);
+        ck_assert_msg(file_size(logp) < 3u * 1024 * 1024, "the log was not compacted: %zu bytes", file_size(logp));
+        text = read_file(d.log);
+        ck_assert_msg(strstr(text, "Compacted the state log"), "no compaction finished:\n%s", text);
+        free(text);
+
+        cmwqd_kill(&d);
+        cmwqd_launch(&d, NULL);
+        assert_state(cancelled, "cancelled");
+        assert_state(again, "delayed");
+        assert_state(running, "interrupted");
+        text = CTL_OK(&d, "--json", "list");
+        ck_assert_msg(strstr(text, "\"name\":\"q\",\"flags\":[],\"flags_value\":0,\"max_active\":5"), "list: %s",
+                      text);
+        ck_assert_msg(strstr(text, "\"pending\":1"), "not one item on q: %s", text);
+        free(text);
+        free(cancelled);
+        free(again);
+        free(running);
+}
+END_TEST
+
 /* Items keep the environment they were submitted with across a SIGKILL,
  * before and after a compaction; one environment that many items carry is
  * written to the log once, not once per item. */
@@ -1344,6 +1407,7 @@ int main(void) {
         tcase_add_test(tc, test_a_damaged_record_keeps_the_log_aside_and_no_id_again);
         tcase_add_test(tc, test_compaction_keeps_everything);
         tcase_add_test(tc, test_environments_come_back_after_kill_and_compaction);
+        tcase_add_test(tc, test_compaction_keeps_starts_and_forgets_destroyed_queues);
         tcase_add_test(tc, test_crash_during_submission_stream);
         tcase_add_test(tc, test_crash_while_items_start);
         tcase_add_test(tc, test_stop_gives_back_claimed_starts);
