@@ -75,6 +75,10 @@ struct store {
         struct event *wake_event;       /* the thread says: durable_seq moved */
         struct event *compact_event;
         bool compact_running;           /* compact_thread writes the new log */
+        /* It did: the commit thread installs it (compact_installed says
+         * how that went); compact_new_size is its size before the tail. */
+        bool compact_installing;
+        uint64_t compact_new_size;
         pthread_t compact_thread;
         int compact_log_fd;             /* the log being compacted, for reading */
         uint64_t compact_log_bytes;     /* log_bytes when it began: what it compacts */
@@ -108,6 +112,7 @@ struct store {
         bool compact_posted;            /* the new log is written: the commit thread finishes it */
         pthread_cond_t compact_cond;    /* compact_thread waits: durable_seq moved, or cancel */
         bool compact_done;              /* compact_thread is through: the loop joins it */
+        int compact_installed;          /* 1: renamed over the log, -1: void (the old log goes on) */
         int compact_result;             /* what it said */
         uint64_t compact_size;          /* the new log's size, if it wrote it */
         pid_t compact_gate;             /* tests: the stopped process it waits for */
@@ -452,6 +457,8 @@ static void *store_thread(void *userdata) {
                                 log_warning_errno(r, "Cannot compact the state log %s, going on with it: %m",
                                                   s->path);
                                 pthread_mutex_lock(&s->lock);
+                                s->compact_installed = -1;
+                                store_wake_loop(s);
                                 continue;
                         }
                         if (r < 0)
@@ -473,6 +480,7 @@ static void *store_thread(void *userdata) {
                         cut_to = -1;
                         old_fd = s->fd;
                         s->fd = new_fd;
+                        s->compact_installed = 1;
                         if (r < 0)
                                 s->dir_unsynced = true;
                         else if (seq > s->durable_seq)
@@ -565,20 +573,26 @@ static void *store_thread(void *userdata) {
 }
 
 static void store_compact_reap(struct store *s, bool aborted);
+static void store_compact_installed(struct store *s, bool renamed);
 
 static void store_notify(struct store *s) {
         struct store_listener *l, *n;
         uint64_t seq;
 
         bool full, compacted;
+        int installed;
 
         pthread_mutex_lock(&s->lock);
         seq = s->durable_seq;
         full = s->full;
         compacted = s->compact_done;
+        installed = s->compact_installed;
+        s->compact_installed = 0;
         pthread_mutex_unlock(&s->lock);
         if (compacted && s->compact_running)
                 store_compact_reap(s, false);
+        if (installed && s->compact_installing)
+                store_compact_installed(s, installed > 0);
         if (!full)
                 s->backlog_dropping = false;
         if (seq != s->seen_durable_seq) {
@@ -606,6 +620,7 @@ static void store_woken(evutil_socket_t fd, short what, void *userdata) {
  * filler), once every record the compaction covers is on disk. */
 static int store_compact_fill(struct store_writer *w, void *userdata) {
         struct store *s = userdata;
+        struct stat st;
 
         pthread_mutex_lock(&s->lock);
         while (s->durable_seq < s->compact_start_seq && !atomic_load(&s->compact_cancel))
@@ -613,6 +628,13 @@ static int store_compact_fill(struct store_writer *w, void *userdata) {
         pthread_mutex_unlock(&s->lock);
         if (atomic_load(&s->compact_cancel))
                 return -ECANCELED;
+        /* The loop's count of the log's bytes says where the compaction
+         * ends; a log shorter than that is a count gone wrong, which would
+         * have the compaction leave records out. */
+        if (fstat(s->compact_log_fd, &st) < 0)
+                return -errno;
+        if ((uint64_t) st.st_size < s->compact_log_bytes)
+                return -ESPIPE;
         return store_compact_log(s->compact_log_fd, s->compact_log_bytes, &s->compact_plan, w, &s->compact_cancel);
 }
 
@@ -700,14 +722,35 @@ static void store_compact_reap(struct store *s, bool aborted) {
                 (void) unlinkat(s->dir_fd, STORE_COMPACT_NAME, 0);
                 if (aborted)
                         return;
-                log_warning_errno(r, "Cannot compact the state log %s, it keeps growing: %m", s->path);
+                if (r == -EBADMSG)
+                        log_error("The state log %s does not read back as it was written (a damaged disk?): it is "
+                                  "not compacted and keeps growing.  A restart recovers what comes before the "
+                                  "damage and keeps a copy of the log",
+                                  s->path);
+                else
+                        log_warning_errno(r, "Cannot compact the state log %s, it keeps growing: %m", s->path);
                 s->compacted_bytes = s->log_bytes;      /* do not retry at once */
                 return;
         }
+        /* Sizes change once it is the log: the next compaction reads the
+         * log up to log_bytes, which must then say where its end is. */
+        s->compact_installing = true;
+        s->compact_new_size = size;
+}
+
+/* Loop: the commit thread installed the new log (@renamed), or could not
+ * and goes on with the old one. */
+static void store_compact_installed(struct store *s, bool renamed) {
+        s->compact_installing = false;
+        if (!renamed) {
+                s->compacted_bytes = s->log_bytes;      /* not again at once */
+                return;
+        }
         /* The new log: the compacted records, then what was appended since. */
-        s->compacted_bytes = size;
-        s->log_bytes = size + (s->log_bytes - s->compact_log_bytes);
-        log_info("Compacted the state log: %" PRIu64 " bytes of it now take %" PRIu64, s->compact_log_bytes, size);
+        s->compacted_bytes = s->compact_new_size;
+        s->log_bytes = s->compact_new_size + (s->log_bytes - s->compact_log_bytes);
+        log_info("Compacted the state log: %" PRIu64 " bytes of it now take %" PRIu64, s->compact_log_bytes,
+                 s->compact_new_size);
 }
 
 /* Ends a running compaction at once (the daemon stops): the old log holds
@@ -732,7 +775,7 @@ static void store_compact_now(evutil_socket_t fd, short what, void *userdata) {
         uint64_t t = now_usec(CLOCK_MONOTONIC);
         int r;
 
-        if (s->compact_running)
+        if (s->compact_running || s->compact_installing)
                 return;
         /* By name: the log's own fd is open for appending only. */
         s->compact_log_fd = openat(s->dir_fd, STORE_LOG_NAME, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -820,7 +863,7 @@ static int64_t store_append_record(struct store *s, const CmwqStore__Record *rec
                 return r;
 
         if (s->compact_event && s->log_bytes > STORE_COMPACT_MIN_BYTES && s->log_bytes > 2 * s->compacted_bytes &&
-            !s->compact_running && !compacting && !event_pending(s->compact_event, EV_TIMEOUT, NULL))
+            !s->compact_running && !s->compact_installing && !compacting && !event_pending(s->compact_event, EV_TIMEOUT, NULL))
                 event_active(s->compact_event, EV_TIMEOUT, 0);
         return (int64_t) s->appended_seq;
 }

@@ -9,6 +9,8 @@
  *
  * With $CMWQ_FAIL_DIR_FSYNC=N, the Nth fsync() of a directory in the
  * process fails with EIO (a disk that fails once, right after a rename).
+ * With $CMWQ_FAIL_COMPACT_RENAME=N, the Nth renameat() of "log.compact"
+ * fails with EIO (a compaction whose new log cannot be installed).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -16,7 +18,9 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,4 +51,18 @@ int fsync(int fd) {
                 return -1;
         }
         return real(fd);
+}
+
+int renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath) {
+        static int (*real)(int, const char *, int, const char *);
+        static atomic_long compactions;
+        const char *fail = getenv("CMWQ_FAIL_COMPACT_RENAME");
+
+        if (!real)
+                real = (int (*)(int, const char *, int, const char *)) dlsym(RTLD_NEXT, "renameat");
+        if (fail && strcmp(oldpath, "log.compact") == 0 && atomic_fetch_add(&compactions, 1) + 1 == atol(fail)) {
+                errno = EIO;
+                return -1;
+        }
+        return real(olddirfd, oldpath, newdirfd, newpath);
 }

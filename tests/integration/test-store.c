@@ -52,6 +52,22 @@ static void log_path(char *buf, size_t size) {
         snprintf(buf, size, "%s/log", d.state_dir);
 }
 
+/* cmwqd says a compaction was installed once its loop hears of it from
+ * the commit thread, just after the new log took the old one's name. */
+static void assert_compaction_logged(void) {
+        char *text = NULL;
+
+        for (int waited = 0; waited < 10000; waited += 20) {
+                free(text);
+                text = read_file(d.log);
+                if (strstr(text, "Compacted the state log"))
+                        break;
+                sleep_ms(20);
+        }
+        ck_assert_msg(strstr(text, "Compacted the state log"), "no compaction finished:\n%.2000s", text);
+        free(text);
+}
+
 /* A stopped (SIGTERM) daemon keeps its queues, pending items (in order, with
  * their ids), delayed items and history; ids go on increasing. */
 START_TEST(test_sigterm_keeps_queues_items_and_history) {
@@ -473,9 +489,7 @@ START_TEST(test_compaction_keeps_starts_and_forgets_destroyed_queues) {
         for (int waited = 0; waited < 10000 && file_size(logp) > 3u * 1024 * 1024; waited += 20)
                 sleep_ms(20);
         ck_assert_msg(file_size(logp) < 3u * 1024 * 1024, "the log was not compacted: %zu bytes", file_size(logp));
-        text = read_file(d.log);
-        ck_assert_msg(strstr(text, "Compacted the state log"), "no compaction finished:\n%s", text);
-        free(text);
+        assert_compaction_logged();
 
         cmwqd_kill(&d);
         cmwqd_launch(&d, NULL);
@@ -1211,6 +1225,174 @@ START_TEST(test_compaction_dir_sync_failure_loses_nothing) {
 }
 END_TEST
 
+/* How many compactions cmwqd has begun so far. */
+static int compactions_begun(void) {
+        char *text = read_file(d.log);
+        int n = 0;
+
+        for (const char *p = text; (p = strstr(p, "Compacting the state log")); p++)
+                n++;
+        free(text);
+        return n;
+}
+
+/* Whether cmwqd logs @what within 10 s. */
+static bool daemon_logged(const char *what) {
+        bool found = false;
+
+        for (int waited = 0; waited < 10000 && !found; waited += 20) {
+                char *text = read_file(d.log);
+
+                found = strstr(text, what);
+                free(text);
+                if (!found)
+                        sleep_ms(20);
+        }
+        return found;
+}
+
+/* A compaction whose new log cannot be renamed over the old one (EIO,
+ * once): the old log goes on, and the daemon's count of its bytes with
+ * it, for the next compaction reads the log up to that count.  That one
+ * succeeds, and after a SIGKILL every item acknowledged before, between
+ * and after is there. */
+START_TEST(test_a_compaction_that_cannot_be_installed_loses_nothing_later) {
+        enum { N = 8 };
+        char payload[400], logp[400], *ids[3 * N], *big, *text, want[64];
+        int n = 0;
+
+        test_path(&d, "payload", payload, sizeof(payload));
+        big = malloc(512 * 1024);
+        memset(big, 'x', 512 * 1024);
+        write_file(payload, big, 512 * 1024);
+        free(big);
+        log_path(logp, sizeof(logp));
+
+        cmwqd_kill(&d);
+        setenv("CMWQ_FAIL_COMPACT_RENAME", "1", 1);
+        setenv("CMWQ_SLOW_SYNC_MS", "0", 1);
+        launch_slow_sync();
+        unsetenv("CMWQ_FAIL_COMPACT_RENAME");
+        unsetenv("CMWQ_SLOW_SYNC_MS");
+        free(CTL_OK(&d, "create", "cq"));
+        for (int k = 0; k < N; k++)
+                ids[n++] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "before");
+        for (int k = 0; k < 12; k++) {
+                char *id = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
+
+                free(CTL_OK(&d, "cancel", id));
+                free(id);
+        }
+        ck_assert_msg(daemon_logged("Cannot compact the state log"), "the first compaction did not fail");
+
+        /* Past twice the log's size then: a second compaction, which
+         * must read all of the old log (the log shrinks to a few items). */
+        for (int k = 0; k < N; k++)
+                ids[n++] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "between");
+        for (int k = 0; k < 40 && compactions_begun() < 2; k++) {
+                char *id = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
+
+                free(CTL_OK(&d, "cancel", id));
+                free(id);
+        }
+        ck_assert_int_ge(compactions_begun(), 2);
+        for (int waited = 0; waited < 10000 && file_size(logp) > 1024 * 1024; waited += 20)
+                sleep_ms(20);
+        ck_assert_msg(file_size(logp) < 1024 * 1024, "the second compaction did not shrink the log: %zu bytes",
+                      file_size(logp));
+        assert_compaction_logged();
+        for (int k = 0; k < N; k++)
+                ids[n++] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "after");
+        cmwqd_kill(&d);
+        cmwqd_launch(&d, NULL);
+
+        for (int k = 0; k < n; k++) {
+                assert_state(ids[k], "delayed");
+                free(ids[k]);
+        }
+        text = CTL_OK(&d, "--json", "list");
+        snprintf(want, sizeof(want), "\"pending\":%d", n);
+        ck_assert_msg(strstr(text, want), "not %d items on the queue: %s", n, text);
+        free(text);
+}
+END_TEST
+
+/* Submits and cancels @n items with the big payload: @n records of 512 KiB
+ * in the log, and nothing pending. */
+static void churn(const char *payload, int n) {
+        for (int k = 0; k < n; k++) {
+                char *id = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
+
+                free(CTL_OK(&d, "cancel", id));
+                free(id);
+        }
+}
+
+/* A compaction that ends with a big tail (what was appended while it ran)
+ * and a slow install (every sync 200 ms): the log grows past the point of
+ * the next compaction before the new log has its name.  The next one must
+ * wait for that: begun earlier, it read the old log and truncated the
+ * new one under its name, and after a SIGKILL the log held two records.
+ * Every compaction stops before its install (CMWQD_TEST_STOP_COMPACTION)
+ * until continued here. */
+START_TEST(test_a_compaction_waits_until_the_last_is_installed) {
+        enum { N = 6 };
+        char payload[400], logp[400], compactp[420], *ids[3 * N], *big, *text, want[64];
+        int n = 0;
+        pid_t child;
+
+        test_path(&d, "payload", payload, sizeof(payload));
+        big = malloc(512 * 1024);
+        memset(big, 'x', 512 * 1024);
+        write_file(payload, big, 512 * 1024);
+        free(big);
+        log_path(logp, sizeof(logp));
+        snprintf(compactp, sizeof(compactp), "%s.compact", logp);
+
+        cmwqd_kill(&d);
+        setenv("CMWQD_TEST_STOP_COMPACTION", "1", 1);
+        setenv("CMWQ_SLOW_SYNC_MS", "200", 1);
+        launch_slow_sync();
+        unsetenv("CMWQD_TEST_STOP_COMPACTION");
+        unsetenv("CMWQ_SLOW_SYNC_MS");
+        free(CTL_OK(&d, "create", "cq"));
+        for (int k = 0; k < N; k++)
+                ids[n++] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "before");
+        child = grow_until_compaction_stops(payload);
+        /* The tail alone is past twice what the new log will be. */
+        churn(payload, 10);
+        for (int k = 0; k < N; k++)
+                ids[n++] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "during");
+        kill(child, SIGCONT);
+        /* While the install syncs: appends that would start the next one. */
+        churn(payload, 4);
+        for (int k = 0; k < N; k++)
+                ids[n++] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "after");
+        for (int waited = 0; waited < 30000; waited += 20) {
+                pid_t next = stopped_compaction_child();
+
+                if (next > 0)
+                        kill(next, SIGCONT);
+                else if (access(compactp, F_OK) < 0)
+                        break;
+                sleep_ms(20);
+        }
+        ck_assert_msg(access(compactp, F_OK) < 0, "a compaction did not finish");
+        assert_compaction_logged();
+        cmwqd_kill(&d);
+        cmwqd_launch(&d, NULL);
+
+        for (int k = 0; k < n; k++) {
+                assert_state(ids[k], "delayed");
+                free(ids[k]);
+        }
+        text = CTL_OK(&d, "--json", "list");
+        snprintf(want, sizeof(want), "\"pending\":%d", n);
+        ck_assert_msg(strstr(text, want), "not %d items on the queue: %s", n, text);
+        free(text);
+}
+END_TEST
+
 /* SIGKILL while a compaction runs outside the loop (its thread holds the new
  * log, written and not yet installed), and again after one finished: every
  * item acknowledged before, and while it ran, is there once, in order. */
@@ -1263,9 +1445,7 @@ START_TEST(test_crash_during_background_compaction) {
         for (int waited = 0; waited < 30000 && access(compactp, F_OK) == 0; waited += 20)
                 sleep_ms(20);
         ck_assert_msg(access(compactp, F_OK) < 0, "the compaction did not finish");
-        text = read_file(d.log);
-        ck_assert_msg(strstr(text, "Compacted the state log"), "no compaction finished:\n%s", text);
-        free(text);
+        assert_compaction_logged();
         cmwqd_kill(&d);
         cmwqd_launch(&d, NULL);
 
@@ -1422,6 +1602,8 @@ int main(void) {
         tcase_add_checked_fixture(tf, setup, teardown);
         tcase_set_timeout(tf, 120);
         tcase_add_test(tf, test_compaction_dir_sync_failure_loses_nothing);
+        tcase_add_test(tf, test_a_compaction_that_cannot_be_installed_loses_nothing_later);
+        tcase_add_test(tf, test_a_compaction_waits_until_the_last_is_installed);
         suite_add_tcase(s, tf);
 
         sr = srunner_create(s);
