@@ -727,6 +727,10 @@ static void store_compact_reap(struct store *s, bool aborted) {
                                   "not compacted and keeps growing.  A restart recovers what comes before the "
                                   "damage and keeps a copy of the log",
                                   s->path);
+                else if (r == -ESPIPE)
+                        log_error("The state log %s is shorter than cmwqd counted (a bug): it is not compacted "
+                                  "and keeps growing",
+                                  s->path);
                 else
                         log_warning_errno(r, "Cannot compact the state log %s, it keeps growing: %m", s->path);
                 s->compacted_bytes = s->log_bytes;      /* do not retry at once */
