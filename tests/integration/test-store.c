@@ -52,6 +52,17 @@ static void log_path(char *buf, size_t size) {
         snprintf(buf, size, "%s/log", d.state_dir);
 }
 
+/* Submits @n items with @payload to @queue and cancels each: @n records of
+ * its size in the log, and nothing pending. */
+static void churn(const char *queue, const char *payload, int n) {
+        for (int k = 0; k < n; k++) {
+                char *id = CTL_OK(&d, "submit", queue, "--delay", "3600", "--stdin", payload, "--", "/bin/true");
+
+                free(CTL_OK(&d, "cancel", id));
+                free(id);
+        }
+}
+
 /* cmwqd says a compaction was installed once its loop hears of it from
  * the commit thread, just after the new log took the old one's name. */
 static void assert_compaction_logged(void) {
@@ -226,6 +237,17 @@ static void write_file(const char *path, const char *data, size_t len) {
         close(fd);
 }
 
+/* A file of 512 KiB in the test's directory, its path in @path: an item's
+ * input that makes a record of that size. */
+static void big_payload(char *path, size_t size) {
+        char *big = malloc(512 * 1024);
+
+        test_path(&d, "payload", path, size);
+        memset(big, 'x', 512 * 1024);
+        write_file(path, big, 512 * 1024);
+        free(big);
+}
+
 static size_t file_size(const char *path) {
         struct stat st;
 
@@ -393,15 +415,11 @@ END_TEST
 
 /* Compaction: the log shrinks to the live state, which survives a crash. */
 START_TEST(test_compaction_keeps_everything) {
-        char payload[400], logp[400], *big, *kept, *hist, *text;
+        char payload[400], logp[400], *kept, *hist, *text;
         struct ctl_result r;
         size_t before;
 
-        test_path(&d, "payload", payload, sizeof(payload));
-        big = malloc(512 * 1024);
-        memset(big, 'x', 512 * 1024);
-        write_file(payload, big, 512 * 1024);
-        free(big);
+        big_payload(payload, sizeof(payload));
         log_path(logp, sizeof(logp));
 
         free(CTL_OK(&d, "create", "big", "--max-active", "7"));
@@ -412,11 +430,7 @@ START_TEST(test_compaction_keeps_everything) {
         kept = CTL_OK(&d, "submit", "big", "--delay", "3600", "--stdin", payload, "--", "/usr/bin/wc", "-c");
 
         /* 12 payloads of 512 KiB go through the log; one stays live. */
-        for (int k = 0; k < 12; k++) {
-                char *id = CTL_OK(&d, "submit", "big", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
-                free(CTL_OK(&d, "cancel", id));
-                free(id);
-        }
+        churn("big", payload, 12);
         before = file_size(logp);
         for (int waited = 0; waited < 10000 && file_size(logp) > 3u * 1024 * 1024; waited += 20)
                 sleep_ms(20);
@@ -452,13 +466,9 @@ END_TEST
  * pending (its start is in the new log: a drop queue's item runs at most
  * once); one that had ended is in the history with its state. */
 START_TEST(test_compaction_keeps_starts_and_forgets_destroyed_queues) {
-        char payload[400], logp[400], *big, *cancelled, *again, *running, *text;
+        char payload[400], logp[400], *cancelled, *again, *running, *text;
 
-        test_path(&d, "payload", payload, sizeof(payload));
-        big = malloc(512 * 1024);
-        memset(big, 'x', 512 * 1024);
-        write_file(payload, big, 512 * 1024);
-        free(big);
+        big_payload(payload, sizeof(payload));
         log_path(logp, sizeof(logp));
 
         free(CTL_OK(&d, "create", "q"));
@@ -480,12 +490,7 @@ START_TEST(test_compaction_keeps_starts_and_forgets_destroyed_queues) {
         }
         assert_state(running, "running");
 
-        for (int k = 0; k < 12; k++) {
-                char *id = CTL_OK(&d, "submit", "system", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
-
-                free(CTL_OK(&d, "cancel", id));
-                free(id);
-        }
+        churn("system", payload, 12);
         for (int waited = 0; waited < 10000 && file_size(logp) > 3u * 1024 * 1024; waited += 20)
                 sleep_ms(20);
         ck_assert_msg(file_size(logp) < 3u * 1024 * 1024, "the log was not compacted: %zu bytes", file_size(logp));
@@ -546,12 +551,7 @@ START_TEST(test_environments_come_back_after_kill_and_compaction) {
         }
 
         /* A compaction: the snapshot holds the environments the items name. */
-        for (int k = 0; k < 12; k++) {
-                char *id = CTL_OK(&d, "submit", "system", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
-
-                free(CTL_OK(&d, "cancel", id));
-                free(id);
-        }
+        churn("system", payload, 12);
         for (int waited = 0; waited < 10000 && file_size(logp) > 3u * 1024 * 1024; waited += 20)
                 sleep_ms(20);
         ck_assert_msg(file_size(logp) < 3u * 1024 * 1024, "the log was not compacted: %zu bytes", file_size(logp));
@@ -1150,13 +1150,10 @@ static pid_t stopped_compaction_child(void) {
 static pid_t grow_until_compaction_stops(const char *payload) {
         for (int k = 0; k < 200; k++) {
                 pid_t child = stopped_compaction_child();
-                char *id;
 
                 if (child > 0)
                         return child;
-                id = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
-                free(CTL_OK(&d, "cancel", id));
-                free(id);
+                churn("cq", payload, 1);
         }
         for (int waited = 0; waited < 60000; waited += 20) {
                 pid_t child = stopped_compaction_child();
@@ -1175,14 +1172,10 @@ static pid_t grow_until_compaction_stops(const char *payload) {
  * After a SIGKILL every acknowledged item is there, once. */
 START_TEST(test_compaction_dir_sync_failure_loses_nothing) {
         enum { N = 10 };
-        char payload[400], logp[400], *ids[N + 1], *big, *text, want[64];
+        char payload[400], logp[400], *ids[N + 1], *text, want[64];
         size_t before;
 
-        test_path(&d, "payload", payload, sizeof(payload));
-        big = malloc(512 * 1024);
-        memset(big, 'x', 512 * 1024);
-        write_file(payload, big, 512 * 1024);
-        free(big);
+        big_payload(payload, sizeof(payload));
         log_path(logp, sizeof(logp));
 
         /* The first directory sync is the start's new log, the second the
@@ -1195,11 +1188,7 @@ START_TEST(test_compaction_dir_sync_failure_loses_nothing) {
         unsetenv("CMWQ_SLOW_SYNC_MS");
         free(CTL_OK(&d, "create", "cq"));
         ids[0] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "before");
-        for (int k = 0; k < 12; k++) {
-                char *id = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
-                free(CTL_OK(&d, "cancel", id));
-                free(id);
-        }
+        churn("cq", payload, 12);
         before = file_size(logp);
         for (int waited = 0; waited < 10000 && file_size(logp) > 3u * 1024 * 1024; waited += 20)
                 sleep_ms(20);
@@ -1258,14 +1247,10 @@ static bool daemon_logged(const char *what) {
  * and after is there. */
 START_TEST(test_a_compaction_that_cannot_be_installed_loses_nothing_later) {
         enum { N = 8 };
-        char payload[400], logp[400], *ids[3 * N], *big, *text, want[64];
+        char payload[400], logp[400], *ids[3 * N], *text, want[64];
         int n = 0;
 
-        test_path(&d, "payload", payload, sizeof(payload));
-        big = malloc(512 * 1024);
-        memset(big, 'x', 512 * 1024);
-        write_file(payload, big, 512 * 1024);
-        free(big);
+        big_payload(payload, sizeof(payload));
         log_path(logp, sizeof(logp));
 
         cmwqd_kill(&d);
@@ -1277,24 +1262,15 @@ START_TEST(test_a_compaction_that_cannot_be_installed_loses_nothing_later) {
         free(CTL_OK(&d, "create", "cq"));
         for (int k = 0; k < N; k++)
                 ids[n++] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "before");
-        for (int k = 0; k < 12; k++) {
-                char *id = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
-
-                free(CTL_OK(&d, "cancel", id));
-                free(id);
-        }
+        churn("cq", payload, 12);
         ck_assert_msg(daemon_logged("Cannot compact the state log"), "the first compaction did not fail");
 
         /* Past twice the log's size then: a second compaction, which
          * must read all of the old log (the log shrinks to a few items). */
         for (int k = 0; k < N; k++)
                 ids[n++] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "between");
-        for (int k = 0; k < 40 && compactions_begun() < 2; k++) {
-                char *id = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
-
-                free(CTL_OK(&d, "cancel", id));
-                free(id);
-        }
+        for (int k = 0; k < 40 && compactions_begun() < 2; k++)
+                churn("cq", payload, 1);
         ck_assert_int_ge(compactions_begun(), 2);
         for (int waited = 0; waited < 10000 && file_size(logp) > 1024 * 1024; waited += 20)
                 sleep_ms(20);
@@ -1317,17 +1293,6 @@ START_TEST(test_a_compaction_that_cannot_be_installed_loses_nothing_later) {
 }
 END_TEST
 
-/* Submits and cancels @n items with the big payload: @n records of 512 KiB
- * in the log, and nothing pending. */
-static void churn(const char *payload, int n) {
-        for (int k = 0; k < n; k++) {
-                char *id = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--stdin", payload, "--", "/bin/true");
-
-                free(CTL_OK(&d, "cancel", id));
-                free(id);
-        }
-}
-
 /* A compaction that ends with a big tail (what was appended while it ran)
  * and a slow install (every sync 200 ms): the log grows past the point of
  * the next compaction before the new log has its name.  The next one must
@@ -1337,15 +1302,11 @@ static void churn(const char *payload, int n) {
  * until continued here. */
 START_TEST(test_a_compaction_waits_until_the_last_is_installed) {
         enum { N = 6 };
-        char payload[400], logp[400], compactp[420], *ids[3 * N], *big, *text, want[64];
+        char payload[400], logp[400], compactp[420], *ids[3 * N], *text, want[64];
         int n = 0;
         pid_t child;
 
-        test_path(&d, "payload", payload, sizeof(payload));
-        big = malloc(512 * 1024);
-        memset(big, 'x', 512 * 1024);
-        write_file(payload, big, 512 * 1024);
-        free(big);
+        big_payload(payload, sizeof(payload));
         log_path(logp, sizeof(logp));
         snprintf(compactp, sizeof(compactp), "%s.compact", logp);
 
@@ -1360,12 +1321,12 @@ START_TEST(test_a_compaction_waits_until_the_last_is_installed) {
                 ids[n++] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "before");
         child = grow_until_compaction_stops(payload);
         /* The tail alone is past twice what the new log will be. */
-        churn(payload, 10);
+        churn("cq", payload, 10);
         for (int k = 0; k < N; k++)
                 ids[n++] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "during");
         kill(child, SIGCONT);
         /* While the install syncs: appends that would start the next one. */
-        churn(payload, 4);
+        churn("cq", payload, 4);
         for (int k = 0; k < N; k++)
                 ids[n++] = CTL_OK(&d, "submit", "cq", "--delay", "3600", "--", "/bin/echo", "after");
         for (int waited = 0; waited < 30000; waited += 20) {
@@ -1398,15 +1359,11 @@ END_TEST
  * item acknowledged before, and while it ran, is there once, in order. */
 START_TEST(test_crash_during_background_compaction) {
         enum { PER_ROUND = 10 };
-        char payload[400], logp[400], compactp[420], *ids[4 * PER_ROUND], *big, *text;
+        char payload[400], logp[400], compactp[420], *ids[4 * PER_ROUND], *text;
         int n = 0;
         pid_t child;
 
-        test_path(&d, "payload", payload, sizeof(payload));
-        big = malloc(512 * 1024);
-        memset(big, 'x', 512 * 1024);
-        write_file(payload, big, 512 * 1024);
-        free(big);
+        big_payload(payload, sizeof(payload));
         log_path(logp, sizeof(logp));
         snprintf(compactp, sizeof(compactp), "%s.compact", logp);
 
